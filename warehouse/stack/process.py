@@ -1,0 +1,164 @@
+"""Start, watch and stop the processes the project itself launched.
+
+Each process runs in its own session (so its children share its process group),
+logs to one file, and is remembered by a pid file holding its pid and kernel
+start time. Stopping signals exactly that group, and only if the start time
+still matches, so a recycled pid never hits someone else's process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ServiceError(RuntimeError):
+    """A service that could not be started or stopped; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Proc:
+    """One long-running process of a service."""
+
+    name: str
+    argv: Sequence[str]
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+    user: str | None = None  # run as this user (PostgreSQL refuses to run as root)
+    stop_signal: int = signal.SIGTERM
+
+
+def _start_time(pid: int) -> str | None:
+    """The kernel's start time of pid (clock ticks since boot), or None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces; fields after ')' are fixed.
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] == "Z":  # a zombie is as good as gone
+        return None
+    return fields[19]
+
+
+@dataclass(frozen=True)
+class PidFile:
+    path: Path
+
+    def write(self, pid: int) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(f"{pid} {_start_time(pid)}\n")
+
+    def live_pid(self) -> int | None:
+        """The recorded pid if that very process is still running."""
+        try:
+            pid_s, started = self.path.read_text().split()
+            pid = int(pid_s)
+        except (OSError, ValueError):
+            return None
+        return pid if _start_time(pid) == started else None
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def port_taken(port: int, host: str = "127.0.0.1") -> bool:
+    """True if something already listens on host:port (binding would fail)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
+
+
+def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=timeout):
+        return True
+    return False
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return f"(no log at {path})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def spawn(proc: Proc, pidfile: PidFile, logfile: Path) -> int:
+    """Start proc detached in its own session, appending its output to logfile."""
+    logfile.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **proc.env}
+    with logfile.open("ab") as out:
+        out.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {proc.name}\n".encode())
+        out.flush()
+        child = subprocess.Popen(
+            list(proc.argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=proc.cwd,
+            env=env,
+            user=proc.user,
+            start_new_session=True,
+        )
+    pidfile.write(child.pid)
+    return child.pid
+
+
+def stop_group(pid: int, sig: int, timeout: float = 30.0) -> None:
+    """Signal pid's process group, wait for the leader to go, then force it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if _start_time(pid) is None and not _group_alive(pid):
+            return
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    _reap(pid)
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def wait_until(
+    check: Callable[[], bool],
+    timeout: float,
+    *,
+    alive: Callable[[], bool] = lambda: True,
+    interval: float = 0.5,
+) -> bool:
+    """Poll check() until it is true, the timeout passes, or alive() turns false."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        if not alive():
+            return False
+        time.sleep(interval)
+    return check()
