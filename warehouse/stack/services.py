@@ -8,6 +8,7 @@ processes recorded in our own pid files.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import os
@@ -24,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
+from confluent_kafka.admin import AdminClient
+
 from warehouse import registry
 from warehouse.settings import REPO_ROOT, Settings
 from warehouse.stack import artifacts
@@ -31,6 +34,7 @@ from warehouse.stack.process import (
     PidFile,
     Proc,
     ServiceError,
+    group_rss_bytes,
     port_open,
     port_taken,
     spawn,
@@ -50,6 +54,7 @@ class ProcStatus:
     name: str
     pid: int | None
     log: Path
+    rss_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -88,10 +93,10 @@ class Service(ABC):
     @abstractmethod
     def healthy(self) -> bool: ...
 
-    def prepare(self) -> None:
+    def prepare(self) -> None:  # noqa: B027 - most services need no preparation
         """Write config and initialise data (idempotent); runs before every start."""
 
-    def after_start(self) -> None:
+    def after_start(self) -> None:  # noqa: B027 - optional hook
         """Create what must exist once the service answers (idempotent)."""
 
     def note(self) -> str:
@@ -169,7 +174,10 @@ class Service(ABC):
             running=running,
             healthy=running and self.healthy(),
             ports=self.ports(),
-            procs=[ProcStatus(n, pid, self.logfile(n)) for n, pid in pids.items()],
+            procs=[
+                ProcStatus(n, pid, self.logfile(n), group_rss_bytes(pid) if pid else 0)
+                for n, pid in pids.items()
+            ],
             note=self.note(),
         )
 
@@ -194,6 +202,27 @@ class Postgres(Service):
         self.data = self.home / "data"
         self.run_dir = self.home / "run"
 
+    def _place_home(self, user: str) -> None:
+        """Give the postgres account a home it can reach.
+
+        Run as root from a checkout under a private directory (say /root), the
+        postgres account cannot traverse to .state/; the cluster then lives in
+        /var/lib/regauge/<id>, with .state/postgres linking to it.
+        """
+        if self.home.exists() or self.home.is_symlink():
+            return
+        self.settings.state_dir.mkdir(parents=True, exist_ok=True)
+        probe = subprocess.run(["test", "-x", str(self.settings.state_dir)], user=user, check=False)
+        if probe.returncode == 0:
+            return
+        digest = hashlib.sha1(str(self.settings.state_dir).encode()).hexdigest()[:10]
+        real = Path("/var/lib/regauge") / digest / "postgres"
+        real.mkdir(parents=True, exist_ok=True)
+        for parent in (real.parent.parent, real.parent):
+            parent.chmod(0o755)
+        self.home.symlink_to(real, target_is_directory=True)
+        log.info("postgres cannot reach %s; its cluster lives in %s", self.settings.state_dir, real)
+
     @staticmethod
     def bin_dir() -> Path:
         found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
@@ -217,12 +246,18 @@ class Postgres(Service):
                 name="postgres",
                 argv=[
                     str(self.bin_dir() / "postgres"),
-                    "-D", str(self.data),
-                    "-p", str(self.settings.postgres_port),
-                    "-k", str(self.run_dir),
-                    "-c", "listen_addresses=127.0.0.1",
-                    "-c", "max_connections=200",
-                    "-c", "shared_buffers=128MB",
+                    "-D",
+                    str(self.data),
+                    "-p",
+                    str(self.settings.postgres_port),
+                    "-k",
+                    str(self.run_dir),
+                    "-c",
+                    "listen_addresses=127.0.0.1",
+                    "-c",
+                    "max_connections=200",
+                    "-c",
+                    "shared_buffers=128MB",
                 ],
                 user=self._user(),
                 # SIGINT is PostgreSQL's "fast" shutdown; SIGTERM waits for clients.
@@ -232,6 +267,8 @@ class Postgres(Service):
 
     def prepare(self) -> None:
         user = self._user()
+        if user:
+            self._place_home(user)
         for d in (self.home, self.run_dir):
             d.mkdir(parents=True, exist_ok=True)
             if user:
@@ -246,12 +283,16 @@ class Postgres(Service):
         subprocess.run(
             [
                 str(self.bin_dir() / "initdb"),
-                "-D", str(self.data),
-                "-U", "postgres",
-                "--pwfile", str(pwfile),
+                "-D",
+                str(self.data),
+                "-U",
+                "postgres",
+                "--pwfile",
+                str(pwfile),
                 "--auth-local=trust",
                 "--auth-host=scram-sha-256",
-                "-E", "UTF8",
+                "-E",
+                "UTF8",
                 "--locale=C.UTF-8",
             ],
             check=True,
@@ -264,8 +305,10 @@ class Postgres(Service):
             [
                 str(self.bin_dir() / "pg_isready"),
                 "-q",
-                "-h", str(self.run_dir),
-                "-p", str(self.settings.postgres_port),
+                "-h",
+                str(self.run_dir),
+                "-p",
+                str(self.settings.postgres_port),
             ],
             check=False,
         )
@@ -273,7 +316,9 @@ class Postgres(Service):
 
     def superuser_conninfo(self, dbname: str = "postgres") -> str:
         """Through the private Unix socket, where the superuser is trusted."""
-        return f"host={self.run_dir} port={self.settings.postgres_port} user=postgres dbname={dbname}"
+        return (
+            f"host={self.run_dir} port={self.settings.postgres_port} user=postgres dbname={dbname}"
+        )
 
     def after_start(self) -> None:
         import psycopg
@@ -281,7 +326,9 @@ class Postgres(Service):
 
         s = self.settings
         with psycopg.connect(self.superuser_conninfo(), autocommit=True) as conn:
-            if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [s.postgres_user]).fetchone():
+            if conn.execute(
+                "SELECT 1 FROM pg_roles WHERE rolname = %s", [s.postgres_user]
+            ).fetchone():
                 conn.execute(
                     sql.SQL("ALTER ROLE {} WITH LOGIN PASSWORD {}").format(
                         sql.Identifier(s.postgres_user), sql.Literal(s.postgres_password)
@@ -294,7 +341,9 @@ class Postgres(Service):
                     )
                 )
             for db in (s.postgres_db, s.airflow_db):
-                if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db]).fetchone():
+                if not conn.execute(
+                    "SELECT 1 FROM pg_database WHERE datname = %s", [db]
+                ).fetchone():
                     conn.execute(
                         sql.SQL("CREATE DATABASE {} OWNER {}").format(
                             sql.Identifier(db), sql.Identifier(s.postgres_user)
@@ -366,8 +415,10 @@ class Kafka(Service):
                 *self._java_base(),
                 "kafka.tools.StorageTool",
                 "format",
-                "-t", cluster_id,
-                "-c", str(self.home / "server.properties"),
+                "-t",
+                cluster_id,
+                "-c",
+                str(self.home / "server.properties"),
             ],
             capture_output=True,
             text=True,
@@ -375,8 +426,7 @@ class Kafka(Service):
         if proc.returncode != 0:
             raise ServiceError(f"kafka storage format failed:\n{proc.stdout}{proc.stderr}")
 
-    def _admin(self):  # type: ignore[no-untyped-def]
-        from confluent_kafka.admin import AdminClient
+    def _admin(self) -> AdminClient:
 
         # A quiet logger: while the broker starts, librdkafka would print every refusal.
         quiet = logging.getLogger("regauge.kafka-admin")
@@ -399,7 +449,7 @@ class Kafka(Service):
 def ensure_topic(settings: Settings, topic: str = registry.TOPIC) -> None:
     """Create the event topic with its partition count if it does not exist."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import NewTopic
 
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
     if topic in admin.list_topics(timeout=10).topics:
@@ -571,7 +621,9 @@ class Airflow(Service):
             text=True,
         )
         if proc.returncode != 0:
-            raise ServiceError(f"airflow db migrate failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+            raise ServiceError(
+                f"airflow db migrate failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+            )
 
     def healthy(self) -> bool:
         try:

@@ -1,0 +1,42 @@
+# regauge: the two commands that matter are `make demo` and `make test`;
+# both run `make setup` first, which does nothing when everything is installed.
+SHELL := /bin/bash
+REGAUGE := .venv/bin/regauge
+PYTEST := .venv/bin/pytest
+
+.PHONY: help setup up down status demo test test-fast lint bench chaos clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+setup:  ## install everything (Debian packages, virtualenvs, JVM artifacts); idempotent
+	@bash infra/setup.sh
+
+up: setup  ## start PostgreSQL, Kafka, Trino and Airflow and wait until healthy
+	@$(REGAUGE) up
+
+down:  ## stop every process the project started
+	@if [ -x $(REGAUGE) ]; then $(REGAUGE) down; else echo "nothing installed, nothing to stop"; fi
+
+status:  ## each service's state, port, pid, memory and log file
+	@$(REGAUGE) status
+
+demo: setup  ## the whole pipeline on the local stack, ending with a Trino query
+	@$(REGAUGE) demo
+
+test: setup lint  ## every test: fast ones, then integration against the real services
+	@$(PYTEST) tests
+
+test-fast: setup  ## only the tests that need no services
+	@$(PYTEST) tests -m "not integration"
+
+lint:  ## ruff and mypy
+	@.venv/bin/ruff check spark_jobs warehouse tests dags
+	@.venv/bin/mypy
+
+bench: setup  ## speed and memory against baselines (not built yet)
+	@echo "make bench is not built yet (issue 9)"; exit 1
+
+clean: down  ## remove local state and the lake (keeps the download cache)
+	@rm -rf .state warehouse/data
+	@echo "removed .state and warehouse/data; the download cache stays in ~/.cache/regauge"

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# `make setup`: install everything regauge needs, from the project's own files.
+# Idempotent and quick when nothing changed (stamps record what was installed);
+# offline after the first run (Python wheels in uv's cache, JVM artifacts in
+# ~/.cache/regauge).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '[setup] %s\n' "$*"; }
+die() { printf 'setup: %s\n' "$*" >&2; exit 1; }
+
+PYTHON="${PYTHON:-python3}"
+command -v "$PYTHON" >/dev/null || die "$PYTHON not found: install Python 3.11 or set PYTHON=/path/to/python3.11"
+pyver=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+[ "$pyver" = "3.11" ] || die "Python 3.11 is required, $PYTHON is $pyver: set PYTHON=/path/to/python3.11"
+
+# -- Debian packages: Java 17 for Spark and Kafka, PostgreSQL, Maven ---------------
+need=()
+compgen -G "/usr/lib/jvm/java-17-openjdk-*/bin/java" >/dev/null || need+=(openjdk-17-jdk-headless)
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need+=(postgresql)
+command -v mvn >/dev/null || need+=(maven)
+if [ ${#need[@]} -gt 0 ]; then
+  [ "$(id -u)" -eq 0 ] || die "missing Debian packages ${need[*]}: run 'sudo apt-get install -y ${need[*]}' and retry"
+  say "installing Debian packages: ${need[*]}"
+  apt-get update -qq || die "apt-get update failed: check the network to Debian's mirror"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null \
+    || die "apt-get install ${need[*]} failed"
+fi
+
+# -- Python virtualenvs -----------------------------------------------------------
+# uv resolves and installs much faster than pip, and caches wheels for offline reruns.
+stamp_of() { cat "$@" | sha256sum | cut -c1-16; }
+
+make_venv() {  # make_venv DIR STAMP INSTALL-ARGS...
+  local dir=$1 stamp=$2; shift 2
+  if [ -f "$dir/.regauge-stamp" ] && [ "$(cat "$dir/.regauge-stamp")" = "$stamp" ]; then
+    return 0
+  fi
+  say "installing $dir (this takes a few minutes the first time)"
+  [ -x "$dir/bin/python" ] || "$PYTHON" -m venv "$dir"
+  [ -x .venv/bin/uv ] || { [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv; .venv/bin/pip install -q uv; }
+  .venv/bin/uv pip install --quiet --python "$dir/bin/python" "$@" \
+    || die "installing Python packages into $dir failed (see the lines above)"
+  echo "$stamp" > "$dir/.regauge-stamp"
+}
+
+make_venv .venv "$(stamp_of pyproject.toml)" -e '.[dev]'
+# Airflow gets its own virtualenv: its Spark provider's pyspark-client would
+# overwrite the pipeline's PySpark. Its tasks call the pipeline's CLI instead.
+make_venv .venv-airflow "$(stamp_of infra/airflow-requirements.txt)" -r infra/airflow-requirements.txt
+
+# -- JVM artifacts (Maven Central -> ~/.cache/regauge) ------------------------------
+.venv/bin/regauge setup >/dev/null
+say "ready (run 'make up' to start the stack, 'make demo' or 'make test')"

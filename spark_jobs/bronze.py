@@ -1,0 +1,100 @@
+"""Kafka -> bronze: the lake's durable, complete copy of the event log.
+
+One row per Kafka record, bytes untouched, so every later layer can be rebuilt
+from here even after Kafka's retention has dropped the records. Exactly once
+comes from Structured Streaming's checkpoint together with the Delta sink,
+which commits each micro-batch idempotently under the query's id.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from warehouse import catalog, registry
+from warehouse.settings import Settings
+
+log = logging.getLogger(__name__)
+
+BRONZE = registry.BRONZE_EVENTS
+
+BRONZE_SCHEMA = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("offset", LongType(), False),
+        StructField("kafka_timestamp", TimestampType(), False),
+        StructField("key", StringType(), True),
+        # Raw bytes: a record that is not UTF-8 still lands, for silver to quarantine.
+        StructField("value", BinaryType(), True),
+        StructField("ingested_at", TimestampType(), False),
+    ]
+)
+
+
+def to_bronze_rows(records: DataFrame) -> DataFrame:
+    """Kafka source rows (one per record) -> bronze rows (one per record)."""
+    return records.select(
+        F.col("topic"),
+        F.col("partition").cast(IntegerType()).alias("partition"),
+        F.col("offset").cast(LongType()).alias("offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        F.col("key").cast(StringType()).alias("key"),
+        F.col("value"),
+        F.current_timestamp().alias("ingested_at"),
+    )
+
+
+def read_kafka(spark: SparkSession, settings: Settings) -> DataFrame:
+    """The topic as an unbounded stream, from the earliest retained offset."""
+    return (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("subscribe", registry.TOPIC)
+        .option("startingOffsets", "earliest")
+        # A gap in the log (retention passed before we read it) must stop the
+        # pipeline loudly, never skip silently.
+        .option("failOnDataLoss", "true")
+        .load()
+    )
+
+
+def start(
+    spark: SparkSession, settings: Settings, *, available_now: bool = False
+) -> StreamingQuery:
+    """Start the Kafka -> bronze query: continuous, or until caught up (available_now)."""
+    writer = (
+        to_bronze_rows(read_kafka(spark, settings))
+        .writeStream.format("delta")
+        .queryName("bronze")
+        .outputMode("append")
+        .option("checkpointLocation", BRONZE.checkpoint(settings))
+    )
+    writer = (
+        writer.trigger(availableNow=True)
+        if available_now
+        else writer.trigger(processingTime=settings.trigger_interval)
+    )
+    return writer.start(BRONZE.path(settings))
+
+
+def run_once(spark: SparkSession, settings: Settings) -> int:
+    """Copy everything new in Kafka into bronze, publish it to Trino, return its row count."""
+    query = start(spark, settings, available_now=True)
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(f"bronze ingest failed: {query.exception()}")
+    catalog.publish(BRONZE, settings)
+    return spark.read.format("delta").load(BRONZE.path(settings)).count()

@@ -1,0 +1,52 @@
+"""The one Spark session factory, used by every job and every test."""
+
+from __future__ import annotations
+
+import os
+
+from pyspark.sql import SparkSession
+
+from warehouse.settings import Settings
+from warehouse.settings import get as get_settings
+from warehouse.stack import artifacts
+
+
+def build_session(
+    app_name: str = "regauge",
+    settings: Settings | None = None,
+    *,
+    ui: bool = True,
+    extra_conf: dict[str, str] | None = None,
+) -> SparkSession:
+    """A Spark session with Delta, the Kafka source and UTC everywhere.
+
+    Jars come from the cache `make setup` filled, passed explicitly so no run
+    resolves anything over the network.
+    """
+    s = settings or get_settings()
+    if s.is_local:
+        # Spark 4.2 needs Java 17's jdk.incubator.vector; never pick up another JVM.
+        os.environ["JAVA_HOME"] = artifacts.java17_home()
+    conf = {
+        "spark.master": s.spark_master,
+        "spark.driver.memory": s.spark_driver_memory,
+        "spark.jars": ",".join(artifacts.spark_jars(s)),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.sql.shuffle.partitions": str(s.spark_shuffle_partitions),
+        "spark.ui.enabled": str(ui).lower(),
+        "spark.ui.showConsoleProgress": "false",
+        # Tables written here must stay readable by Trino 476: no deletion vectors
+        # or other features until a test shows Trino reads them.
+        "spark.databricks.delta.properties.defaults.enableDeletionVectors": "false",
+        **(extra_conf or {}),
+    }
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

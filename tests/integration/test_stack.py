@@ -1,0 +1,66 @@
+"""The local stack as `make up` starts it: every service real, healthy and wired together."""
+
+import json
+import urllib.request
+
+from confluent_kafka.admin import AdminClient
+
+from warehouse import registry, trino_client
+from warehouse.stack import services
+
+
+def _by_name(stack):
+    return {svc.name: svc for svc in stack}
+
+
+def test_every_service_is_up_with_its_pid_port_and_log(stack):
+    for svc in stack:
+        st = svc.status()
+        assert st.healthy, f"{svc.name} is not healthy"
+        for proc in st.procs:
+            assert proc.pid is not None
+            assert proc.log.is_file()
+            assert proc.rss_bytes > 0
+
+
+def test_starting_what_runs_is_a_no_op(stack):
+    before = {svc.name: svc.live_pids() for svc in stack}
+    assert [svc.start() for svc in stack] == [False] * len(stack)
+    assert {svc.name: svc.live_pids() for svc in stack} == before
+
+
+def test_the_event_topic_exists_with_its_partitions(stack, settings):
+    topics = AdminClient({"bootstrap.servers": settings.kafka_bootstrap}).list_topics(timeout=10)
+    assert len(topics.topics[registry.TOPIC].partitions) == settings.kafka_partitions
+
+
+def test_trino_federates_postgres_schemas(stack, settings):
+    schemas = {r[0] for r in trino_client.query(settings, "SHOW SCHEMAS FROM ops").rows}
+    assert {"reference", "control"} <= schemas
+    catalogs = {r[0] for r in trino_client.query(settings, "SHOW CATALOGS").rows}
+    assert {"lakehouse", "ops"} <= catalogs
+
+
+def test_airflow_admin_password_file_gives_an_api_token(stack, settings):
+    airflow = _by_name(stack)["airflow"]
+    password = airflow.admin_password()
+    assert password, f"no admin password in {airflow.passwords_file}"
+    request = urllib.request.Request(
+        f"{settings.airflow_url}/auth/token",
+        data=json.dumps({"username": "admin", "password": password}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        assert resp.status == 201
+        assert json.load(resp)["access_token"]
+
+
+def test_kafka_comes_back_after_down_and_up_with_its_data(stack, settings):
+    kafka = _by_name(stack)["kafka"]
+    services.down(settings, ["kafka"])
+    assert kafka.live_pids() == {"kafka": None}
+    services.up(settings, ["kafka"])
+    assert kafka.status().healthy
+    topics = AdminClient({"bootstrap.servers": settings.kafka_bootstrap}).list_topics(timeout=10)
+    assert registry.TOPIC in topics.topics

@@ -1,0 +1,106 @@
+"""The service mechanics, on throw-away processes (no real services needed)."""
+
+import dataclasses
+import socket
+import sys
+from collections.abc import Sequence
+
+import pytest
+
+from warehouse.stack import services
+from warehouse.stack.process import Proc, ServiceError, port_open
+
+
+@pytest.fixture
+def local(settings, tmp_path):
+    return dataclasses.replace(settings, state_dir=tmp_path / "state")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Dummy(services.Service):
+    """An HTTP server standing in for a service, healthy once its port answers."""
+
+    name = "dummy"
+    health_timeout = 10.0
+
+    def __init__(self, settings, port, script=None):
+        super().__init__(settings)
+        self.port = port
+        self.script = script
+
+    def ports(self) -> Sequence[int]:
+        return [self.port]
+
+    def procs(self) -> Sequence[Proc]:
+        argv = [sys.executable, "-m", "http.server", str(self.port), "--bind", "127.0.0.1"]
+        if self.script:
+            argv = [sys.executable, "-c", self.script]
+        return [Proc("dummy", argv)]
+
+    def healthy(self) -> bool:
+        return port_open(self.port)
+
+
+def test_start_twice_is_a_no_op_and_stop_stops_it(local):
+    svc = Dummy(local, _free_port())
+    try:
+        assert svc.start() is True
+        pid = svc.live_pids()["dummy"]
+        assert svc.start() is False
+        assert svc.live_pids()["dummy"] == pid
+        status = svc.status()
+        assert status.healthy and status.procs[0].pid == pid
+    finally:
+        assert svc.stop() is True
+    assert svc.live_pids()["dummy"] is None
+    assert not port_open(svc.port)
+    assert svc.stop() is False  # stopping again: nothing to do, no error
+
+
+def test_a_taken_port_is_refused_in_one_line_naming_port_and_service(local):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        svc = Dummy(local, port)
+        with pytest.raises(ServiceError) as err:
+            svc.start()
+    assert str(err.value).startswith(f"port {port} (dummy) is already taken by another process")
+    assert "\n" not in str(err.value)
+    assert svc.live_pids()["dummy"] is None
+
+
+def test_a_service_that_never_gets_healthy_shows_its_log_and_is_stopped(local):
+    script = "import time; print('still warming up', flush=True); time.sleep(60)"
+    svc = Dummy(local, _free_port(), script)
+    svc.health_timeout = 2
+    with pytest.raises(ServiceError) as err:
+        svc.start()
+    message = str(err.value)
+    assert "dummy did not become healthy in time" in message
+    assert "still warming up" in message
+    assert svc.live_pids()["dummy"] is None
+
+
+def test_a_service_that_dies_says_so_with_its_log(local):
+    script = "import sys; print('config is broken: no such catalog', flush=True); sys.exit(3)"
+    svc = Dummy(local, _free_port(), script)
+    with pytest.raises(ServiceError) as err:
+        svc.start()
+    assert "dummy exited" in str(err.value)
+    assert "config is broken: no such catalog" in str(err.value)
+
+
+def test_down_with_nothing_running_is_fine(local):
+    services.down(local)
+    assert all(not svc.running() for svc in services.services(local))
+
+
+def test_unknown_service_names_are_refused(local):
+    with pytest.raises(ServiceError, match="unknown service zookeeper"):
+        services.services(local, ["zookeeper"])

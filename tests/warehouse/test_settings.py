@@ -1,0 +1,58 @@
+import pytest
+
+from warehouse.settings import SettingsError, load
+
+CLUSTER_ENV = {
+    "REGAUGE_PROFILE": "cluster",
+    "REGAUGE_SPARK_MASTER": "spark://spark-master:7077",
+    "REGAUGE_KAFKA_BOOTSTRAP": "b1:9092,b2:9092",
+    "REGAUGE_LAKE_ROOT": "s3a://lake/regauge",
+    "REGAUGE_TRINO_HOST": "trino.internal",
+    "REGAUGE_POSTGRES_HOST": "pg.internal",
+}
+
+
+def test_local_profile_is_the_default():
+    s = load({})
+    assert s.profile == "local"
+    assert s.spark_master == "local[2]"
+    assert s.kafka_bootstrap == "127.0.0.1:9092"
+    assert s.trino_url == "http://127.0.0.1:8080"
+    assert s.spark_driver_memory == "4g"
+    assert s.lake_root.endswith("warehouse/data/lake")
+
+
+def test_cluster_profile_takes_hosts_from_the_environment():
+    s = load(CLUSTER_ENV)
+    assert (s.profile, s.spark_master, s.lake_root) == (
+        "cluster",
+        "spark://spark-master:7077",
+        "s3a://lake/regauge",
+    )
+    assert s.kafka_bootstrap == "b1:9092,b2:9092"
+    assert s.trino_host == "trino.internal"
+
+
+def test_cluster_profile_names_every_missing_variable():
+    with pytest.raises(SettingsError) as err:
+        load({"REGAUGE_PROFILE": "cluster", "REGAUGE_SPARK_MASTER": "spark://x:7077"})
+    message = str(err.value)
+    for var in ("REGAUGE_KAFKA_BOOTSTRAP", "REGAUGE_LAKE_ROOT", "REGAUGE_TRINO_HOST"):
+        assert var in message
+    assert "REGAUGE_SPARK_MASTER" not in message
+
+
+def test_single_values_can_be_overridden():
+    s = load({"REGAUGE_TRINO_PORT": "18080", "REGAUGE_KAFKA_PARTITIONS": "8"})
+    assert s.trino_port == 18080
+    assert s.kafka_partitions == 8
+
+
+def test_a_bad_override_is_refused_with_its_variable_name():
+    with pytest.raises(SettingsError, match="REGAUGE_TRINO_PORT='eighty'"):
+        load({"REGAUGE_TRINO_PORT": "eighty"})
+
+
+def test_an_unknown_profile_is_refused():
+    with pytest.raises(SettingsError, match="expected one of local, cluster"):
+        load({"REGAUGE_PROFILE": "prod"})

@@ -1,0 +1,57 @@
+"""Publishing lake tables to Trino's `lakehouse` catalog.
+
+Spark writes the Delta tables; Trino only needs each table's name and
+location, which `register_table` records in its file metastore. Registering is
+idempotent, so every job can publish what it writes on every start.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from warehouse import registry, trino_client
+from warehouse.registry import Table
+from warehouse.settings import Settings
+from warehouse.sqlnames import check_identifier, quote_identifier, quote_location
+
+log = logging.getLogger(__name__)
+
+
+def trino_location(table: Table, settings: Settings) -> str:
+    """The table's location as Trino names it (local:/// is the lake root locally)."""
+    if settings.is_local:
+        return f"local:///{table.schema}/{table.name}"
+    # Trino's native S3 file system reads s3:// where Hadoop writes s3a://.
+    return table.path(settings).replace("s3a://", "s3://", 1)
+
+
+def is_published(table: Table, settings: Settings) -> bool:
+    found = trino_client.query(
+        settings,
+        f"SELECT 1 FROM {registry.TRINO_LAKE_CATALOG}.information_schema.tables "
+        "WHERE table_schema = ? AND table_name = ?",
+        [table.schema, table.name],
+    )
+    return bool(found.rows)
+
+
+def publish(table: Table, settings: Settings) -> bool:
+    """Register a Delta table (which must have at least one commit) in Trino.
+
+    Returns True if it was newly registered, False if Trino already knew it.
+    """
+    catalog = quote_identifier(registry.TRINO_LAKE_CATALOG, "catalog")
+    schema = quote_identifier(table.schema, "schema")
+    trino_client.query(settings, f"CREATE SCHEMA IF NOT EXISTS {catalog}.{schema}")
+    if is_published(table, settings):
+        return False
+    # CALL takes no bound parameters in Trino, so the names go through the gate.
+    trino_client.query(
+        settings,
+        f"CALL {catalog}.system.register_table("
+        f"schema_name => '{check_identifier(table.schema, 'schema')}', "
+        f"table_name => '{check_identifier(table.name, 'table')}', "
+        f"table_location => {quote_location(trino_location(table, settings))})",
+    )
+    log.info("published %s at %s", table.trino_name, trino_location(table, settings))
+    return True

@@ -1,0 +1,67 @@
+"""Talking to Trino: one connection helper and a readable table printer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import trino
+
+from warehouse.settings import Settings
+
+
+@dataclass(frozen=True)
+class Result:
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+
+
+def connect(settings: Settings, user: str = "regauge") -> trino.dbapi.Connection:
+    return trino.dbapi.connect(
+        host=settings.trino_host,
+        port=settings.trino_port,
+        user=user,
+        http_scheme="http",
+        request_timeout=120,
+    )
+
+
+def query(
+    settings: Settings, sql: str, params: list[Any] | None = None, user: str = "regauge"
+) -> Result:
+    """Run one statement and fetch everything it returns."""
+    with connect(settings, user) as conn:
+        cur = conn.cursor()
+        cur.execute(sql, params)
+        rows = [tuple(r) for r in cur.fetchall()]
+        columns = [d[0] for d in (cur.description or [])]
+    return Result(columns, rows)
+
+
+def scalar(
+    settings: Settings, sql: str, params: list[Any] | None = None, user: str = "regauge"
+) -> Any:
+    result = query(settings, sql, params, user)
+    if len(result.rows) != 1 or len(result.rows[0]) != 1:
+        raise ValueError(f"expected one value from {sql!r}, got {len(result.rows)} rows")
+    return result.rows[0][0]
+
+
+def format_table(result: Result) -> str:
+    """Render a result as an aligned text table (what `regauge query` prints)."""
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_lines=False)
+    for col in result.columns:
+        table.add_column(col)
+    for row in result.rows:
+        table.add_row(*("NULL" if v is None else str(v) for v in row))
+    buf = StringIO()
+    Console(file=buf, width=160, force_terminal=False).print(table)
+    return (
+        buf.getvalue().rstrip()
+        + f"\n({len(result.rows)} row{'s' if len(result.rows) != 1 else ''})"
+    )
