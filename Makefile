@@ -38,5 +38,6 @@ bench: setup  ## speed and memory against baselines (not built yet)
 	@echo "make bench is not built yet (issue 9)"; exit 1
 
 clean: down  ## remove local state and the lake (keeps the download cache)
+	@if [ -L .state/postgres ]; then rm -rf "$$(readlink -f .state/postgres)"; fi
 	@rm -rf .state warehouse/data
 	@echo "removed .state and warehouse/data; the download cache stays in ~/.cache/regauge"

@@ -197,10 +197,19 @@ class Postgres(Service):
     name = "postgres"
     health_timeout = 60.0
 
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
-        self.data = self.home / "data"
-        self.run_dir = self.home / "run"
+    @property
+    def real_home(self) -> Path:
+        """The cluster's directory with links resolved: the postgres account may
+        not be able to pass through .state/ to follow the link itself."""
+        return self.home.resolve()
+
+    @property
+    def data(self) -> Path:
+        return self.real_home / "data"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.real_home / "run"
 
     def _place_home(self, user: str) -> None:
         """Give the postgres account a home it can reach.
@@ -269,18 +278,21 @@ class Postgres(Service):
         user = self._user()
         if user:
             self._place_home(user)
-        for d in (self.home, self.run_dir):
+        for d in (self.real_home, self.run_dir):
             d.mkdir(parents=True, exist_ok=True)
             if user:
                 shutil.chown(d, user)
         if (self.data / "PG_VERSION").is_file():
             return
+        if self.data.exists():
+            # Left by an initdb that was interrupted; initdb needs an empty directory.
+            shutil.rmtree(self.data)
         log.info("initialising PostgreSQL cluster in %s", self.data)
-        pwfile = self.home / ".superuser-pw"
+        pwfile = self.real_home / ".superuser-pw"
         pwfile.write_text(secrets.token_hex(16) + "\n")
         if user:
             shutil.chown(pwfile, user)
-        subprocess.run(
+        init = subprocess.run(
             [
                 str(self.bin_dir() / "initdb"),
                 "-D",
@@ -295,10 +307,12 @@ class Postgres(Service):
                 "UTF8",
                 "--locale=C.UTF-8",
             ],
-            check=True,
             capture_output=True,
+            text=True,
             user=user,
         )
+        if init.returncode != 0:
+            raise ServiceError(f"initdb failed in {self.data}:\n{init.stdout}{init.stderr}")
 
     def healthy(self) -> bool:
         proc = subprocess.run(
