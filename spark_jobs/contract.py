@@ -1,0 +1,395 @@
+"""The event contract (CONTRACT.md §1) as Spark column expressions.
+
+A raw Kafka value is parsed once into Spark's VARIANT, which keeps each JSON
+value's own type: an integer stays an integer, `"1"` stays a string, and a
+number keeps its exact decimal digits (12.345 is DECIMAL(5,3)), so "at most
+two decimals" and "money is never a float" are checked without rounding.
+
+`validate` is pure: bronze-shaped rows in, the same rows plus `reason`,
+`detail` and the typed event columns out. The first failing rule in the
+contract's order gives the reason; `reason` is null for an accepted event.
+Duplicates (`conflicting_duplicate`) need history and are decided by silver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DecimalType,
+    IntegerType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+EVENT_TYPES = (
+    "cart_item_added",
+    "cart_item_removed",
+    "order_placed",
+    "order_cancelled",
+    "payment_captured",
+)
+CURRENCIES = ("EUR", "USD", "GBP")
+SCHEMA_VERSION = 1
+MAX_VALUE_BYTES = 64 * 1024
+EARLIEST_EVENT_TIME = "2000-01-01 00:00:00"
+MAX_CLOCK_SKEW_HOURS = 24
+
+# In precedence order: where several apply, the first wins.
+REASONS = (
+    "oversize",
+    "malformed_json",
+    "missing_field",
+    "invalid_field",
+    "unknown_event_type",
+    "unsupported_schema_version",
+    "event_time_out_of_range",
+    "total_mismatch",
+    "conflicting_duplicate",
+)
+
+MONEY = DecimalType(18, 2)
+ITEM_SCHEMA = StructType(
+    [
+        StructField("product_id", StringType()),
+        StructField("quantity", IntegerType()),
+        StructField("unit_price", MONEY),
+    ]
+)
+
+# The typed event: envelope, then every payload field flattened (null where the
+# event type has no such field).
+EVENT_SCHEMA = StructType(
+    [
+        StructField("event_id", StringType()),
+        StructField("event_type", StringType()),
+        StructField("event_time", TimestampType()),
+        StructField("customer_id", StringType()),
+        StructField("schema_version", IntegerType()),
+        StructField("product_id", StringType()),
+        StructField("quantity", IntegerType()),
+        StructField("order_id", StringType()),
+        StructField("currency", StringType()),
+        StructField("items", ArrayType(ITEM_SCHEMA)),
+        StructField("total", MONEY),
+        StructField("reason", StringType()),
+        StructField("amount", MONEY),
+    ]
+)
+# `reason` is also a payload field of order_cancelled; the rejection reason is
+# therefore called `reject_reason` while rows are being validated.
+PAYLOAD_COLUMNS = [f.name for f in EVENT_SCHEMA.fields[5:]]
+
+# Checked as text: RFC 3339 with a T, at least milliseconds, and an offset or Z.
+_RFC3339 = r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}\.\d{3,9}([Zz]|[+-]\d{2}:\d{2})$"
+_EVENT_ID = r"^[A-Za-z0-9_-]{1,64}$"
+_INTEGER_KINDS = r"^(TINYINT|SMALLINT|INT|BIGINT)$"
+_MONEY_KINDS = r"^(TINYINT|SMALLINT|INT|BIGINT|DECIMAL\(\d+,[0-2]\))$"
+
+
+class Json:
+    """Questions about one JSON value (a VARIANT column) and the values under it."""
+
+    def __init__(self, variant: Column) -> None:
+        self.v = variant
+
+    def at(self, path: str) -> Column:
+        return F.try_variant_get(self.v, path, "variant")
+
+    def kind(self, path: str) -> Column:
+        """OBJECT<…>, ARRAY<…>, STRING, BIGINT, DECIMAL(p,s), VOID for null; null if absent."""
+        return F.schema_of_variant(self.at(path))
+
+    def absent(self, path: str) -> Column:
+        return F.coalesce(self.kind(path) == "VOID", F.lit(True))
+
+    def get(self, path: str, sql_type: str) -> Column:
+        return F.try_variant_get(self.v, path, sql_type)
+
+    def is_string(self, path: str) -> Column:
+        return self.kind(path) == "STRING"
+
+    def is_object(self, path: str) -> Column:
+        return F.coalesce(self.kind(path).startswith("OBJECT"), F.lit(False))
+
+    def is_count(self, path: str) -> Column:
+        """An integer (not a string, not 1.0) of at least 1."""
+        return self.kind(path).rlike(_INTEGER_KINDS) & (self.get(path, "bigint") >= 1)
+
+    def is_money(self, path: str) -> Column:
+        """A number >= 0 with at most two decimals that fits DECIMAL(18,2)."""
+        value = self.get(path, "decimal(18,2)")
+        return self.kind(path).rlike(_MONEY_KINDS) & value.isNotNull() & (value >= 0)
+
+    def is_currency(self, path: str) -> Column:
+        return self.is_string(path) & self.get(path, "string").isin(*CURRENCIES)
+
+
+FieldRule = tuple[str, str]  # (field name, kind of value: string|count|money|currency|items)
+
+PAYLOAD_FIELDS: dict[str, list[FieldRule]] = {
+    "cart_item_added": [("product_id", "string"), ("quantity", "count")],
+    "cart_item_removed": [("product_id", "string"), ("quantity", "count")],
+    "order_placed": [
+        ("order_id", "string"),
+        ("currency", "currency"),
+        ("items", "items"),
+        ("total", "money"),
+    ],
+    "order_cancelled": [("order_id", "string"), ("reason", "string")],
+    "payment_captured": [("order_id", "string"), ("amount", "money"), ("currency", "currency")],
+}
+ITEM_FIELDS: list[FieldRule] = [
+    ("product_id", "string"),
+    ("quantity", "count"),
+    ("unit_price", "money"),
+]
+_RULE_TEXT = {
+    "string": "a string",
+    "count": "an integer >= 1",
+    "money": "a number >= 0 with at most 2 decimals",
+    "currency": f"one of {', '.join(CURRENCIES)}",
+    "items": "a non-empty array of items",
+}
+
+
+def _items(event: Json) -> Column:
+    return F.try_variant_get(event.v, "$.payload.items", "array<variant>")
+
+
+def _any_item(event: Json, test: Callable[[Json], Column]) -> Column:
+    return F.coalesce(F.exists(_items(event), lambda x: test(Json(x))), F.lit(False))
+
+
+def _item_lacks(name: str) -> Callable[[Json], Column]:
+    """A test for one item: it is an object without `name` (or with it null)."""
+    return lambda item: item.is_object("$") & item.absent(f"$.{name}")
+
+
+def _valid(event: Json, path: str, kind: str) -> Column:
+    if kind == "string":
+        return event.is_string(path)
+    if kind == "count":
+        return event.is_count(path)
+    if kind == "money":
+        return event.is_money(path)
+    if kind == "currency":
+        return event.is_currency(path)
+    if kind == "items":
+        arr = _items(event)
+        item_rules = [(f"$.{name}", k) for name, k in ITEM_FIELDS]
+        items_ok = F.forall(arr, lambda x: Json(x).is_object("$") & _all(Json(x), item_rules))
+        return F.coalesce(
+            event.kind(path).startswith("ARRAY") & (F.size(arr) > 0) & items_ok, F.lit(False)
+        )
+    raise ValueError(f"unknown field kind {kind!r}")
+
+
+def _all(event: Json, rules: list[tuple[str, str]]) -> Column:
+    out = F.lit(True)
+    for path, kind in rules:
+        out = out & _valid(event, path, kind)
+    return out
+
+
+Check = tuple[str, Column, Column]  # (reason, failing condition, detail)
+
+
+def _first(checks: list[Check]) -> Column:
+    """The (reason, detail) of the first check whose condition is true, else null."""
+    return F.coalesce(
+        *[
+            F.when(F.coalesce(cond, F.lit(False)), F.struct(F.lit(r).alias("r"), d.alias("d")))
+            for r, cond, d in checks
+        ]
+    )
+
+
+def _checks(df_value: Column, kafka_ts: Column, event: Json, text_ok: Column) -> list[Check]:
+    lit = F.lit
+    etype = event.get("$.event_type", "string")
+    known_type = event.is_string("$.event_type") & etype.isin(*EVENT_TYPES)
+    checks: list[Check] = [
+        (
+            "oversize",
+            F.length(df_value) > MAX_VALUE_BYTES,
+            F.format_string(
+                f"value is %d bytes; the limit is {MAX_VALUE_BYTES}", F.length(df_value)
+            ),
+        ),
+        ("malformed_json", df_value.isNull(), lit("record has no value")),
+        ("malformed_json", ~text_ok, lit("value is not valid UTF-8")),
+        ("malformed_json", event.v.isNull(), lit("value is not valid JSON")),
+        ("malformed_json", ~event.is_object("$"), lit("value is JSON but not an object")),
+    ]
+    envelope = ["event_id", "event_type", "event_time", "customer_id", "schema_version", "payload"]
+    checks += [
+        ("missing_field", event.absent(f"$.{name}"), lit(f"{name} is missing or null"))
+        for name in envelope
+    ]
+    payload_is_object = event.is_object("$.payload")
+    for etype_name, fields in PAYLOAD_FIELDS.items():
+        is_this = payload_is_object & (etype == etype_name)
+        checks += [
+            (
+                "missing_field",
+                is_this & event.absent(f"$.payload.{name}"),
+                lit(f"payload.{name} is missing or null"),
+            )
+            for name, _ in fields
+        ]
+        if etype_name == "order_placed":
+            checks += [
+                (
+                    "missing_field",
+                    is_this & _any_item(event, _item_lacks(name)),
+                    lit(f"payload.items[].{name} is missing or null"),
+                )
+                for name, _ in ITEM_FIELDS
+            ]
+    event_time = F.try_to_timestamp(event.get("$.event_time", "string"))
+    checks += [
+        (
+            "invalid_field",
+            ~(event.is_string("$.event_id") & event.get("$.event_id", "string").rlike(_EVENT_ID)),
+            lit("event_id must be 1-64 characters of A-Z a-z 0-9 _ -"),
+        ),
+        ("invalid_field", ~event.is_string("$.event_type"), lit("event_type must be a string")),
+        (
+            "invalid_field",
+            ~(
+                event.is_string("$.event_time")
+                & event.get("$.event_time", "string").rlike(_RFC3339)
+                & event_time.isNotNull()
+            ),
+            lit("event_time must be RFC 3339 with milliseconds and an offset or Z"),
+        ),
+        (
+            "invalid_field",
+            ~(
+                event.is_string("$.customer_id")
+                & F.length(event.get("$.customer_id", "string")).between(1, 64)
+            ),
+            lit("customer_id must be a string of 1-64 characters"),
+        ),
+        (
+            "invalid_field",
+            ~event.kind("$.schema_version").rlike(_INTEGER_KINDS),
+            lit("schema_version must be an integer"),
+        ),
+        ("invalid_field", ~payload_is_object, lit("payload must be an object")),
+    ]
+    for etype_name, fields in PAYLOAD_FIELDS.items():
+        for name, kind in fields:
+            checks.append(
+                (
+                    "invalid_field",
+                    (etype == etype_name) & ~_valid(event, f"$.payload.{name}", kind),
+                    lit(f"payload.{name} must be {_RULE_TEXT[kind]}"),
+                )
+            )
+    checks += [
+        (
+            "unknown_event_type",
+            ~known_type,
+            F.format_string("event_type %s is not one of the known types", etype),
+        ),
+        (
+            "unsupported_schema_version",
+            event.get("$.schema_version", "bigint") != SCHEMA_VERSION,
+            F.format_string(
+                f"schema_version %d is not supported (only {SCHEMA_VERSION})",
+                event.get("$.schema_version", "bigint"),
+            ),
+        ),
+        (
+            "event_time_out_of_range",
+            (event_time < F.to_timestamp(lit(EARLIEST_EVENT_TIME)))
+            | (event_time > kafka_ts + F.expr(f"INTERVAL {MAX_CLOCK_SKEW_HOURS} HOURS")),
+            lit(
+                f"event_time is before 2000-01-01 or more than {MAX_CLOCK_SKEW_HOURS} h "
+                "after the Kafka record timestamp"
+            ),
+        ),
+        (
+            "total_mismatch",
+            (etype == "order_placed")
+            & (_item_sum(event) != event.get("$.payload.total", "decimal(18,2)")),
+            F.format_string(
+                "total %s is not the sum of quantity x unit_price (%s)",
+                event.get("$.payload.total", "string"),
+                _item_sum(event).cast("string"),
+            ),
+        ),
+    ]
+    return checks
+
+
+def _item_sum(event: Json) -> Column:
+    """The sum of quantity * unit_price over the items, exact in DECIMAL(38,2)."""
+    return F.aggregate(
+        _items(event),
+        F.lit(0).cast(DecimalType(38, 2)),
+        lambda acc, x: (
+            acc
+            + F.try_variant_get(x, "$.quantity", "bigint").cast(DecimalType(20, 0))
+            * F.try_variant_get(x, "$.unit_price", "decimal(18,2)")
+        ).cast(DecimalType(38, 2)),
+    )
+
+
+def _typed_event(event: Json) -> list[Column]:
+    """The event's fields in their contract types (only meaningful when accepted)."""
+    items = F.transform(
+        _items(event),
+        lambda x: F.struct(
+            F.try_variant_get(x, "$.product_id", "string").alias("product_id"),
+            F.try_variant_get(x, "$.quantity", "int").alias("quantity"),
+            F.try_variant_get(x, "$.unit_price", "decimal(18,2)").alias("unit_price"),
+        ),
+    )
+    return [
+        event.get("$.event_id", "string").alias("event_id"),
+        event.get("$.event_type", "string").alias("event_type"),
+        F.try_to_timestamp(event.get("$.event_time", "string")).alias("event_time"),
+        event.get("$.customer_id", "string").alias("customer_id"),
+        event.get("$.schema_version", "int").alias("schema_version"),
+        event.get("$.payload.product_id", "string").alias("product_id"),
+        event.get("$.payload.quantity", "int").alias("quantity"),
+        event.get("$.payload.order_id", "string").alias("order_id"),
+        event.get("$.payload.currency", "string").alias("currency"),
+        items.alias("items"),
+        event.get("$.payload.total", "decimal(18,2)").alias("total"),
+        event.get("$.payload.reason", "string").alias("reason"),
+        event.get("$.payload.amount", "decimal(18,2)").alias("amount"),
+    ]
+
+
+def validate(records: DataFrame) -> DataFrame:
+    """Bronze rows (one per Kafka record) -> the same rows with `reject_reason`,
+    `reject_detail`, `content_hash` and the typed event columns (one per record)."""
+    text = F.col("value").cast(BinaryType()).cast(StringType())
+    text_ok = F.is_valid_utf8(text)
+    small = F.length(F.col("value")) <= MAX_VALUE_BYTES
+    parsed = records.withColumn("_v", F.when(small & text_ok, F.try_parse_json(text)))
+    event = Json(F.col("_v"))
+    verdict = _first(_checks(F.col("value"), F.col("kafka_timestamp"), event, text_ok))
+    return (
+        parsed.withColumn("_verdict", verdict)
+        .select(
+            "*",
+            F.col("_verdict.r").alias("reject_reason"),
+            F.col("_verdict.d").alias("reject_detail"),
+            # Canonical JSON: a VARIANT object's keys are sorted and its numbers
+            # normalised, so equal events hash equal however they were spelled.
+            F.sha2(F.to_json(F.col("_v")), 256).alias("content_hash"),
+            *_typed_event(event),
+        )
+        .drop("_v", "_verdict")
+    )

@@ -1,0 +1,155 @@
+"""One test per contract rule (CONTRACT.md §1) and per precedence case."""
+
+import json
+from datetime import datetime
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from spark_jobs.contract import REASONS, validate
+
+KAFKA_TS = datetime(2026, 1, 1, 12, 0, 0)
+ORDER = {
+    "order_id": "o1",
+    "currency": "EUR",
+    "items": [
+        {"product_id": "p1", "quantity": 2, "unit_price": 1.25},
+        {"product_id": "p2", "quantity": 1, "unit_price": 10},
+    ],
+    "total": 12.50,
+}
+
+
+def event(**fields) -> bytes:
+    base = {
+        "event_id": "e-1_A",
+        "event_type": "cart_item_added",
+        "event_time": "2026-01-01T11:00:00.000Z",
+        "customer_id": "c1",
+        "schema_version": 1,
+        "payload": {"product_id": "p1", "quantity": 2},
+    }
+    return json.dumps({**base, **fields}).encode()
+
+
+def order(**payload) -> bytes:
+    return event(event_type="order_placed", payload={**ORDER, **payload})
+
+
+CASES = {
+    # accepted
+    "cart event": (event(), None),
+    "order": (order(), None),
+    "cancellation": (
+        event(event_type="order_cancelled", payload={"order_id": "o", "reason": "r"}),
+        None,
+    ),
+    "payment": (
+        event(
+            event_type="payment_captured",
+            payload={"order_id": "o", "amount": 3.5, "currency": "GBP"},
+        ),
+        None,
+    ),
+    "offset time": (event(event_time="2026-01-01T13:00:00.123456+02:00"), None),
+    "unknown extra field": (event(note="ignored"), None),
+    "trailing zeros are not decimals": (order(total=12.500), None),
+    # one per reason
+    "oversize": (b'{"x":"' + b"a" * 70_000 + b'"}', "oversize"),
+    "not utf-8": (b"\xff\xfe{}", "malformed_json"),
+    "not json": (b"{nope", "malformed_json"),
+    "json array": (b"[1, 2]", "malformed_json"),
+    "json string": (b'"text"', "malformed_json"),
+    "missing customer": (event(customer_id=None), "missing_field"),
+    "missing payload field": (event(payload={"product_id": "p1"}), "missing_field"),
+    "missing item field": (order(items=[{"product_id": "p1", "quantity": 2}]), "missing_field"),
+    "quantity as string": (event(payload={"product_id": "p1", "quantity": "2"}), "invalid_field"),
+    "quantity zero": (event(payload={"product_id": "p1", "quantity": 0}), "invalid_field"),
+    "three decimals": (order(total=12.505), "invalid_field"),
+    "negative money": (
+        event(
+            event_type="payment_captured",
+            payload={"order_id": "o", "amount": -1, "currency": "EUR"},
+        ),
+        "invalid_field",
+    ),
+    "bad currency": (order(currency="JPY"), "invalid_field"),
+    "empty items": (order(items=[], total=0), "invalid_field"),
+    "bad id characters": (event(event_id="a b"), "invalid_field"),
+    "time without offset": (event(event_time="2026-01-01T11:00:00.000"), "invalid_field"),
+    "time without millis": (event(event_time="2026-01-01T11:00:00Z"), "invalid_field"),
+    "schema version as string": (event(schema_version="1"), "invalid_field"),
+    "unknown type": (event(event_type="refund_issued"), "unknown_event_type"),
+    "schema version 2": (event(schema_version=2), "unsupported_schema_version"),
+    "before 2000": (event(event_time="1999-12-31T23:59:59.999Z"), "event_time_out_of_range"),
+    "too far ahead": (event(event_time="2026-01-02T12:00:00.001Z"), "event_time_out_of_range"),
+    "total mismatch": (order(total=12.51), "total_mismatch"),
+    # precedence: the first reason in the contract's table wins
+    "oversize beats malformed": (b"{" * 70_000, "oversize"),
+    "missing beats invalid": (event(customer_id=None, event_id="bad id"), "missing_field"),
+    "invalid beats unknown type": (event(event_type="refund", event_id="bad id"), "invalid_field"),
+    "unknown type beats version": (
+        event(event_type="refund", schema_version=9),
+        "unknown_event_type",
+    ),
+    "version beats time range": (
+        event(schema_version=2, event_time="1990-01-01T00:00:00.000Z"),
+        "unsupported_schema_version",
+    ),
+    "time range beats total": (
+        event(
+            event_type="order_placed",
+            payload={**ORDER, "total": 1},
+            event_time="1990-01-01T00:00:00.000Z",
+        ),
+        "event_time_out_of_range",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def verdicts(spark):
+    rows = [(name, 0, i, KAFKA_TS, value) for i, (name, (value, _)) in enumerate(CASES.items())]
+    records = spark.createDataFrame(
+        rows, "name string, partition int, offset long, kafka_timestamp timestamp, value binary"
+    )
+    return validate(records).cache()
+
+
+def test_every_record_gets_the_contracts_reason(spark, verdicts):
+    expected = spark.createDataFrame(
+        [(name, reason) for name, (_, reason) in CASES.items()], "name string, reason string"
+    )
+    actual = verdicts.select("name", F.col("reject_reason").alias("reason"))
+    assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_every_reason_is_covered_and_explained(verdicts):
+    rejected = verdicts.filter("reject_reason IS NOT NULL")
+    assert rejected.filter("reject_detail IS NULL OR reject_detail = ''").count() == 0
+    seen = {r.reject_reason for r in rejected.select("reject_reason").distinct().collect()}
+    assert seen == set(REASONS) - {"conflicting_duplicate"}  # that one needs history
+
+
+def test_money_is_exact_decimal_and_time_is_utc(verdicts):
+    row = verdicts.filter("name = 'order'").first()
+    assert str(row.total) == "12.50"
+    assert [(i.product_id, i.quantity, str(i.unit_price)) for i in row["items"]] == [
+        ("p1", 2, "1.25"),
+        ("p2", 1, "10.00"),
+    ]
+    shifted = verdicts.filter("name = 'offset time'").first()
+    assert shifted.event_time == datetime(2026, 1, 1, 11, 0, 0, 123456)
+
+
+def test_the_same_event_spelled_differently_hashes_the_same(spark):
+    a = b'{"event_id":"e","payload":{"quantity":2,"product_id":"p"},"total":1.50}'
+    b = b'{"total":1.5, "payload":{"product_id":"p","quantity":2}, "event_id":"e"}'
+    c = b'{"event_id":"e","payload":{"quantity":3,"product_id":"p"},"total":1.50}'
+    records = spark.createDataFrame(
+        [(0, i, KAFKA_TS, v) for i, v in enumerate([a, b, c])],
+        "partition int, offset long, kafka_timestamp timestamp, value binary",
+    )
+    hashes = [r.content_hash for r in validate(records).orderBy("offset").collect()]
+    assert hashes[0] == hashes[1] != hashes[2]
