@@ -30,6 +30,19 @@ log = logging.getLogger(__name__)
 
 BRONZE = registry.BRONZE_EVENTS
 
+# What Spark's Kafka source yields, one row per record.
+KAFKA_SOURCE_SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+)
+
 BRONZE_SCHEMA = StructType(
     [
         StructField("topic", StringType(), False),

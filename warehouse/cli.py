@@ -92,7 +92,7 @@ def cmd_settings(args: argparse.Namespace) -> int:
     for f in dataclasses.fields(s):
         print(f"{f.name:<26} {getattr(s, f.name)}")
     print("\nOverride any value with its variable:")
-    for var, (attr, _) in settings_mod._OVERRIDES.items():
+    for var, (attr, _) in settings_mod.OVERRIDES.items():
         print(f"  {var:<32} -> {attr}")
     return 0
 

@@ -139,7 +139,7 @@ def _cluster(env: dict[str, str]) -> Settings:
 
 
 # Per-value overrides; applied after the profile so they win in both.
-_OVERRIDES: dict[str, tuple[str, type]] = {
+OVERRIDES: dict[str, tuple[str, type]] = {
     "REGAUGE_LAKE_ROOT": ("lake_root", str),
     "REGAUGE_SPARK_MASTER": ("spark_master", str),
     "REGAUGE_SPARK_DRIVER_MEMORY": ("spark_driver_memory", str),
@@ -165,7 +165,7 @@ def load(env: dict[str, str] | None = None) -> Settings:
         raise SettingsError(f"REGAUGE_PROFILE={profile!r}: expected one of {', '.join(PROFILES)}")
     settings = _local(env) if profile == "local" else _cluster(env)
     changes: dict[str, object] = {}
-    for var, (attr, kind) in _OVERRIDES.items():
+    for var, (attr, kind) in OVERRIDES.items():
         if var in env and env[var] != "":
             try:
                 changes[attr] = kind(env[var])

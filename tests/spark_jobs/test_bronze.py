@@ -2,30 +2,9 @@ from datetime import datetime
 
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.types import StructType
 
-from spark_jobs.bronze import BRONZE_SCHEMA, to_bronze_rows
-
-# What Spark's Kafka source produces.
-KAFKA_SOURCE_SCHEMA = StructType(
-    [
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("timestamp", TimestampType()),
-        StructField("timestampType", IntegerType()),
-    ]
-)
+from spark_jobs.bronze import BRONZE_SCHEMA, KAFKA_SOURCE_SCHEMA, to_bronze_rows
 
 
 def test_bronze_keeps_every_record_and_its_raw_bytes(spark):
