@@ -6,9 +6,11 @@ import os
 
 from pyspark.sql import SparkSession
 
-from warehouse.settings import Settings
+from warehouse.settings import REPO_ROOT, Settings
 from warehouse.settings import get as get_settings
 from warehouse.stack import artifacts
+
+LOG_CONFIG = REPO_ROOT / "infra" / "spark" / "log4j2.properties"
 
 
 def build_session(
@@ -34,7 +36,9 @@ def build_session(
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.driver.extraJavaOptions": (
+            f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG}"
+        ),
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.sql.shuffle.partitions": str(s.spark_shuffle_partitions),
         "spark.ui.enabled": str(ui).lower(),
