@@ -76,15 +76,14 @@ EVENT_SCHEMA = StructType(
         StructField("quantity", IntegerType()),
         StructField("order_id", StringType()),
         StructField("currency", StringType()),
-        StructField("items", ArrayType(ITEM_SCHEMA)),
+        StructField("items", ArrayType(ITEM_SCHEMA, containsNull=False)),
         StructField("total", MONEY),
         StructField("reason", StringType()),
         StructField("amount", MONEY),
     ]
 )
-# `reason` is also a payload field of order_cancelled; the rejection reason is
-# therefore called `reject_reason` while rows are being validated.
-PAYLOAD_COLUMNS = [f.name for f in EVENT_SCHEMA.fields[5:]]
+# `reason` is also a payload field of order_cancelled, so while rows are being
+# validated the rejection reason is called `reject_reason`.
 
 # Checked as text: RFC 3339 with a T, at least milliseconds, and an offset or Z.
 _RFC3339 = r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}\.\d{3,9}([Zz]|[+-]\d{2}:\d{2})$"
@@ -254,6 +253,7 @@ def _checks(df_value: Column, kafka_ts: Column, event: Json, text_ok: Column) ->
                 for name, _ in ITEM_FIELDS
             ]
     event_time = F.try_to_timestamp(event.get("$.event_time", "string"))
+    item_sum = _item_sum(event)
     checks += [
         (
             "invalid_field",
@@ -319,12 +319,11 @@ def _checks(df_value: Column, kafka_ts: Column, event: Json, text_ok: Column) ->
         ),
         (
             "total_mismatch",
-            (etype == "order_placed")
-            & (_item_sum(event) != event.get("$.payload.total", "decimal(18,2)")),
+            (etype == "order_placed") & (item_sum != event.get("$.payload.total", "decimal(18,2)")),
             F.format_string(
                 "total %s is not the sum of quantity x unit_price (%s)",
                 event.get("$.payload.total", "string"),
-                _item_sum(event).cast("string"),
+                item_sum.cast("string"),
             ),
         ),
     ]

@@ -7,7 +7,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from spark_jobs.contract import REASONS, validate
+from spark_jobs.contract import EVENT_SCHEMA, REASONS, validate
 
 KAFKA_TS = datetime(2026, 1, 1, 12, 0, 0)
 ORDER = {
@@ -153,3 +153,10 @@ def test_the_same_event_spelled_differently_hashes_the_same(spark):
     )
     hashes = [r.content_hash for r in validate(records).orderBy("offset").collect()]
     assert hashes[0] == hashes[1] != hashes[2]
+
+
+def test_typed_columns_are_the_declared_event_schema(verdicts):
+    typed = verdicts.select(*[f.name for f in EVENT_SCHEMA.fields]).schema
+    assert [(f.name, f.dataType) for f in typed] == [
+        (f.name, f.dataType) for f in EVENT_SCHEMA.fields
+    ]
