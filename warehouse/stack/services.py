@@ -117,12 +117,12 @@ class Service(ABC):
 
     def running(self) -> bool:
         pids = self.live_pids()
-        return bool(pids) and all(pid is not None for pid in pids.values())
+        return _all_live(pids)
 
     def start(self) -> bool:
         """Start whatever of this service is not running; True if anything started."""
         pids = self.live_pids()
-        if all(pid is not None for pid in pids.values()) and self.healthy():
+        if _all_live(pids) and self.healthy():
             log.info("%s already running (pid %s)", self.name, _pids(pids))
             return False
         if any(pid is not None for pid in pids.values()):
@@ -168,7 +168,7 @@ class Service(ABC):
 
     def status(self) -> Status:
         pids = self.live_pids()
-        running = all(pid is not None for pid in pids.values())
+        running = _all_live(pids)
         return Status(
             service=self.name,
             running=running,
@@ -180,6 +180,10 @@ class Service(ABC):
             ],
             note=self.note(),
         )
+
+
+def _all_live(pids: dict[str, int | None]) -> bool:
+    return bool(pids) and all(pid is not None for pid in pids.values())
 
 
 def _pids(pids: dict[str, int | None]) -> str:
@@ -440,18 +444,11 @@ class Kafka(Service):
         if proc.returncode != 0:
             raise ServiceError(f"kafka storage format failed:\n{proc.stdout}{proc.stderr}")
 
-    def _admin(self) -> AdminClient:
-
-        # A quiet logger: while the broker starts, librdkafka would print every refusal.
-        quiet = logging.getLogger("regauge.kafka-admin")
-        quiet.setLevel(logging.CRITICAL)
-        return AdminClient({"bootstrap.servers": self.settings.kafka_bootstrap}, logger=quiet)
-
     def healthy(self) -> bool:
         if not port_open(self.settings.kafka_port):
             return False
         try:
-            md = self._admin().list_topics(timeout=3)
+            md = kafka_admin(self.settings).list_topics(timeout=3)
         except Exception:
             return False
         return bool(md.brokers)
@@ -460,12 +457,19 @@ class Kafka(Service):
         ensure_topic(self.settings)
 
 
+def kafka_admin(settings: Settings) -> AdminClient:
+    # A quiet logger: while the broker starts, librdkafka would print every refusal.
+    quiet = logging.getLogger("regauge.kafka-admin")
+    quiet.setLevel(logging.CRITICAL)
+    return AdminClient({"bootstrap.servers": settings.kafka_bootstrap}, logger=quiet)
+
+
 def ensure_topic(settings: Settings, topic: str = registry.TOPIC) -> None:
     """Create the event topic with its partition count if it does not exist."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import NewTopic
 
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = kafka_admin(settings)
     if topic in admin.list_topics(timeout=10).topics:
         return
     futures = admin.create_topics(
