@@ -41,6 +41,9 @@ def build_session(
         ),
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.sql.shuffle.partitions": str(s.spark_shuffle_partitions),
+        # Delta rebuilds a table's state (e.g. for txnAppId checks) with this
+        # many tasks; its default of 50 costs seconds per commit on few cores.
+        "spark.databricks.delta.snapshotPartitions": str(s.spark_shuffle_partitions),
         "spark.ui.enabled": str(ui).lower(),
         "spark.ui.showConsoleProgress": "false",
         # Tables written here must stay readable by Trino 476: no deletion vectors

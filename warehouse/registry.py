@@ -44,10 +44,14 @@ class Table:
 BRONZE_EVENTS = Table("bronze", "shop_events")
 SILVER_EVENTS = Table("silver", "shop_events")
 SILVER_QUARANTINE = Table("silver", "shop_events_quarantine")
+# Every accepted record (event_id, position, content hash): silver's memory for
+# exact dedup over all history. Internal, so not published to Trino.
+SILVER_LEDGER = Table("silver", "shop_events_ledger")
 GOLD_RESTATEMENTS = Table("gold", "restatements")
 
 TABLES: dict[str, Table] = {
-    t.key: t for t in (BRONZE_EVENTS, SILVER_EVENTS, SILVER_QUARANTINE, GOLD_RESTATEMENTS)
+    t.key: t
+    for t in (BRONZE_EVENTS, SILVER_EVENTS, SILVER_QUARANTINE, SILVER_LEDGER, GOLD_RESTATEMENTS)
 }
 
 

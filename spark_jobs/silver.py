@@ -1,0 +1,448 @@
+"""Bronze -> silver: validated, deduplicated events, and a quarantine for the rest.
+
+Every bronze record ends in exactly one place (CONTRACT.md §1):
+
+- silver, if it passes the contract and is the first record of its `event_id`
+  in log order (smallest partition, then offset);
+- quarantine, with its reason, if it fails the contract, or if it has the
+  `event_id` of that first record but different content (`conflicting_duplicate`);
+- nowhere else, if it is an exact duplicate (same id, same canonical content)
+  of the first record: it is counted, and kept in bronze.
+
+"First in log order" must not depend on arrival: a record of another
+partition can reach the lake after a record it precedes in log order. So the
+winner of an `event_id` is recomputed over every accepted record of that id
+ever seen (the ledger), and silver and the quarantine are brought to that
+answer. Live, replay, or one big batch therefore end identical.
+
+Exactly once per micro-batch: the appends carry Delta's txnAppId/txnVersion,
+so a batch replayed after a crash skips what it already committed, and the
+MERGEs write a state computed from the ledger, which a replay computes again
+unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from spark_jobs import contract
+from warehouse import registry
+from warehouse.settings import Settings
+
+log = logging.getLogger(__name__)
+
+SILVER = registry.SILVER_EVENTS
+QUARANTINE = registry.SILVER_QUARANTINE
+LEDGER = registry.SILVER_LEDGER
+
+_POSITION = [
+    StructField("partition", IntegerType(), False),
+    StructField("offset", LongType(), False),
+]
+SILVER_SCHEMA = StructType(
+    [
+        *contract.EVENT_SCHEMA.fields,
+        *_POSITION,
+        StructField("kafka_timestamp", TimestampType(), False),
+        StructField("content_hash", StringType(), False),
+    ]
+)
+QUARANTINE_SCHEMA = StructType(
+    [
+        *_POSITION,
+        StructField("kafka_timestamp", TimestampType(), False),
+        StructField("raw_value", BinaryType(), True),
+        StructField("reason", StringType(), False),
+        StructField("detail", StringType(), True),
+        StructField("quarantined_at", TimestampType(), False),
+        # Set when the record parsed far enough to have them: lets an engineer
+        # find every record of one event id.
+        StructField("event_id", StringType(), True),
+        StructField("content_hash", StringType(), True),
+    ]
+)
+# Every record that passed validation, winner or not: what "all history" means
+# for dedup. Bronze holds the same records, but this is small and needs no parsing.
+LEDGER_SCHEMA = StructType(
+    [
+        StructField("event_id", StringType(), False),
+        *_POSITION,
+        StructField("content_hash", StringType(), False),
+    ]
+)
+
+ACCEPTED = "accepted"
+DUPLICATE = "duplicate"
+CONFLICT = "conflicting_duplicate"
+
+
+# -- pure transforms ---------------------------------------------------------------
+def to_quarantine_rows(rejected: DataFrame) -> DataFrame:
+    """Validated rows with a reject reason -> quarantine rows."""
+    return rejected.select(
+        "partition",
+        "offset",
+        "kafka_timestamp",
+        F.col("value").alias("raw_value"),
+        F.col("reject_reason").alias("reason"),
+        F.col("reject_detail").alias("detail"),
+        F.current_timestamp().alias("quarantined_at"),
+        "event_id",
+        "content_hash",
+    )
+
+
+def to_silver_rows(accepted: DataFrame) -> DataFrame:
+    return accepted.select(*[F.col(f.name) for f in SILVER_SCHEMA.fields])
+
+
+def classify(candidates: DataFrame) -> DataFrame:
+    """Decide every accepted record of some event ids, given all of them ever seen.
+
+    In: `event_id`, `partition`, `offset`, `content_hash`, `in_batch`.
+    Out: the same plus `status` (accepted | duplicate | conflicting_duplicate),
+    `winner_partition`, `winner_offset`, and `fresh`: no record of this id
+    arrived before the current batch, so its winner is a plain insert.
+    """
+    by_id = Window.partitionBy("event_id")
+    first = Window.partitionBy("event_id").orderBy("partition", "offset")
+    winner = F.min(F.struct("partition", "offset")).over(by_id)
+    return (
+        candidates.withColumn("_winner", winner)
+        .withColumn("_winner_hash", F.first("content_hash").over(first))
+        .withColumn("fresh", F.min(F.col("in_batch").cast("int")).over(by_id) == 1)
+        .select(
+            "event_id",
+            "partition",
+            "offset",
+            "content_hash",
+            "in_batch",
+            F.when(
+                (F.col("partition") == F.col("_winner.partition"))
+                & (F.col("offset") == F.col("_winner.offset")),
+                F.lit(ACCEPTED),
+            )
+            .when(F.col("content_hash") == F.col("_winner_hash"), F.lit(DUPLICATE))
+            .otherwise(F.lit(CONFLICT))
+            .alias("status"),
+            F.col("_winner.partition").alias("winner_partition"),
+            F.col("_winner.offset").alias("winner_offset"),
+            "fresh",
+        )
+    )
+
+
+def conflict_detail(state: DataFrame) -> DataFrame:
+    """The quarantine detail of each conflicting record: which record it lost to."""
+    return state.withColumn(
+        "detail",
+        F.format_string(
+            "event_id %s was first accepted at partition %d offset %d with different content",
+            "event_id",
+            "winner_partition",
+            "winner_offset",
+        ),
+    )
+
+
+# -- IO ----------------------------------------------------------------------------
+def ensure_table(
+    spark: SparkSession,
+    settings: Settings,
+    table: registry.Table,
+    schema: StructType,
+    properties: dict[str, str] | None = None,
+) -> None:
+    """Create the Delta table (with its first commit) if it does not exist yet."""
+    builder = DeltaTable.createIfNotExists(spark).location(table.path(settings))
+    builder = builder.addColumns(schema)
+    for key, value in (properties or {}).items():
+        builder = builder.property(key, value)
+    builder.execute()
+
+
+def ensure_tables(spark: SparkSession, settings: Settings) -> None:
+    # Views follow silver through its change feed: silver is not append-only,
+    # because a winner can be replaced by one earlier in log order.
+    ensure_table(spark, settings, SILVER, SILVER_SCHEMA, {"delta.enableChangeDataFeed": "true"})
+    ensure_table(spark, settings, QUARANTINE, QUARANTINE_SCHEMA)
+    ensure_table(spark, settings, LEDGER, LEDGER_SCHEMA)
+
+
+def _append(df: DataFrame, path: str, app_id: str, version: int) -> None:
+    """Append, unless this (app_id, version) already committed to the table.
+
+    Writer options rather than the session-wide txn confs: the bronze query
+    shares the session and must not pick them up.
+    """
+    (
+        df.write.format("delta")
+        .mode("append")
+        .option("txnAppId", app_id)
+        .option("txnVersion", version)
+        .save(path)
+    )
+
+
+@dataclass
+class BatchResult:
+    batch_id: int
+    rows_in: int = 0
+    accepted: int = 0
+    duplicates: int = 0
+    conflicts: int = 0
+    replaced_winners: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        rejected = ", ".join(f"{r}={n}" for r, n in sorted(self.rejected.items())) or "none"
+        rate = self.rows_in / self.seconds if self.seconds else 0.0
+        return (
+            f"silver batch {self.batch_id}: {self.rows_in} in, {self.accepted} accepted, "
+            f"{self.duplicates} exact duplicates, {self.conflicts} conflicting, "
+            f"{self.replaced_winners} winners replaced, rejected: {rejected} "
+            f"({self.seconds:.1f} s, {rate:,.0f} rows/s)"
+        )
+
+
+def process_batch(
+    spark: SparkSession, settings: Settings, batch: DataFrame, batch_id: int, app_id: str
+) -> BatchResult:
+    """One micro-batch of bronze rows into silver, the ledger and the quarantine."""
+    started = time.monotonic()
+    result = BatchResult(batch_id)
+    # Materialised once with its lineage cut: the validation plan is large, and
+    # every later action would otherwise analyse and optimise it again.
+    checked = contract.validate(batch).localCheckpoint(eager=True)
+    try:
+        accepted = checked.where(F.col("reject_reason").isNull())
+        rejected = checked.where(F.col("reject_reason").isNotNull())
+        counts = checked.groupBy("reject_reason").count().collect()
+        result.rows_in = sum(r["count"] for r in counts)
+        result.rejected = {r["reject_reason"]: r["count"] for r in counts if r["reject_reason"]}
+
+        _append(
+            to_quarantine_rows(rejected), QUARANTINE.path(settings), f"{app_id}/rejected", batch_id
+        )
+        _append(
+            accepted.select(*[f.name for f in LEDGER_SCHEMA.fields]),
+            LEDGER.path(settings),
+            f"{app_id}/ledger",
+            batch_id,
+        )
+        _settle(spark, settings, checked, accepted, batch_id, app_id, result)
+    finally:
+        checked.unpersist()
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _settle(
+    spark: SparkSession,
+    settings: Settings,
+    checked: DataFrame,
+    accepted: DataFrame,
+    batch_id: int,
+    app_id: str,
+    result: BatchResult,
+) -> None:
+    """Bring silver and the conflict quarantine to the ledger's answer for the batch's ids."""
+    touched = accepted.select("event_id").distinct()
+    in_batch = accepted.select("partition", "offset", F.lit(True).alias("in_batch"))
+    history = (
+        spark.read.format("delta")
+        .load(LEDGER.path(settings))
+        .join(F.broadcast(touched), "event_id", "left_semi")
+        .join(F.broadcast(in_batch), ["partition", "offset"], "left")
+        .fillna(False, ["in_batch"])
+    )
+    state = classify(history).localCheckpoint(eager=True)
+    try:
+        tally = {
+            (r["status"], r["in_batch"], r["fresh"]): r["count"]
+            for r in state.groupBy("status", "in_batch", "fresh").count().collect()
+        }
+        result.accepted = sum(n for (s, b, _), n in tally.items() if s == ACCEPTED and b)
+        result.duplicates = sum(n for (s, b, _), n in tally.items() if s == DUPLICATE and b)
+        result.conflicts = sum(n for (s, b, _), n in tally.items() if s == CONFLICT and b)
+        result.replaced_winners = tally.get((ACCEPTED, True, False), 0)
+
+        winners = accepted.join(
+            state.where((F.col("status") == ACCEPTED) & F.col("in_batch")).select(
+                "partition", "offset", "fresh"
+            ),
+            ["partition", "offset"],
+        )
+        silver_path = SILVER.path(settings)
+        _append(
+            to_silver_rows(winners.where("fresh")),
+            silver_path,
+            f"{app_id}/silver-new",
+            batch_id,
+        )
+        if result.replaced_winners:
+            replaced = to_silver_rows(winners.where(~F.col("fresh")))
+            (
+                DeltaTable.forPath(spark, silver_path)
+                .alias("t")
+                .merge(replaced.alias("s"), "t.event_id = s.event_id")
+                .whenMatchedUpdateAll(
+                    condition="t.partition <> s.partition OR t.offset <> s.offset"
+                )
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
+        # Earlier records change status only when their winner is replaced; so
+        # without a replacement, the batch's own conflicts are all there is to add.
+        if result.replaced_winners:
+            _settle_conflicts(spark, settings, checked, touched, state)
+        elif result.conflicts:
+            _quarantine_conflicts(
+                spark,
+                settings,
+                conflict_detail(
+                    state.where((F.col("status") == CONFLICT) & F.col("in_batch"))
+                ).join(checked.select(*_RAW), ["partition", "offset"]),
+                None,
+            )
+    finally:
+        state.unpersist()
+
+
+def _settle_conflicts(
+    spark: SparkSession,
+    settings: Settings,
+    checked: DataFrame,
+    touched: DataFrame,
+    state: DataFrame,
+) -> None:
+    """Quarantine exactly the conflicting records of the touched ids, no more, no fewer."""
+    key = ["partition", "offset"]
+    quarantine = DeltaTable.forPath(spark, QUARANTINE.path(settings))
+    present = (
+        quarantine.toDF()
+        .where(F.col("reason") == CONFLICT)
+        .join(F.broadcast(touched), "event_id", "left_semi")
+        .select(*key)
+    )
+    wanted = conflict_detail(state.where(F.col("status") == CONFLICT))
+    to_add = wanted.join(present, key, "left_anti")
+    to_remove = present.join(wanted.select(*key), key, "left_anti")
+    # A record that turns conflicting in a later batch (a former winner, or a
+    # duplicate of one) is no longer in hand: its raw value comes from bronze.
+    from_batch = to_add.join(checked.select(*_RAW), key)
+    older = to_add.join(checked.select(*key), key, "left_anti")
+    bronze = spark.read.format("delta").load(registry.BRONZE_EVENTS.path(settings))
+    _quarantine_conflicts(
+        spark, settings, from_batch.unionByName(older.join(bronze.select(*_RAW), key)), to_remove
+    )
+
+
+_RAW = ["partition", "offset", "kafka_timestamp", "value"]
+
+
+def _quarantine_conflicts(
+    spark: SparkSession, settings: Settings, to_add: DataFrame, to_remove: DataFrame | None
+) -> None:
+    """MERGE conflicting records (with detail and raw value) in, and stale ones out.
+
+    Keyed by position, so running it twice leaves the same rows.
+    """
+    key = ["partition", "offset"]
+    quarantine = DeltaTable.forPath(spark, QUARANTINE.path(settings))
+    additions = to_add.select(
+        *key,
+        "kafka_timestamp",
+        F.col("value").alias("raw_value"),
+        F.lit(CONFLICT).alias("reason"),
+        "detail",
+        F.current_timestamp().alias("quarantined_at"),
+        "event_id",
+        "content_hash",
+        F.lit("add").alias("_op"),
+    )
+    source = additions
+    if to_remove is not None:
+        source = source.unionByName(
+            to_remove.select(
+                *key,
+                *[
+                    F.lit(None).cast(f.dataType).alias(f.name)
+                    for f in QUARANTINE_SCHEMA.fields
+                    if f.name not in key
+                ],
+                F.lit("remove").alias("_op"),
+            )
+        )
+    (
+        quarantine.alias("t")
+        .merge(
+            source.alias("s"),
+            "t.partition = s.partition AND t.offset = s.offset",
+        )
+        .whenMatchedDelete(condition="s._op = 'remove' AND t.reason = 'conflicting_duplicate'")
+        .whenNotMatchedInsert(
+            condition="s._op = 'add'",
+            values={f.name: F.col(f"s.{f.name}") for f in QUARANTINE_SCHEMA.fields},
+        )
+        .execute()
+    )
+
+
+# -- the streaming query -------------------------------------------------------------
+def app_id(settings: Settings) -> str:
+    """The txnAppId of this silver checkpoint: new when the checkpoint is new.
+
+    A fixed id would make a fresh checkpoint (batch ids from 0 again) skip
+    every write as "already committed", so the id lives inside the checkpoint.
+    """
+    checkpoint = Path(SILVER.checkpoint(settings))
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    marker = checkpoint / "regauge_txn_app_id"
+    if not marker.exists():
+        marker.write_text(f"regauge-silver-{uuid.uuid4()}\n")
+    return marker.read_text().strip()
+
+
+def writer(
+    spark: SparkSession,
+    settings: Settings,
+    on_batch_done: Callable[[BatchResult], None] | None = None,
+) -> DataStreamWriter:
+    """The bronze -> silver streaming query, not yet started (the runner picks the trigger)."""
+    ensure_tables(spark, settings)
+    txn_app = app_id(settings)
+
+    def each_batch(batch: DataFrame, batch_id: int) -> None:
+        result = process_batch(spark, settings, batch, batch_id, txn_app)
+        log.info("%s", result.describe())
+        if on_batch_done is not None:
+            on_batch_done(result)
+
+    return (
+        spark.readStream.format("delta")
+        .load(registry.BRONZE_EVENTS.path(settings))
+        .writeStream.queryName("silver")
+        .foreachBatch(each_batch)
+        .option("checkpointLocation", SILVER.checkpoint(settings))
+    )

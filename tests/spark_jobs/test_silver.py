@@ -1,0 +1,208 @@
+"""Silver: dedup decisions (pure) and micro-batches against real Delta tables in a temp lake."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import datetime
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, StructField, StructType
+
+from spark_jobs import silver
+from spark_jobs.bronze import BRONZE_SCHEMA
+from warehouse import registry
+
+KAFKA_TS = datetime(2026, 1, 1, 12, 0, 0)
+
+CANDIDATE_SCHEMA = StructType(
+    [*silver.LEDGER_SCHEMA.fields, StructField("in_batch", BooleanType(), False)]
+)
+
+
+def test_classify_keeps_the_first_in_log_order_whatever_arrived_first(spark):
+    candidates = spark.createDataFrame(
+        [
+            # e1: the earliest (partition 0) arrived in this batch, after partition 2's.
+            ("e1", 2, 10, "h-a", False),
+            ("e1", 0, 99, "h-b", True),
+            ("e1", 2, 11, "h-b", False),
+            # e2: new in this batch, with a re-send of the same content.
+            ("e2", 1, 5, "h-c", True),
+            ("e2", 1, 6, "h-c", True),
+        ],
+        CANDIDATE_SCHEMA,
+    )
+    got = silver.classify(candidates).select(
+        "event_id", "partition", "offset", "status", "winner_partition", "winner_offset", "fresh"
+    )
+    expected = spark.createDataFrame(
+        [
+            ("e1", 2, 10, silver.CONFLICT, 0, 99, False),
+            ("e1", 0, 99, silver.ACCEPTED, 0, 99, False),
+            ("e1", 2, 11, silver.DUPLICATE, 0, 99, False),
+            ("e2", 1, 5, silver.ACCEPTED, 1, 5, True),
+            ("e2", 1, 6, silver.DUPLICATE, 1, 5, True),
+        ],
+        "event_id string, partition int, offset bigint, status string, "
+        "winner_partition int, winner_offset bigint, fresh boolean",
+    )
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_conflict_detail_names_the_record_that_won(spark):
+    state = spark.createDataFrame(
+        [("e1", 0, 99)], "event_id string, winner_partition int, winner_offset bigint"
+    )
+    (row,) = silver.conflict_detail(state).collect()
+    assert row["detail"] == (
+        "event_id e1 was first accepted at partition 0 offset 99 with different content"
+    )
+
+
+# -- micro-batches through real Delta tables ------------------------------------------
+def _event(event_id: str, customer: str = "c1", quantity: int = 1) -> bytes:
+    return json.dumps(
+        {
+            "event_id": event_id,
+            "event_type": "cart_item_added",
+            "event_time": "2026-01-01T10:00:00.000Z",
+            "customer_id": customer,
+            "schema_version": 1,
+            "payload": {"product_id": "p1", "quantity": quantity},
+        }
+    ).encode()
+
+
+@pytest.fixture
+def lake(spark, settings, tmp_path):
+    s = dataclasses.replace(settings, lake_root=str(tmp_path / "lake"))
+    silver.ensure_tables(spark, s)
+    return s
+
+
+def _batch(spark, lake, rows):
+    """Bronze rows for a micro-batch, landed in the lake's bronze first as ingest would."""
+    batch = spark.createDataFrame(
+        [("shop.events", p, o, KAFKA_TS, "c1", v, KAFKA_TS) for p, o, v in rows], BRONZE_SCHEMA
+    )
+    batch.write.format("delta").mode("append").save(registry.BRONZE_EVENTS.path(lake))
+    return batch
+
+
+def _tables(spark, s):
+    read = spark.read.format("delta").load
+    return (
+        read(silver.SILVER.path(s)),
+        read(silver.QUARANTINE.path(s)),
+        read(silver.LEDGER.path(s)),
+    )
+
+
+def test_a_batch_splits_records_into_silver_quarantine_and_duplicates(spark, lake):
+    result = silver.process_batch(
+        spark,
+        lake,
+        _batch(
+            spark,
+            lake,
+            [
+                (0, 0, _event("e1")),
+                (0, 1, _event("e1")),  # a retry: exact duplicate
+                (0, 2, _event("e1", quantity=5)),  # same id, other content
+                (0, 3, b"not json"),
+                (0, 4, _event("e2")),
+            ],
+        ),
+        0,
+        "app",
+    )
+    assert (result.rows_in, result.accepted, result.duplicates, result.conflicts) == (5, 2, 1, 1)
+    assert result.rejected == {"malformed_json": 1}
+
+    events, quarantine, ledger = _tables(spark, lake)
+    assert sorted((r.event_id, r.offset) for r in events.collect()) == [("e1", 0), ("e2", 4)]
+    assert sorted((r.offset, r.reason) for r in quarantine.collect()) == [
+        (2, silver.CONFLICT),
+        (3, "malformed_json"),
+    ]
+    (bad,) = quarantine.where("offset = 3").collect()
+    assert bytes(bad.raw_value) == b"not json"
+    assert ledger.count() == 4  # every accepted record, winner or not
+
+
+def test_an_earlier_record_arriving_later_takes_over_and_the_loser_is_quarantined(spark, lake):
+    # Partition 2 is read first; its record of e1 (and a re-send) lands in silver.
+    silver.process_batch(
+        spark,
+        lake,
+        _batch(spark, lake, [(2, 0, _event("e1")), (2, 1, _event("e1"))]),
+        0,
+        "app",
+    )
+    # Then partition 0's record of e1 with other content: first in log order, so it wins.
+    result = silver.process_batch(
+        spark, lake, _batch(spark, lake, [(0, 7, _event("e1", customer="c9"))]), 1, "app"
+    )
+    assert result.replaced_winners == 1
+
+    events, quarantine, _ = _tables(spark, lake)
+    (winner,) = events.collect()
+    assert (winner.partition, winner.offset, winner.customer_id) == (0, 7, "c9")
+    # The former winner and its exact re-send both conflict with the new winner.
+    assert sorted((r.partition, r.offset, r.reason) for r in quarantine.collect()) == [
+        (2, 0, silver.CONFLICT),
+        (2, 1, silver.CONFLICT),
+    ]
+
+
+def test_a_conflict_becomes_a_duplicate_when_a_matching_earlier_record_arrives(spark, lake):
+    silver.process_batch(
+        spark,
+        lake,
+        _batch(spark, lake, [(2, 0, _event("e1")), (2, 1, _event("e1", quantity=3))]),
+        0,
+        "app",
+    )
+    silver.process_batch(
+        spark, lake, _batch(spark, lake, [(0, 0, _event("e1", quantity=3))]), 1, "app"
+    )
+
+    events, quarantine, _ = _tables(spark, lake)
+    assert [(r.partition, r.offset, r.quantity) for r in events.collect()] == [(0, 0, 3)]
+    # (2,1) now equals the winner: an exact duplicate, so it leaves the quarantine.
+    assert [(r.partition, r.offset) for r in quarantine.collect()] == [(2, 0)]
+
+
+def test_replaying_a_committed_batch_changes_nothing(spark, lake):
+    rows = [(0, 0, _event("e1")), (0, 1, b"[1,2]"), (1, 0, _event("e1", quantity=2))]
+    silver.process_batch(spark, lake, _batch(spark, lake, rows), 0, "app")
+    before = [t.orderBy("partition", "offset").collect() for t in _tables(spark, lake)]
+
+    silver.process_batch(spark, lake, _batch(spark, lake, rows), 0, "app")  # crash, then replay
+
+    after = [t.orderBy("partition", "offset").collect() for t in _tables(spark, lake)]
+    strip = [
+        [{k: v for k, v in r.asDict().items() if k != "quarantined_at"} for r in rows_]
+        for rows_ in before
+    ]
+    assert strip == [
+        [{k: v for k, v in r.asDict().items() if k != "quarantined_at"} for r in rows_]
+        for rows_ in after
+    ]
+
+
+def test_silver_rows_have_the_contract_types(spark, lake):
+    silver.process_batch(spark, lake, _batch(spark, lake, [(0, 0, _event("e1"))]), 0, "app")
+    events, _, _ = _tables(spark, lake)
+    assert_df_equality(
+        events.select("event_id", "event_time", "quantity", "partition", "offset"),
+        spark.createDataFrame(
+            [("e1", datetime(2026, 1, 1, 10, 0, 0), 1, 0, 0)],
+            "event_id string, event_time timestamp, quantity int, partition int, offset bigint",
+        ),
+        ignore_nullable=True,
+    )
+    assert events.where(F.col("content_hash").isNull()).count() == 0
