@@ -6,38 +6,63 @@ Keyed by customer_id so one customer's events stay ordered in one partition;
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from spark_jobs import generator
 from warehouse import registry
 from warehouse.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
+# The producer's (librdkafka's default) cap, just under the broker's
+# message.max.bytes of 1 MiB: anything larger the broker would refuse.
+MAX_RECORD_BYTES = 1_000_000
+
+
 @dataclass
 class ProduceSummary:
     produced: int = 0
     failed: int = 0
+    refused: int = 0
     seconds: float = 0.0
+    errors: list[str] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
         return self.produced / self.seconds if self.seconds else 0.0
 
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0 and self.refused == 0
+
     def describe(self) -> str:
         return (
-            f"produced {self.produced}, failed {self.failed}, "
+            f"produced {self.produced:,}, failed {self.failed:,}, refused {self.refused:,}; "
             f"{self.seconds:.1f} s, {self.rate:,.0f} events/s"
         )
+
+    def _error(self, message: str) -> None:
+        # Keep the first few for the summary; all go to the log.
+        log.error("%s", message)
+        if len(self.errors) < 20:
+            self.errors.append(message)
+
+
+Position = tuple[int, int]  # (partition, offset)
 
 
 def producer_config(settings: Settings) -> dict[str, Any]:
@@ -48,40 +73,107 @@ def producer_config(settings: Settings) -> dict[str, Any]:
         "compression.type": "lz4",
         "linger.ms": 20,
         "batch.num.messages": 10000,
+        "message.max.bytes": MAX_RECORD_BYTES,
     }
 
 
-def produce(settings: Settings, events: Iterable[dict[str, Any]]) -> ProduceSummary:
-    """Send each event as JSON, keyed by its customer_id; wait until all are acknowledged."""
+def produce_records(
+    settings: Settings,
+    records: Sequence[tuple[bytes, bytes]],
+    *,
+    rate: float | None = None,
+    progress: bool = False,
+) -> tuple[ProduceSummary, list[Position | None]]:
+    """Send (key, value) records in order; wait until all are acknowledged.
+
+    Returns the summary and each record's (partition, offset), or None where it
+    was refused or failed. `rate` caps events per second (None: as fast as possible).
+    """
     summary = ProduceSummary()
+    positions: list[Position | None] = [None] * len(records)
     producer = Producer(producer_config(settings))
 
-    def on_delivery(err: KafkaError | None, _msg: Message) -> None:
+    def on_delivery(i: int, err: KafkaError | None, msg: Message) -> None:
         if err is None:
             summary.produced += 1
+            partition, offset = msg.partition(), msg.offset()
+            assert partition is not None and offset is not None  # set on a delivered record
+            positions[i] = (partition, offset)
         else:
             summary.failed += 1
-            log.error("delivery failed: %s", err)
+            summary._error(f"record {i}: delivery failed: {err.str()}")
 
     started = time.monotonic()
-    for event in events:
-        payload = json.dumps(event, separators=(",", ":")).encode()
-        while True:
-            try:
-                producer.produce(
-                    registry.TOPIC,
-                    key=str(event["customer_id"]).encode(),
-                    value=payload,
-                    on_delivery=on_delivery,
+    with _progress_bar(len(records), enabled=progress) as advance:
+        for i, (key, value) in enumerate(records):
+            if len(key) + len(value) > MAX_RECORD_BYTES:
+                summary.refused += 1
+                summary._error(
+                    f"record {i} is {len(key) + len(value):,} bytes; Kafka accepts at most "
+                    f"{MAX_RECORD_BYTES:,} (message.max.bytes), so it was not sent"
                 )
-                break
-            except BufferError:
-                producer.poll(0.1)  # local queue full: let deliveries drain
-        producer.poll(0)
-    remaining = producer.flush(60)
-    summary.failed += remaining
+                continue
+            if rate:
+                ahead = started + i / rate - time.monotonic()
+                if ahead > 0:
+                    producer.poll(ahead)
+            _send(producer, summary, i, key, value, functools.partial(on_delivery, i))
+            if i % 1000 == 999:
+                advance(summary.produced)
+        remaining = producer.flush(60)
+        advance(summary.produced)
+    if remaining:
+        summary.failed += remaining
+        summary._error(f"{remaining} records were not acknowledged within 60 s")
     summary.seconds = time.monotonic() - started
-    return summary
+    return summary, positions
+
+
+def _send(
+    producer: Producer,
+    summary: ProduceSummary,
+    i: int,
+    key: bytes,
+    value: bytes,
+    callback: Callable[[KafkaError | None, Message], None],
+) -> None:
+    while True:
+        try:
+            producer.produce(registry.TOPIC, key=key, value=value, on_delivery=callback)
+            break
+        except BufferError:
+            producer.poll(0.1)  # local queue full: let deliveries drain
+        except KafkaException as exc:
+            summary.refused += 1
+            summary._error(f"record {i} refused by the producer: {exc.args[0].str()}")
+            break
+    producer.poll(0)
+
+
+@contextmanager
+def _progress_bar(total: int, *, enabled: bool) -> Iterator[Callable[[int], None]]:
+    if not enabled:
+        yield lambda _done: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+    ) as bar:
+        task = bar.add_task(f"producing to {registry.TOPIC}", total=total)
+        yield lambda done: bar.update(task, completed=done)
+
+
+def produce(settings: Settings, events: Iterable[dict[str, Any]]) -> ProduceSummary:
+    """Send each event as JSON, keyed by its customer_id."""
+    records = [
+        (str(e["customer_id"]).encode(), json.dumps(e, separators=(",", ":")).encode())
+        for e in events
+    ]
+    return produce_records(settings, records)[0]
 
 
 def sample_events(count: int, run_id: str) -> Iterator[dict[str, Any]]:
@@ -102,3 +194,82 @@ def produce_sample(settings: Settings, count: int, run_id: str | None = None) ->
     run_id = run_id or uuid.uuid4().hex[:12]
     log.info("producing %d sample events tagged %s to %s", count, run_id, registry.TOPIC)
     return produce(settings, sample_events(count, run_id))
+
+
+@dataclass
+class GeneratedRun:
+    """A generator run as sent: the records, where Kafka put them, and what must follow."""
+
+    seed: int
+    records: list[generator.Record]
+    positions: list[Position | None]
+    summary: ProduceSummary
+
+    def expected(self) -> generator.Expected:
+        return generator.expected_outcome(
+            (rec, *pos) for rec, pos in zip(self.records, self.positions, strict=True) if pos
+        )
+
+    def injected(self) -> Counter[str]:
+        """How many records of each kind (event, resend, conflicting, each bad kind...)."""
+        return Counter(r.kind for r in self.records)
+
+    def report(self) -> dict[str, Any]:
+        exp = self.expected()
+        return {
+            "seed": self.seed,
+            "summary": {
+                "produced": self.summary.produced,
+                "failed": self.summary.failed,
+                "refused": self.summary.refused,
+                "seconds": round(self.summary.seconds, 3),
+            },
+            "injected": dict(sorted(self.injected().items())),
+            "expected": {
+                "silver": len(exp.silver),
+                "quarantine_by_reason": dict(sorted(exp.by_reason().items())),
+                "exact_duplicates": len(exp.duplicates),
+                "silver_event_id_checksum": generator.id_checksum(exp.silver),
+                "per_partition": {str(p): n for p, n in sorted(exp.per_partition().items())},
+            },
+        }
+
+
+def produce_generated(
+    settings: Settings,
+    *,
+    seed: int,
+    count: int,
+    chaos: bool = False,
+    rate: float | None = None,
+    start: datetime = generator.DEFAULT_START,
+    days: float = 7.0,
+    progress: bool = False,
+    seed_reference: bool = True,
+) -> GeneratedRun:
+    """Generate `count` records for `seed`, seed the reference data, send, and report."""
+    from warehouse import reference
+
+    records = generator.records(seed, count, chaos=chaos, start=start, days=days)
+    if seed_reference:
+        reference.seed(settings, generator.customers_for(count), generator.products())
+    log.info(
+        "producing %d %s records (seed %d) to %s",
+        count,
+        "chaos" if chaos else "clean",
+        seed,
+        registry.TOPIC,
+    )
+    summary, positions = produce_records(
+        settings, [(r.key, r.value) for r in records], rate=rate, progress=progress
+    )
+    return GeneratedRun(seed, records, positions, summary)
+
+
+def save_report(settings: Settings, run: GeneratedRun) -> Path:
+    """Keep the run's expectations beside the stack's state, for audits and the demo."""
+    runs = settings.state_dir / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    path = runs / f"s{run.seed}-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+    path.write_text(json.dumps(run.report(), indent=2) + "\n")
+    return path

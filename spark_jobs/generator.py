@@ -1,0 +1,424 @@
+"""Deterministic shop traffic, and the chaos real producers add to it.
+
+Pure Python, no IO: for a seed, the same records in the same order, every
+time. A shopper adds and removes cart items, sometimes orders what is in the
+cart, pays minutes later, and now and then cancels minutes to days later.
+
+With chaos the stream also holds what real producers send: re-sends of the
+same event (a retry; sometimes with its keys in another order), the same
+event_id with other content, events out of order and very late, and records
+of every quarantine reason. Each record carries what the contract says must
+become of it, so a test can compare the lake with the generator's own record
+(see `expected_outcome`, which needs the Kafka positions the records got).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import random
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any
+
+from spark_jobs import contract
+
+VALID = "valid"
+DUPLICATE = "duplicate"
+CONFLICT = "conflicting_duplicate"
+
+COUNTRIES = {"DE": "EUR", "FR": "EUR", "NL": "EUR", "US": "USD", "GB": "GBP"}
+SEGMENTS = ("consumer", "consumer", "consumer", "business", "vip")
+CATEGORIES = ("books", "games", "garden", "kitchen", "music", "outdoor", "toys")
+CANCEL_REASONS = ("changed_mind", "found_cheaper", "late_delivery", "duplicate_order")
+N_PRODUCTS = 200
+DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Customer:
+    customer_id: str
+    country: str
+    segment: str
+    signup_date: date
+
+    @property
+    def currency(self) -> str:
+        return COUNTRIES[self.country]
+
+
+@dataclass(frozen=True)
+class Product:
+    product_id: str
+    category: str
+    list_price: Decimal
+
+
+@dataclass
+class Record:
+    """One Kafka record to send, and what the contract says must become of it."""
+
+    key: bytes
+    value: bytes
+    # VALID (silver, or a duplicate of it: decided by Kafka position) or a reason.
+    expect: str
+    event_id: str | None = None
+    # The parsed event, for telling exact from conflicting duplicates.
+    content: dict[str, Any] | None = None
+    kind: str = "event"
+
+
+# -- reference data ------------------------------------------------------------------
+def customer(i: int) -> Customer:
+    """Customer i is the same in every run, whatever the seed: reference data is shared."""
+    rng = random.Random(f"customer-{i}")
+    return Customer(
+        customer_id=f"cust-{i:05d}",
+        country=rng.choice(sorted(COUNTRIES)),
+        segment=rng.choice(SEGMENTS),
+        signup_date=date(2024, 1, 1) + timedelta(days=rng.randrange(700)),
+    )
+
+
+def product(i: int) -> Product:
+    rng = random.Random(f"product-{i}")
+    return Product(
+        product_id=f"prod-{i:04d}",
+        category=rng.choice(CATEGORIES),
+        list_price=Decimal(rng.randrange(199, 25000)) / 100,
+    )
+
+
+def customers_for(count: int) -> list[Customer]:
+    """The customers a run of `count` records shops with."""
+    return [customer(i) for i in range(max(20, count // 40))]
+
+
+def products() -> list[Product]:
+    return [product(i) for i in range(N_PRODUCTS)]
+
+
+# -- clean traffic -------------------------------------------------------------------
+def _ts(t: datetime, rng: random.Random) -> str:
+    """RFC 3339 with milliseconds; one event in twenty carries a +02:00 offset."""
+    if rng.random() < 0.05:
+        local = t.astimezone(_PLUS_TWO)
+        return local.strftime("%Y-%m-%dT%H:%M:%S.") + f"{local.microsecond // 1000:03d}+02:00"
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+_PLUS_TWO = timezone(timedelta(hours=2))
+
+
+class _Ids:
+    def __init__(self, run: str) -> None:
+        self.run = run
+        self.n = 0
+
+    def next(self, tag: str = "") -> str:
+        self.n += 1
+        return f"{self.run}-{tag}{self.n:07d}"
+
+
+def _event(
+    ids: _Ids, etype: str, t: datetime, cust: Customer, payload: dict[str, Any], rng: random.Random
+) -> tuple[datetime, dict[str, Any]]:
+    return t, {
+        "event_id": ids.next(),
+        "event_type": etype,
+        "event_time": _ts(t, rng),
+        "customer_id": cust.customer_id,
+        "schema_version": contract.SCHEMA_VERSION,
+        "payload": payload,
+    }
+
+
+def _session(
+    ids: _Ids, rng: random.Random, cust: Customer, catalogue: Sequence[Product], t: datetime
+) -> list[tuple[datetime, dict[str, Any]]]:
+    out = []
+    cart: Counter[str] = Counter()
+    prices = {p.product_id: p.list_price for p in catalogue}
+    for _ in range(rng.randint(1, 5)):
+        t += timedelta(seconds=rng.uniform(10, 480), milliseconds=rng.randrange(1000))
+        prod = rng.choice(catalogue).product_id
+        qty = rng.randint(1, 3)
+        cart[prod] += qty
+        out.append(
+            _event(ids, "cart_item_added", t, cust, {"product_id": prod, "quantity": qty}, rng)
+        )
+    if rng.random() < 0.15:
+        prod = rng.choice(sorted(cart))
+        qty = rng.randint(1, cart[prod])
+        cart[prod] -= qty
+        t += timedelta(seconds=rng.uniform(5, 300))
+        out.append(
+            _event(ids, "cart_item_removed", t, cust, {"product_id": prod, "quantity": qty}, rng)
+        )
+    cart = +cart  # drop products removed entirely
+    if not cart or rng.random() >= 0.45:
+        return out
+    order_id = ids.next("o")
+    lines = sorted(cart.items())
+    items = [{"product_id": p, "quantity": q, "unit_price": prices[p]} for p, q in lines]
+    total = sum((q * prices[p] for p, q in lines), Decimal("0.00"))
+    t += timedelta(seconds=rng.uniform(30, 300))
+    placed = {"order_id": order_id, "currency": cust.currency, "items": items, "total": total}
+    out.append(_event(ids, "order_placed", t, cust, placed, rng))
+    if rng.random() < 0.9:
+        paid = t + timedelta(seconds=rng.uniform(5, 600))
+        payment = {"order_id": order_id, "amount": total, "currency": cust.currency}
+        out.append(_event(ids, "payment_captured", paid, cust, payment, rng))
+    if rng.random() < 0.08:
+        # Minutes to days later: cancellations restate old windows of revenue v2.
+        later = t + timedelta(minutes=10 + rng.expovariate(1 / 600))
+        cancel = {"order_id": order_id, "reason": rng.choice(CANCEL_REASONS)}
+        out.append(_event(ids, "order_cancelled", later, cust, cancel, rng))
+    return out
+
+
+def traffic(
+    seed: int, count: int, start: datetime = DEFAULT_START, days: float = 7.0
+) -> list[dict[str, Any]]:
+    """At least `count` clean events, in event-time order, from `start` over `days`."""
+    rng = random.Random(seed)
+    ids = _Ids(f"s{seed}")
+    people = customers_for(count)
+    catalogue = products()
+    timed: list[tuple[datetime, dict[str, Any]]] = []
+    span = days * 86400
+    while len(timed) < count:
+        t = start + timedelta(seconds=rng.uniform(0, span))
+        timed += _session(ids, rng, rng.choice(people), catalogue, t)
+    timed.sort(key=lambda te: te[0])
+    return [event for _, event in timed[:count]]
+
+
+# -- encoding ------------------------------------------------------------------------
+def encode(event: Any, *, shuffle: random.Random | None = None) -> bytes:
+    """Compact JSON with money as exact decimals (never floats); keys optionally shuffled."""
+    return _json(event, shuffle).encode()
+
+
+def _json(obj: Any, shuffle: random.Random | None) -> str:
+    if isinstance(obj, dict):
+        keys = list(obj)
+        if shuffle is not None:
+            shuffle.shuffle(keys)
+        return "{" + ",".join(f"{json.dumps(k)}:{_json(obj[k], shuffle)}" for k in keys) + "}"
+    if isinstance(obj, list):
+        return "[" + ",".join(_json(x, shuffle) for x in obj) + "]"
+    if isinstance(obj, Decimal):
+        return format(obj, "f")
+    return json.dumps(obj)
+
+
+def _record(event: dict[str, Any], kind: str = "event", **kw: Any) -> Record:
+    return Record(
+        key=str(event.get("customer_id", "")).encode(),
+        value=encode(event, **kw),
+        expect=VALID,
+        event_id=event["event_id"],
+        content=event,
+        kind=kind,
+    )
+
+
+def _bad(value: bytes | dict[str, Any], reason: str, kind: str, key: str = "cust-bad") -> Record:
+    raw = value if isinstance(value, bytes) else encode(value)
+    return Record(key=key.encode(), value=raw, expect=reason, kind=kind)
+
+
+# -- chaos ---------------------------------------------------------------------------
+def _broken(ids: _Ids, base: dict[str, Any], rng: random.Random) -> list[Record]:
+    """One record of every way to fail the contract, each from a copy of a good event."""
+
+    def mutate(**changes: Any) -> dict[str, Any]:
+        event = json.loads(encode(base), parse_float=Decimal)
+        event["event_id"] = ids.next("bad-")
+        for path, value in changes.items():
+            target = event
+            *parents, leaf = path.split("__")
+            for p in parents:
+                target = target[p]
+            if value is _DROP:
+                target.pop(leaf, None)
+            else:
+                target[leaf] = copy.deepcopy(value)
+        return event
+
+    item = {"product_id": "prod-0001", "quantity": 2, "unit_price": Decimal("1.25")}
+    order: dict[str, Any] = {
+        "order_id": "o-x",
+        "currency": "EUR",
+        "items": [item],
+        "total": Decimal("2.50"),
+    }
+    as_order = {"event_type": "order_placed", "payload": order}
+    padding = "x" * (contract.MAX_VALUE_BYTES + 100)
+    return [
+        _bad(mutate(note=padding), "oversize", "oversize"),
+        _bad(b"\xff\xfe\x00 not utf-8 \xc3\x28", "malformed_json", "not_utf8"),
+        _bad(b'{"event_id": "broken', "malformed_json", "not_json"),
+        _bad(b'[{"event_id": "in-an-array"}]', "malformed_json", "json_not_object"),
+        _bad(mutate(customer_id=_DROP), "missing_field", "missing_customer_id"),
+        _bad(mutate(payload__product_id=None), "missing_field", "null_payload_field"),
+        _bad(mutate(payload__quantity="2"), "invalid_field", "integer_as_string"),
+        _bad(mutate(payload__quantity=0), "invalid_field", "quantity_below_one"),
+        _bad(mutate(event_time="2026-01-01T10:00:00.000"), "invalid_field", "time_without_offset"),
+        _bad(mutate(event_id="bad id with spaces"), "invalid_field", "bad_id_characters"),
+        _bad(
+            mutate(
+                **as_order,
+                payload__items=[{**item, "unit_price": Decimal("1.255")}],
+                payload__total=Decimal("2.51"),
+            ),
+            "invalid_field",
+            "three_decimals",
+        ),
+        _bad(mutate(**as_order, payload__currency="JPY"), "invalid_field", "bad_currency"),
+        _bad(mutate(**as_order, payload__items=[]), "invalid_field", "empty_items"),
+        _bad(mutate(event_type="page_viewed"), "unknown_event_type", "unknown_type"),
+        _bad(mutate(schema_version=2), "unsupported_schema_version", "schema_v2"),
+        _bad(mutate(event_time="1999-12-31T23:59:59.000Z"), "event_time_out_of_range", "too_old"),
+        _bad(
+            mutate(event_time="2999-01-01T00:00:00.000Z"),
+            "event_time_out_of_range",
+            "future",
+        ),
+        _bad(mutate(**as_order, payload__total=Decimal("2.49")), "total_mismatch", "bad_total"),
+    ]
+
+
+_DROP = object()
+
+
+def _conflicting(event: dict[str, Any], rng: random.Random, people: Sequence[Customer]) -> Record:
+    """Same event_id, other content; half of them under another customer (so often
+    another partition, which may precede the original in log order)."""
+    other = json.loads(encode(event), parse_float=Decimal)
+    if rng.random() < 0.5:
+        other["customer_id"] = rng.choice(people).customer_id
+    else:
+        other["event_time"] = _ts(
+            datetime.fromisoformat(event["event_time"]) + timedelta(seconds=1), rng
+        )
+    return _record(other, "conflicting")
+
+
+def records(
+    seed: int,
+    count: int,
+    *,
+    chaos: bool = False,
+    start: datetime = DEFAULT_START,
+    days: float = 7.0,
+) -> list[Record]:
+    """Exactly `count` records to send, in sending order."""
+    rng = random.Random(seed * 7919 + 1)
+    if not chaos:
+        return [_record(e) for e in traffic(seed, count, start, days)]
+    broken_one_each = _broken(_Ids(f"s{seed}"), _TEMPLATE, rng)
+    n_bad = max(len(broken_one_each), count // 100)
+    n_resend = count * 3 // 100
+    n_conflict = count // 100
+    n_clean = count - n_bad - n_resend - n_conflict
+    if n_clean < 1:
+        raise ValueError(f"--chaos needs at least {count - n_clean + 1} records; got {count}")
+    events = traffic(seed, n_clean, start, days)
+    out = [_record(e) for e in events]
+    people = customers_for(count)
+
+    # Out of order: 2 % swap with a neighbour up to 50 places on; 0.5 % arrive at
+    # the very end, days after their event time.
+    for _ in range(n_clean // 50):
+        i = rng.randrange(len(out))
+        j = min(len(out) - 1, i + rng.randint(1, 50))
+        out[i], out[j] = out[j], out[i]
+    late = [out.pop(rng.randrange(len(out))) for _ in range(n_clean // 200)]
+    for r in late:
+        r.kind = "very_late"
+    out += late
+
+    extras: list[Record] = []
+    for _ in range(n_resend):  # retries: the same event again, sometimes spelled differently
+        event = rng.choice(events)
+        shuffled = rng.random() < 0.2
+        kind = "resend_reordered" if shuffled else "resend"
+        extras.append(_record(event, kind, shuffle=rng if shuffled else None))
+    extras += [_conflicting(rng.choice(events), rng, people) for _ in range(n_conflict)]
+    bad = list(broken_one_each)
+    while len(bad) < n_bad:
+        bad += _broken(_Ids(f"s{seed}-{len(bad)}"), _TEMPLATE, rng)
+    extras += bad[:n_bad]
+    for r in extras:  # later than the original, at a random place
+        out.insert(rng.randrange(len(out) // 2, len(out) + 1), r)
+    return out
+
+
+# The good event every broken record starts from.
+_TEMPLATE: dict[str, Any] = {
+    "event_id": "template",
+    "event_type": "cart_item_added",
+    "event_time": "2026-01-01T10:00:00.000Z",
+    "customer_id": "cust-00000",
+    "schema_version": contract.SCHEMA_VERSION,
+    "payload": {"product_id": "prod-0001", "quantity": 1},
+}
+
+
+# -- what must happen ----------------------------------------------------------------
+@dataclass
+class Expected:
+    """The contract's answer for a set of delivered records."""
+
+    silver: dict[str, tuple[int, int]] = field(default_factory=dict)  # event_id -> position
+    quarantine: dict[tuple[int, int], str] = field(default_factory=dict)  # position -> reason
+    duplicates: set[tuple[int, int]] = field(default_factory=set)
+
+    def by_reason(self) -> Counter[str]:
+        return Counter(self.quarantine.values())
+
+    def per_partition(self) -> dict[int, dict[str, int]]:
+        out: dict[int, dict[str, int]] = {}
+        for what, positions in (
+            ("silver", self.silver.values()),
+            ("quarantine", self.quarantine.keys()),
+            ("duplicates", self.duplicates),
+        ):
+            for p, _ in positions:
+                out.setdefault(p, {"silver": 0, "quarantine": 0, "duplicates": 0})[what] += 1
+        return out
+
+
+def expected_outcome(delivered: Iterable[tuple[Record, int, int]]) -> Expected:
+    """Given each record with its (partition, offset), what silver and quarantine must hold."""
+    exp = Expected()
+    by_id: dict[str, list[tuple[tuple[int, int], Record]]] = {}
+    for rec, partition, offset in delivered:
+        pos = (partition, offset)
+        if rec.expect == VALID:
+            assert rec.event_id is not None
+            by_id.setdefault(rec.event_id, []).append((pos, rec))
+        else:
+            exp.quarantine[pos] = rec.expect
+    for event_id, seen in by_id.items():
+        seen.sort(key=lambda pr: pr[0])
+        (first, winner), rest = seen[0], seen[1:]
+        exp.silver[event_id] = first
+        for pos, rec in rest:
+            if rec.content == winner.content:
+                exp.duplicates.add(pos)
+            else:
+                exp.quarantine[pos] = CONFLICT
+    return exp
+
+
+def id_checksum(event_ids: Iterable[str]) -> int:
+    """Order-free checksum of a set of event ids, equal to this Trino SQL:
+    `sum(from_base(substr(to_hex(sha256(to_utf8(event_id))), 1, 8), 16))`."""
+    return sum(int(hashlib.sha256(i.encode()).hexdigest()[:8], 16) for i in event_ids)

@@ -1,0 +1,105 @@
+"""The generator: deterministic, realistic, and honest about what each record must become."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from pyspark.sql import functions as F
+
+from spark_jobs import contract, generator
+from spark_jobs.bronze import BRONZE_SCHEMA
+
+
+def test_same_seed_same_records_other_seed_other_records():
+    first = [r.value for r in generator.records(5, 2000, chaos=True)]
+    assert first == [r.value for r in generator.records(5, 2000, chaos=True)]
+    assert first != [r.value for r in generator.records(6, 2000, chaos=True)]
+    assert len(first) == 2000
+
+
+def test_clean_traffic_is_a_shop():
+    events = generator.traffic(seed=1, count=3000)
+    types = Counter(e["event_type"] for e in events)
+    assert set(types) == set(contract.EVENT_TYPES)
+    assert types["cart_item_added"] > types["order_placed"] > types["order_cancelled"] > 0
+    placed = {e["payload"]["order_id"]: e for e in events if e["event_type"] == "order_placed"}
+    for e in events:
+        if e["event_type"] == "payment_captured":
+            order = placed.get(e["payload"]["order_id"])
+            if order is not None:  # the cut at `count` may drop an order's start
+                assert e["payload"]["amount"] == order["payload"]["total"]
+                assert e["payload"]["currency"] == order["payload"]["currency"]
+    # Cancellations come minutes to days after their order, later in the stream.
+    position = {e["event_id"]: i for i, e in enumerate(events)}
+    for e in events:
+        if e["event_type"] == "order_cancelled" and e["payload"]["order_id"] in placed:
+            assert position[e["event_id"]] > position[placed[e["payload"]["order_id"]]["event_id"]]
+    customers = {c.customer_id for c in generator.customers_for(3000)}
+    assert {e["customer_id"] for e in events} <= customers
+
+
+def test_money_is_written_as_exact_decimals():
+    assert generator.encode({"total": Decimal("10.10"), "n": 2}) == b'{"total":10.10,"n":2}'
+    order = next(r for r in generator.records(1, 500) if r.content["event_type"] == "order_placed")
+    parsed = json.loads(order.value, parse_float=Decimal)
+    items = parsed["payload"]["items"]
+    assert parsed["payload"]["total"] == sum(i["quantity"] * i["unit_price"] for i in items)
+
+
+def test_chaos_holds_every_quarantine_reason_and_every_kind_of_duplicate():
+    recs = generator.records(2, 5000, chaos=True)
+    reasons = {r.expect for r in recs} - {generator.VALID}
+    # conflicting_duplicate is decided by position, so it is not a label.
+    assert reasons == set(contract.REASONS) - {"conflicting_duplicate"}
+    kinds = Counter(r.kind for r in recs)
+    for kind in ("resend", "resend_reordered", "conflicting", "very_late", "not_utf8", "oversize"):
+        assert kinds[kind] > 0, kind
+
+
+def test_the_generators_labels_agree_with_the_contract(spark):
+    """Every record's own label equals what validation decides for it."""
+    recs = generator.records(3, 3000, chaos=True)
+    now = datetime.now(UTC).replace(tzinfo=None)
+    bronze = spark.createDataFrame(
+        [("shop.events", 0, i, now, r.key.decode(), r.value, now) for i, r in enumerate(recs)],
+        BRONZE_SCHEMA,
+    )
+    got = {
+        row["offset"]: row["reject_reason"] or generator.VALID
+        for row in contract.validate(bronze).select("offset", "reject_reason").collect()
+    }
+    wrong = {i: (r.kind, r.expect, got[i]) for i, r in enumerate(recs) if got[i] != r.expect}
+    assert wrong == {}
+
+
+def test_expected_outcome_follows_log_order_not_send_order():
+    base = generator.records(4, 50)[0]
+    assert base.content is not None
+    other = generator.Record(base.key, b"{}", generator.VALID, base.event_id, {"x": 1})
+    bad = generator.Record(b"k", b"nope", "malformed_json")
+    exp = generator.expected_outcome([(base, 2, 5), (base, 2, 9), (other, 0, 40), (bad, 1, 1)])
+    # Partition 0 precedes partition 2 in log order, though it was sent last.
+    assert exp.silver == {base.event_id: (0, 40)}
+    assert exp.quarantine == {
+        (2, 5): "conflicting_duplicate",
+        (2, 9): "conflicting_duplicate",
+        (1, 1): "malformed_json",
+    }
+    assert exp.duplicates == set()
+    assert exp.per_partition() == {
+        0: {"silver": 1, "quarantine": 0, "duplicates": 0},
+        1: {"silver": 0, "quarantine": 1, "duplicates": 0},
+        2: {"silver": 0, "quarantine": 2, "duplicates": 0},
+    }
+
+
+def test_id_checksum_matches_its_sql_definition(spark):
+    ids = ["a", "s1-0000001", "s1-bad-0000002"]
+    df = spark.createDataFrame([(i,) for i in ids], "event_id string")
+    (row,) = df.select(
+        F.sum(F.conv(F.substring(F.sha2("event_id", 256), 1, 8), 16, 10).cast("bigint"))
+    ).collect()
+    assert row[0] == generator.id_checksum(ids)
