@@ -85,7 +85,11 @@ def read_kafka(spark: SparkSession, settings: Settings) -> DataFrame:
 
 
 def start(
-    spark: SparkSession, settings: Settings, *, available_now: bool = False
+    spark: SparkSession,
+    settings: Settings,
+    *,
+    available_now: bool = False,
+    trigger: str | None = None,
 ) -> StreamingQuery:
     """Start the Kafka -> bronze query: continuous, or until caught up (available_now)."""
     writer = (
@@ -98,7 +102,7 @@ def start(
     writer = (
         writer.trigger(availableNow=True)
         if available_now
-        else writer.trigger(processingTime=settings.trigger_interval)
+        else writer.trigger(processingTime=trigger or settings.trigger_interval)
     )
     return writer.start(BRONZE.path(settings))
 

@@ -10,6 +10,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 
 from warehouse import settings as settings_mod
 
@@ -101,9 +102,70 @@ def cmd_settings(args: argparse.Namespace) -> int:
 def cmd_produce(args: argparse.Namespace) -> int:
     from spark_jobs import producer
 
-    summary = producer.produce_sample(settings_mod.get(), count=args.count, run_id=args.run_id)
-    print(summary.describe())
-    return 0 if summary.failed == 0 else 1
+    s = settings_mod.get()
+    run = producer.produce_generated(
+        s,
+        seed=args.seed,
+        count=args.count,
+        chaos=args.chaos,
+        rate=args.rate,
+        start=args.start or datetime.now(UTC) - timedelta(days=args.days),
+        days=args.days,
+        progress=sys.stdout.isatty(),
+    )
+    report = run.report()
+    print(run.summary.describe())
+    for error in run.summary.errors[:5]:
+        print(f"  {error}")
+    injected = ", ".join(f"{k}={v:,}" for k, v in report["injected"].items())
+    print(f"records by kind: {injected}")
+    expected = report["expected"]
+    reasons = ", ".join(f"{k}={v:,}" for k, v in expected["quarantine_by_reason"].items())
+    print(
+        f"the contract expects: silver {expected['silver']:,}, "
+        f"exact duplicates {expected['exact_duplicates']:,}, quarantine: {reasons or 'none'}"
+    )
+    print(f"report: {producer.save_report(s, run)}")
+    return 0 if run.summary.ok else 1
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from warehouse import ingest_ctl
+
+    s = settings_mod.get()
+    if args.action == "run":
+        return _ingest_run(s, args.trigger)
+    if args.action == "start":
+        ingest_ctl.start(s, args.trigger)
+        return 0
+    if args.action == "stop":
+        print("ingest stopped" if ingest_ctl.stop(s) else "ingest was not running")
+        return 0
+    running, text = ingest_ctl.describe(s)
+    print(text)
+    return 0 if running else 1
+
+
+def _ingest_run(s: settings_mod.Settings, trigger: str | None) -> int:
+    import signal
+    import threading
+
+    from spark_jobs import ingest
+    from spark_jobs.session import build_session
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    spark = build_session("regauge-ingest", s)
+    try:
+        ingest.run(spark, s, stop, trigger=trigger)
+    except ingest.DataLossError as exc:
+        print(f"regauge: {exc}", file=sys.stderr)
+        return 3
+    finally:
+        spark.stop()
+    log.info("ingest stopped")
+    return 0
 
 
 def cmd_bronze(args: argparse.Namespace) -> int:
@@ -114,6 +176,20 @@ def cmd_bronze(args: argparse.Namespace) -> int:
     spark = build_session("regauge-bronze", s)
     rows = bronze.run_once(spark, s)
     print(f"bronze: {rows} rows in {bronze.BRONZE.trino_name}")
+    return 0
+
+
+def cmd_ingest_once(args: argparse.Namespace) -> int:
+    from spark_jobs import ingest
+    from spark_jobs.session import build_session
+
+    s = settings_mod.get()
+    spark = build_session("regauge-ingest-once", s)
+    try:
+        for table, rows in ingest.run_once(spark, s).items():
+            print(f"{table:<34} {rows:>12,} rows")
+    finally:
+        spark.stop()
     return 0
 
 
@@ -166,12 +242,50 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--check", action="store_true", help="exit 1 unless all are up")
     add("settings", cmd_settings, "print the active settings and the variables that change them")
 
-    p = add("produce", cmd_produce, "produce sample events to the shop.events topic")
-    p.add_argument(
-        "--count", type=_positive_int, default=1000, help="events to send (default 1000)"
+    p = add(
+        "produce",
+        cmd_produce,
+        "generate deterministic shop traffic for a seed, seed the reference data in "
+        "PostgreSQL, and produce it to the shop.events topic",
     )
-    p.add_argument("--run-id", default=None, help="tag for the events (default: random)")
+    p.add_argument(
+        "--count", type=_positive_int, default=10_000, help="records to send (default 10000)"
+    )
+    p.add_argument("--seed", type=int, default=1, help="same seed, same records (default 1)")
+    p.add_argument(
+        "--chaos",
+        action="store_true",
+        help="mix in re-sends, conflicting duplicates, out-of-order and very late events, "
+        "and records of every quarantine reason",
+    )
+    p.add_argument(
+        "--rate", type=_positive_int, default=None, help="events per second (default: max)"
+    )
+    p.add_argument(
+        "--start",
+        type=_timestamp,
+        default=generator_start(),
+        help="event time of the first event: RFC 3339, or 'now' for the last --days "
+        "(default 2026-01-01T00:00:00Z)",
+    )
+    p.add_argument("--days", type=float, default=7.0, help="days the traffic spans (default 7)")
 
+    p = add(
+        "ingest",
+        cmd_ingest,
+        "run Kafka -> bronze -> silver: run (foreground), start (background), stop, status",
+    )
+    p.add_argument("action", choices=("run", "start", "stop", "status"))
+    p.add_argument(
+        "--trigger",
+        default=None,
+        help="micro-batch interval, e.g. '1 second' (default: REGAUGE_TRIGGER_INTERVAL)",
+    )
+    add(
+        "ingest-once",
+        cmd_ingest_once,
+        "copy everything new from Kafka to bronze and settle it into silver, then stop",
+    )
     add("bronze", cmd_bronze, "copy everything new in Kafka into the bronze table, then stop")
 
     p = add("query", cmd_query, "run SQL through Trino and print the result as a table")
@@ -181,6 +295,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("demo", cmd_demo, "the walking skeleton: events -> Kafka -> bronze -> Trino")
     p.add_argument("--events", type=_positive_int, default=2000, help="events to produce")
     return parser
+
+
+def generator_start() -> datetime:
+    from spark_jobs.generator import DEFAULT_START
+
+    return DEFAULT_START
+
+
+def _timestamp(text: str) -> datetime | None:
+    """RFC 3339 with an offset, or 'now' (None: the traffic ends now)."""
+    if text == "now":
+        return None
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a timestamp like 2026-01-01T00:00:00Z"
+        ) from None
+    if parsed.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} needs an offset or Z")
+    return parsed
 
 
 def _positive_int(text: str) -> int:

@@ -63,6 +63,4 @@ def seed(settings: Settings, customers: Sequence[Customer], products: Sequence[P
                 "category = EXCLUDED.category, list_price = EXCLUDED.list_price",
                 [(p.product_id, p.category, p.list_price) for p in products],
             )
-    log.info(
-        "reference data: %d customers and %d products upserted", len(customers), len(products)
-    )
+    log.info("reference data: %d customers and %d products upserted", len(customers), len(products))

@@ -45,7 +45,7 @@ BRONZE_EVENTS = Table("bronze", "shop_events")
 SILVER_EVENTS = Table("silver", "shop_events")
 SILVER_QUARANTINE = Table("silver", "shop_events_quarantine")
 # Every accepted record (event_id, position, content hash): silver's memory for
-# exact dedup over all history. Internal, so not published to Trino.
+# exact dedup over all history, and how an audit counts exact duplicates.
 SILVER_LEDGER = Table("silver", "shop_events_ledger")
 GOLD_RESTATEMENTS = Table("gold", "restatements")
 

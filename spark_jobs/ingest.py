@@ -1,0 +1,240 @@
+"""Running Kafka -> bronze -> silver: long-lived and supervised, or once until caught up.
+
+Both queries share one Spark session. A query that dies (the broker went away,
+a transient file-system error) is restarted with backoff from its checkpoint,
+which makes the restart exact. The one failure never retried is a gap in the
+log: Kafka no longer has records bronze has not copied, and carrying on would
+make history silently incomplete.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+
+from spark_jobs import bronze, silver
+from warehouse import catalog, registry
+from warehouse.settings import Settings
+
+log = logging.getLogger(__name__)
+
+QUERIES = ("bronze", "silver")
+PUBLISHED = (
+    registry.BRONZE_EVENTS,
+    registry.SILVER_EVENTS,
+    registry.SILVER_QUARANTINE,
+    registry.SILVER_LEDGER,
+)
+MAX_BACKOFF_S = 30.0
+
+
+class DataLossError(RuntimeError):
+    """The log has a gap bronze cannot fill: stop, say so, never skip."""
+
+
+def status_path(settings: Settings) -> Path:
+    return settings.state_dir / "ingest" / "status.json"
+
+
+def is_data_loss(error: str) -> bool:
+    text = error.lower()
+    return "kafka_data_loss" in text or "data may have been lost" in text
+
+
+DATA_LOSS_HELP = (
+    "Kafka no longer holds records that bronze has not copied yet (retention expired, or "
+    "the topic was deleted and recreated), so bronze would have a gap and ingest stopped. "
+    "Bronze keeps everything it already has. Either restore the records to the topic, or, "
+    "if the loss is accepted, move bronze's checkpoint past the gap deliberately "
+    f"(its offsets are under {registry.BRONZE_EVENTS.key} in the lake's _checkpoints)."
+)
+
+
+# -- progress --------------------------------------------------------------------------
+def kafka_lag(source: dict[str, Any]) -> dict[str, int]:
+    """Records behind the newest offset, per partition, from a Kafka source's progress."""
+
+    def offsets(field: str) -> dict[str, int]:
+        raw = source.get(field)
+        if not raw:
+            return {}
+        parsed = json.loads(raw) if isinstance(raw, str) else raw
+        if not all(isinstance(t, dict) for t in parsed.values()):
+            return {}  # not a Kafka source (a Delta source's offset is one position)
+        return {p: int(o) for topic in parsed.values() for p, o in topic.items()}
+
+    end, latest = offsets("endOffset"), offsets("latestOffset")
+    return {p: max(0, latest[p] - end.get(p, 0)) for p in sorted(latest, key=int)}
+
+
+def describe_progress(progress: dict[str, Any]) -> str:
+    """One log line per micro-batch: rows in, rates, duration and what is still behind."""
+    sources = progress.get("sources") or [{}]
+    line = (
+        f"{progress.get('name')} batch {progress.get('batchId')}: "
+        f"{progress.get('numInputRows', 0):,} rows in, "
+        f"{progress.get('processedRowsPerSecond') or 0:,.0f} rows/s processed, "
+        f"{(progress.get('durationMs') or {}).get('triggerExecution', 0) / 1000:.1f} s"
+    )
+    lag = kafka_lag(sources[0])
+    if lag:
+        line += "; lag " + " ".join(f"p{p}={n:,}" for p, n in lag.items())
+    metrics = sources[0].get("metrics") or {}
+    if "numBytesOutstanding" in metrics:
+        line += f"; {int(metrics['numBytesOutstanding']):,} bytes of bronze still to read"
+    return line
+
+
+class ProgressLog(StreamingQueryListener):
+    """Logs every micro-batch and keeps the latest progress of each query in a file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.latest: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def onQueryStarted(self, event: Any) -> None:
+        log.info("%s query started (id %s)", event.name, event.id)
+        self._save(event.name, {"id": str(event.id), "state": "running", "started_at": _now()})
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = json.loads(event.progress.json)
+        if progress.get("numInputRows", 0):
+            log.info("%s", describe_progress(progress))
+        sources = progress.get("sources") or [{}]
+        self._save(
+            progress.get("name") or "?",
+            {
+                "state": "running",
+                "batch": progress.get("batchId"),
+                "rows_in": progress.get("numInputRows", 0),
+                "rows_per_s": progress.get("processedRowsPerSecond") or 0,
+                "lag": kafka_lag(sources[0]),
+                "at": progress.get("timestamp"),
+            },
+        )
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        name = next((n for n, s in self.latest.items() if s.get("id") == str(event.id)), None)
+        if event.exception:
+            log.error("query %s stopped with an error: %s", event.id, event.exception)
+        if name:
+            self._save(name, {"state": "stopped", "error": event.exception})
+
+    def _save(self, name: str, fields: dict[str, Any]) -> None:
+        with self._lock:
+            self.latest[name] = {**self.latest.get(name, {}), **fields}
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.latest, indent=2, default=str))
+            tmp.replace(self.path)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+# -- queries ---------------------------------------------------------------------------
+def prepare(spark: SparkSession, settings: Settings) -> None:
+    """Create the tables (silver streams from bronze, so bronze must exist) and publish them."""
+    silver.ensure_table(spark, settings, registry.BRONZE_EVENTS, bronze.BRONZE_SCHEMA)
+    silver.ensure_tables(spark, settings)
+    for table in PUBLISHED:
+        catalog.publish(table, settings)
+
+
+def _starter(
+    spark: SparkSession, settings: Settings, name: str, available_now: bool, trigger: str
+) -> Callable[[], StreamingQuery]:
+    def start() -> StreamingQuery:
+        if name == "bronze":
+            return bronze.start(spark, settings, available_now=available_now, trigger=trigger)
+        w = silver.writer(spark, settings)
+        w = w.trigger(availableNow=True) if available_now else w.trigger(processingTime=trigger)
+        return w.start()
+
+    return start
+
+
+def run_once(spark: SparkSession, settings: Settings) -> dict[str, int]:
+    """Copy everything new from Kafka to bronze, then settle it into silver; return row counts."""
+    prepare(spark, settings)
+    for name in QUERIES:
+        query = _starter(spark, settings, name, True, settings.trigger_interval)()
+        query.awaitTermination()
+        error = query.exception()
+        if error is not None:
+            if is_data_loss(str(error)):
+                raise DataLossError(DATA_LOSS_HELP)
+            raise RuntimeError(f"{name} failed: {error}")
+    return counts(spark, settings)
+
+
+def counts(spark: SparkSession, settings: Settings) -> dict[str, int]:
+    read = spark.read.format("delta").load
+    return {t.key: read(t.path(settings)).count() for t in (*PUBLISHED, registry.SILVER_LEDGER)}
+
+
+def run(
+    spark: SparkSession,
+    settings: Settings,
+    stop: threading.Event,
+    *,
+    trigger: str | None = None,
+) -> None:
+    """Run both queries until `stop` is set, restarting any that dies (except on data loss)."""
+    trigger = trigger or settings.trigger_interval
+    listener = ProgressLog(status_path(settings))
+    spark.streams.addListener(listener)
+    prepare(spark, settings)
+    queries: dict[str, StreamingQuery] = {}
+    failures = dict.fromkeys(QUERIES, 0)
+    retry_at = dict.fromkeys(QUERIES, 0.0)
+    log.info("ingest running: %s -> bronze -> silver, trigger every %s", registry.TOPIC, trigger)
+    try:
+        while not stop.is_set():
+            for name in QUERIES:
+                query = queries.get(name)
+                if query is not None and query.isActive:
+                    continue
+                if query is not None:
+                    error = str(query.exception() or "stopped")
+                    del queries[name]
+                    if is_data_loss(error):
+                        raise DataLossError(DATA_LOSS_HELP)
+                    failures[name] += 1
+                    delay = min(MAX_BACKOFF_S, 2.0 ** failures[name])
+                    retry_at[name] = time.monotonic() + delay
+                    log.warning(
+                        "%s stopped (%s); restarting in %.0f s", name, _first_line(error), delay
+                    )
+                if time.monotonic() < retry_at[name]:
+                    continue
+                queries[name] = _starter(spark, settings, name, False, trigger)()
+            # A query that has run a while without dying resets its backoff.
+            for name, query in queries.items():
+                if query.isActive and query.lastProgress is not None:
+                    failures[name] = 0
+            stop.wait(1.0)
+    finally:
+        for name, query in queries.items():
+            if query.isActive:
+                log.info("stopping %s", name)
+                query.stop()
+        spark.streams.removeListener(listener)
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0][:300] if text.strip() else text

@@ -1,0 +1,65 @@
+"""The contract's accounting, asked of Trino: every bronze record is in exactly one place.
+
+Per partition and in total, `bronze = silver + quarantine + exact duplicates`,
+where an exact duplicate is an accepted record (in the ledger) that is neither
+silver's kept record nor quarantined. The same SQL serves the demo, the tests
+and the audit.
+"""
+
+from __future__ import annotations
+
+from warehouse import registry, trino_client
+from warehouse.settings import Settings
+
+BRONZE = registry.BRONZE_EVENTS.trino_name
+SILVER = registry.SILVER_EVENTS.trino_name
+QUARANTINE = registry.SILVER_QUARANTINE.trino_name
+LEDGER = registry.SILVER_LEDGER.trino_name
+
+PER_PARTITION_SQL = f"""
+WITH bronze AS (
+    SELECT partition, count(*) AS n FROM {BRONZE} GROUP BY partition
+), silver AS (
+    SELECT partition, count(*) AS n FROM {SILVER} GROUP BY partition
+), quarantine AS (
+    SELECT partition, count(*) AS n FROM {QUARANTINE} GROUP BY partition
+), duplicates AS (
+    SELECT l.partition, count(*) AS n
+    FROM {LEDGER} AS l
+    WHERE NOT EXISTS (
+        SELECT 1 FROM {SILVER} AS s WHERE s.partition = l.partition AND s."offset" = l."offset"
+    )
+    AND NOT EXISTS (
+        SELECT 1 FROM {QUARANTINE} AS q
+        WHERE q.partition = l.partition AND q."offset" = l."offset"
+    )
+    GROUP BY l.partition
+)
+SELECT
+    b.partition,
+    b.n AS bronze,
+    coalesce(s.n, 0) AS silver,
+    coalesce(q.n, 0) AS quarantine,
+    coalesce(d.n, 0) AS exact_duplicates,
+    b.n - coalesce(s.n, 0) - coalesce(q.n, 0) - coalesce(d.n, 0) AS unaccounted
+FROM bronze AS b
+LEFT JOIN silver AS s ON s.partition = b.partition
+LEFT JOIN quarantine AS q ON q.partition = b.partition
+LEFT JOIN duplicates AS d ON d.partition = b.partition
+ORDER BY b.partition
+"""
+
+BY_REASON_SQL = f"""
+SELECT reason, count(*) AS records
+FROM {QUARANTINE}
+GROUP BY reason
+ORDER BY records DESC, reason
+"""
+
+
+def per_partition(settings: Settings, user: str = "regauge") -> trino_client.Result:
+    return trino_client.query(settings, PER_PARTITION_SQL, user=user)
+
+
+def by_reason(settings: Settings, user: str = "regauge") -> trino_client.Result:
+    return trino_client.query(settings, BY_REASON_SQL, user=user)
