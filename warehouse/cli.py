@@ -292,8 +292,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sql", help="the SQL statement")
     p.add_argument("--user", default="regauge", help="Trino user name (default regauge)")
 
-    p = add("demo", cmd_demo, "the walking skeleton: events -> Kafka -> bronze -> Trino")
-    p.add_argument("--events", type=_positive_int, default=2000, help="events to produce")
+    p = add(
+        "demo",
+        cmd_demo,
+        "the pipeline end to end: a chaos mix -> Kafka -> bronze -> silver + quarantine, "
+        "then the accounting from Trino",
+    )
+    p.add_argument(
+        "--events", type=_positive_int, default=20_000, help="records to produce (default 20000)"
+    )
     return parser
 
 
