@@ -70,8 +70,14 @@ def to_bronze_rows(records: DataFrame) -> DataFrame:
     )
 
 
-def read_kafka(spark: SparkSession, settings: Settings) -> DataFrame:
-    """The topic as an unbounded stream, from the earliest retained offset."""
+def read_kafka(
+    spark: SparkSession, settings: Settings, *, accept_data_loss: bool = False
+) -> DataFrame:
+    """The topic as an unbounded stream, from the earliest retained offset.
+
+    `accept_data_loss` is the operator's explicit decision to move past a gap
+    in the log (records Kafka deleted before bronze copied them); never a default.
+    """
     return (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
@@ -79,7 +85,7 @@ def read_kafka(spark: SparkSession, settings: Settings) -> DataFrame:
         .option("startingOffsets", "earliest")
         # A gap in the log (retention passed before we read it) must stop the
         # pipeline loudly, never skip silently.
-        .option("failOnDataLoss", "true")
+        .option("failOnDataLoss", str(not accept_data_loss).lower())
         .load()
     )
 
@@ -90,10 +96,11 @@ def start(
     *,
     available_now: bool = False,
     trigger: str | None = None,
+    accept_data_loss: bool = False,
 ) -> StreamingQuery:
     """Start the Kafka -> bronze query: continuous, or until caught up (available_now)."""
     writer = (
-        to_bronze_rows(read_kafka(spark, settings))
+        to_bronze_rows(read_kafka(spark, settings, accept_data_loss=accept_data_loss))
         .writeStream.format("delta")
         .queryName("bronze")
         .outputMode("append")

@@ -54,8 +54,8 @@ DATA_LOSS_HELP = (
     "Kafka no longer holds records that bronze has not copied yet (retention expired, or "
     "the topic was deleted and recreated), so bronze would have a gap and ingest stopped. "
     "Bronze keeps everything it already has. Either restore the records to the topic, or, "
-    "if the loss is accepted, move bronze's checkpoint past the gap deliberately "
-    f"(its offsets are under {registry.BRONZE_EVENTS.key} in the lake's _checkpoints)."
+    "if the loss is accepted, run `regauge ingest-once --accept-data-loss` once: it "
+    "copies what Kafka still has, skipping the gap, and logs it; then start ingest again."
 )
 
 
@@ -156,11 +156,22 @@ def prepare(spark: SparkSession, settings: Settings) -> None:
 
 
 def _starter(
-    spark: SparkSession, settings: Settings, name: str, available_now: bool, trigger: str
+    spark: SparkSession,
+    settings: Settings,
+    name: str,
+    available_now: bool,
+    trigger: str,
+    accept_data_loss: bool = False,
 ) -> Callable[[], StreamingQuery]:
     def start() -> StreamingQuery:
         if name == "bronze":
-            return bronze.start(spark, settings, available_now=available_now, trigger=trigger)
+            return bronze.start(
+                spark,
+                settings,
+                available_now=available_now,
+                trigger=trigger,
+                accept_data_loss=accept_data_loss,
+            )
         w = silver.writer(spark, settings)
         w = w.trigger(availableNow=True) if available_now else w.trigger(processingTime=trigger)
         return w.start()
@@ -168,11 +179,19 @@ def _starter(
     return start
 
 
-def run_once(spark: SparkSession, settings: Settings) -> dict[str, int]:
-    """Copy everything new from Kafka to bronze, then settle it into silver; return row counts."""
+def run_once(
+    spark: SparkSession, settings: Settings, *, accept_data_loss: bool = False
+) -> dict[str, int]:
+    """Copy everything new from Kafka to bronze, then settle it into silver; return row counts.
+
+    With `accept_data_loss`, a gap in the log is skipped (and Spark logs it)
+    instead of stopping: the operator's decision after a DataLossError.
+    """
     prepare(spark, settings)
+    if accept_data_loss:
+        log.warning("accepting data loss: records Kafka no longer has will be skipped")
     for name in QUERIES:
-        query = _starter(spark, settings, name, True, settings.trigger_interval)()
+        query = _starter(spark, settings, name, True, settings.trigger_interval, accept_data_loss)()
         query.awaitTermination()
         error = query.exception()
         if error is not None:

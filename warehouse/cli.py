@@ -186,8 +186,13 @@ def cmd_ingest_once(args: argparse.Namespace) -> int:
     s = settings_mod.get()
     spark = build_session("regauge-ingest-once", s)
     try:
-        for table, rows in ingest.run_once(spark, s).items():
+        for table, rows in ingest.run_once(
+            spark, s, accept_data_loss=args.accept_data_loss
+        ).items():
             print(f"{table:<34} {rows:>12,} rows")
+    except ingest.DataLossError as exc:
+        print(f"regauge: {exc}", file=sys.stderr)
+        return 3
     finally:
         spark.stop()
     return 0
@@ -281,10 +286,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="micro-batch interval, e.g. '1 second' (default: REGAUGE_TRIGGER_INTERVAL)",
     )
-    add(
+    p = add(
         "ingest-once",
         cmd_ingest_once,
         "copy everything new from Kafka to bronze and settle it into silver, then stop",
+    )
+    p.add_argument(
+        "--accept-data-loss",
+        action="store_true",
+        help="skip a gap in the log (records Kafka deleted before bronze copied them) "
+        "instead of stopping; only after deciding the loss is acceptable",
     )
     add("bronze", cmd_bronze, "copy everything new in Kafka into the bronze table, then stop")
 

@@ -140,3 +140,28 @@ def test_ingest_rides_out_a_broker_restart(settings, spark, ingest_process):
 
     assert_exact(after, wait_until_settled(spark, settings, after))
     assert ingest_process.alive, "ingest should recover by itself, not exit"
+
+
+def test_a_gap_in_the_log_stops_ingest_until_an_operator_accepts_it(stack, settings, spark):
+    from confluent_kafka import TopicPartition
+
+    from warehouse.registry import BRONZE_EVENTS, TOPIC
+
+    ingest.run_once(spark, settings)  # bronze has everything so far
+    doomed = producer.produce_generated(settings, seed=fresh_seed(), count=40)
+    # Retention "expires" the new records before bronze copies them.
+    admin = services.kafka_admin(settings)
+    partitions = [TopicPartition(TOPIC, p, -1) for p in range(settings.kafka_partitions)]
+    for future in admin.delete_records(partitions).values():
+        future.result(timeout=30)
+
+    with pytest.raises(ingest.DataLossError, match="bronze would have a gap"):
+        ingest.run_once(spark, settings)
+
+    ingest.run_once(spark, settings, accept_data_loss=True)
+    after = producer.produce_generated(settings, seed=fresh_seed(), count=500)
+    ingest.run_once(spark, settings)
+    assert_exact(after, landing(spark, settings, after))
+    lost = landing(spark, settings, doomed)
+    assert (lost.bronze, len(lost.silver)) == (0, 0)
+    assert spark.read.format("delta").load(BRONZE_EVENTS.path(settings)).count() > 0
