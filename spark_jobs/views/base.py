@@ -1,0 +1,39 @@
+"""What a view version is: a name, a version, its key and schema, and a pure function.
+
+The function takes the silver DataFrame (any subset of it that holds every
+event the output rows depend on) and returns the gold rows. It never decides
+how it runs: the runner makes it a live stream, a replay or a batch, and owns
+checkpoints, triggers and writes (CONTRACT.md §3, DESIGN.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from pyspark.sql import DataFrame
+from pyspark.sql.types import StructType
+
+DEFAULT_ALLOWED_LATENESS = timedelta(hours=2)
+
+
+@dataclass(frozen=True)
+class View:
+    name: str
+    version: int
+    # The gold table's key: one row per distinct key.
+    key: tuple[str, ...]
+    schema: StructType
+    compute: Callable[[DataFrame], DataFrame]
+    # The columns a change is scoped by: the runner recomputes, and replaces,
+    # every gold row whose scope a changed silver event touches.
+    scope: tuple[str, ...]
+    # The silver events this view reads (by event_type).
+    event_types: tuple[str, ...]
+    allowed_lateness: timedelta = DEFAULT_ALLOWED_LATENESS
+    description: str = ""
+
+    @property
+    def table_name(self) -> str:
+        return f"{self.name}_v{self.version}"

@@ -1,0 +1,81 @@
+"""cart_sessions v1: shopping sessions per customer, 30-minute inactivity gap (CONTRACT.md §3).
+
+Same semantics as Spark's session_window: a session ends 30 minutes after its
+last event, and events at most 30 minutes apart share a session. Built with a
+window over each customer's events in time order rather than session_window,
+because a late event must be able to bridge, and so merge, two sessions when
+the runner recomputes a customer's sessions from silver.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from spark_jobs.views.base import View
+
+GAP = "INTERVAL 30 MINUTES"
+EVENT_TYPES = ("cart_item_added", "cart_item_removed", "order_placed")
+
+SCHEMA = StructType(
+    [
+        StructField("customer_id", StringType(), False),
+        StructField("session_start", TimestampType(), False),
+        StructField("session_end", TimestampType(), False),
+        StructField("events", LongType(), False),
+        StructField("items_added", LongType(), False),
+        StructField("items_removed", LongType(), False),
+        StructField("converted", BooleanType(), False),
+    ]
+)
+
+
+def compute(silver: DataFrame) -> DataFrame:
+    events = silver.where(F.col("event_type").isin(*EVENT_TYPES)).select(
+        "customer_id", "event_time", "event_type", "quantity"
+    )
+    in_order = Window.partitionBy("customer_id").orderBy("event_time")
+    previous = F.lag("event_time").over(in_order)
+    starts_session = previous.isNull() | (F.col("event_time") > previous + F.expr(GAP))
+    numbered = events.withColumn("_starts", starts_session.cast("int")).withColumn(
+        "_session",
+        F.sum("_starts").over(in_order.rowsBetween(Window.unboundedPreceding, Window.currentRow)),
+    )
+
+    def quantity_of(event_type: str) -> F.Column:
+        return F.coalesce(
+            F.sum(F.when(F.col("event_type") == event_type, F.col("quantity"))), F.lit(0)
+        ).cast("bigint")
+
+    return (
+        numbered.groupBy("customer_id", "_session")
+        .agg(
+            F.min("event_time").alias("session_start"),
+            (F.max("event_time") + F.expr(GAP)).alias("session_end"),
+            F.count(F.lit(1)).alias("events"),
+            quantity_of("cart_item_added").alias("items_added"),
+            quantity_of("cart_item_removed").alias("items_removed"),
+            F.max(F.col("event_type") == "order_placed").alias("converted"),
+        )
+        .drop("_session")
+    )
+
+
+VIEW = View(
+    name="cart_sessions",
+    version=1,
+    key=("customer_id", "session_start"),
+    schema=SCHEMA,
+    compute=compute,
+    scope=("customer_id",),
+    event_types=EVENT_TYPES,
+    description="shopping sessions per customer with a 30-minute inactivity gap",
+)

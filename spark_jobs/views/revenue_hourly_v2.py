@@ -1,0 +1,82 @@
+"""revenue_hourly v2: net of cancellations, attributed to the order's hour (CONTRACT.md §3).
+
+An order is cancelled if any `order_cancelled` with its order_id exists in
+silver, whenever it arrived (before the order too); twice counts once. Each
+accepted `order_placed` is its own order, so a cancellation of a repeated
+order_id cancels all of them.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from spark_jobs.views.base import View
+from spark_jobs.views.revenue_hourly_v1 import MONEY, hour_of
+
+SCHEMA = StructType(
+    [
+        StructField("window_start", TimestampType(), False),
+        StructField("window_end", TimestampType(), False),
+        StructField("currency", StringType(), False),
+        StructField("orders_placed", LongType(), False),
+        StructField("orders_cancelled", LongType(), False),
+        StructField("gross_revenue", MONEY, False),
+        StructField("cancelled_revenue", MONEY, False),
+        StructField("net_revenue", MONEY, False),
+    ]
+)
+
+
+def compute(silver: DataFrame) -> DataFrame:
+    placed = silver.where(F.col("event_type") == "order_placed").select(
+        "order_id", hour_of("event_time").alias("window_start"), "currency", "total"
+    )
+    cancelled = (
+        silver.where(F.col("event_type") == "order_cancelled")
+        .select("order_id")
+        .distinct()
+        .withColumn("is_cancelled", F.lit(True))
+    )
+    orders = placed.join(cancelled, "order_id", "left").fillna(False, ["is_cancelled"])
+    zero = F.lit(0).cast(MONEY)
+    return (
+        orders.groupBy("window_start", "currency")
+        .agg(
+            F.count(F.lit(1)).alias("orders_placed"),
+            F.count_if("is_cancelled").alias("orders_cancelled"),
+            F.sum("total").cast(MONEY).alias("gross_revenue"),
+            F.coalesce(
+                F.sum(F.when(F.col("is_cancelled"), F.col("total"))).cast(MONEY), zero
+            ).alias("cancelled_revenue"),
+        )
+        .select(
+            "window_start",
+            (F.col("window_start") + F.expr("INTERVAL 1 HOUR")).alias("window_end"),
+            "currency",
+            "orders_placed",
+            "orders_cancelled",
+            "gross_revenue",
+            "cancelled_revenue",
+            (F.col("gross_revenue") - F.col("cancelled_revenue")).cast(MONEY).alias("net_revenue"),
+        )
+    )
+
+
+VIEW = View(
+    name="revenue_hourly",
+    version=2,
+    key=("window_start", "currency"),
+    schema=SCHEMA,
+    compute=compute,
+    scope=("window_start", "currency"),
+    event_types=("order_placed", "order_cancelled"),
+    description="revenue net of cancellations, each attributed to its order's hour",
+)

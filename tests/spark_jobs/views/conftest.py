@@ -1,0 +1,66 @@
+"""Build small silver DataFrames for view tests: only the columns a test cares about."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from spark_jobs.silver import SILVER_SCHEMA
+
+T0 = datetime(2026, 1, 1, 10, 0, 0)
+
+
+def at(minutes: float = 0, *, ms: int = 0, hours: float = 0) -> datetime:
+    return T0 + timedelta(minutes=minutes, hours=hours, milliseconds=ms)
+
+
+def order(order_id: str, when: datetime, total: str, currency: str = "EUR", **kw: Any) -> dict:
+    return {
+        "event_type": "order_placed",
+        "order_id": order_id,
+        "event_time": when,
+        "currency": currency,
+        "total": Decimal(total),
+        **kw,
+    }
+
+
+def cancel(order_id: str, when: datetime, **kw: Any) -> dict:
+    return {"event_type": "order_cancelled", "order_id": order_id, "event_time": when, **kw}
+
+
+def cart(customer: str, when: datetime, quantity: int = 1, removed: bool = False) -> dict:
+    return {
+        "event_type": "cart_item_removed" if removed else "cart_item_added",
+        "customer_id": customer,
+        "event_time": when,
+        "product_id": "prod-0001",
+        "quantity": quantity,
+    }
+
+
+@pytest.fixture
+def silver_df(spark):
+    """silver_df([{...}, ...]) -> a DataFrame with silver's schema, unknown columns null."""
+
+    def make(rows: list[dict]):
+        full = []
+        for i, row in enumerate(rows):
+            base = {f.name: None for f in SILVER_SCHEMA.fields}
+            base.update(
+                event_id=f"e{i}",
+                customer_id="cust-1",
+                schema_version=1,
+                partition=0,
+                offset=i,
+                kafka_timestamp=T0,
+                content_hash=f"h{i}",
+            )
+            base.update(row)
+            full.append(tuple(base[f.name] for f in SILVER_SCHEMA.fields))
+        return spark.createDataFrame(full, SILVER_SCHEMA)
+
+    return make
