@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
@@ -192,10 +193,13 @@ def run_once(
         log.warning("accepting data loss: records Kafka no longer has will be skipped")
     for name in QUERIES:
         query = _starter(spark, settings, name, True, settings.trigger_interval, accept_data_loss)()
-        query.awaitTermination()
-        error = query.exception()
-        if error is not None:
-            if is_data_loss(str(error)):
+        try:
+            query.awaitTermination()
+            error = str(query.exception() or "")
+        except StreamingQueryException as exc:
+            error = str(exc)
+        if error:
+            if is_data_loss(error):
                 raise DataLossError(DATA_LOSS_HELP)
             raise RuntimeError(f"{name} failed: {error}")
     return counts(spark, settings)

@@ -240,17 +240,23 @@ def process_batch(
         counts = checked.groupBy("reject_reason").count().collect()
         result.rows_in = sum(r["count"] for r in counts)
         result.rejected = {r["reject_reason"]: r["count"] for r in counts if r["reject_reason"]}
-
-        _append(
-            to_quarantine_rows(rejected), QUARANTINE.path(settings), f"{app_id}/rejected", batch_id
-        )
-        _append(
-            accepted.select(*[f.name for f in LEDGER_SCHEMA.fields]),
-            LEDGER.path(settings),
-            f"{app_id}/ledger",
-            batch_id,
-        )
-        _settle(spark, settings, checked, accepted, batch_id, app_id, result)
+        # Skipped writes leave gaps in txnVersion, which Delta allows: a version
+        # is only compared with the last one committed.
+        if result.rejected:
+            _append(
+                to_quarantine_rows(rejected),
+                QUARANTINE.path(settings),
+                f"{app_id}/rejected",
+                batch_id,
+            )
+        if result.rows_in > sum(result.rejected.values()):
+            _append(
+                accepted.select(*[f.name for f in LEDGER_SCHEMA.fields]),
+                LEDGER.path(settings),
+                f"{app_id}/ledger",
+                batch_id,
+            )
+            _settle(spark, settings, checked, accepted, batch_id, app_id, result)
     finally:
         checked.unpersist()
     result.seconds = time.monotonic() - started

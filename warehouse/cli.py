@@ -349,7 +349,7 @@ def _positive_int(text: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _configure_logging(args.verbose)
-    from trino.exceptions import TrinoUserError
+    from trino.exceptions import TrinoConnectionError, TrinoUserError
 
     from warehouse.sqlnames import UnsafeNameError
     from warehouse.stack.artifacts import SetupError
@@ -362,6 +362,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except TrinoUserError as exc:
         print(f"regauge: Trino refused the query: {exc.message}", file=sys.stderr)
+        return 2
+    except TrinoConnectionError:
+        s = settings_mod.get()
+        print(
+            f"regauge: Trino is not reachable at {s.trino_url}; start it with `regauge up`",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         print("regauge: interrupted", file=sys.stderr)
