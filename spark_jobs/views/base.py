@@ -31,6 +31,11 @@ class View:
     scope: tuple[str, ...]
     # The silver events this view reads (by event_type).
     event_types: tuple[str, ...]
+    # (changed silver rows, all of silver) -> the scopes (rows of `scope`
+    # columns) whose gold rows the change can alter.
+    scopes_of: Callable[[DataFrame, DataFrame], DataFrame]
+    # (all of silver, scopes) -> the silver rows that decide those scopes' gold rows.
+    restrict: Callable[[DataFrame, DataFrame], DataFrame]
     allowed_lateness: timedelta = DEFAULT_ALLOWED_LATENESS
     description: str = ""
 

@@ -69,6 +69,15 @@ def compute(silver: DataFrame) -> DataFrame:
     )
 
 
+def scopes_of(changed: DataFrame, silver: DataFrame) -> DataFrame:
+    """A customer's sessions can merge or split, so a change rescopes all of them."""
+    return changed.where(F.col("event_type").isin(*EVENT_TYPES)).select("customer_id").distinct()
+
+
+def restrict(silver: DataFrame, scopes: DataFrame) -> DataFrame:
+    return silver.join(F.broadcast(scopes), "customer_id", "left_semi")
+
+
 VIEW = View(
     name="cart_sessions",
     version=1,
@@ -77,5 +86,7 @@ VIEW = View(
     compute=compute,
     scope=("customer_id",),
     event_types=EVENT_TYPES,
+    scopes_of=scopes_of,
+    restrict=restrict,
     description="shopping sessions per customer with a 30-minute inactivity gap",
 )

@@ -48,13 +48,36 @@ def compute(silver: DataFrame) -> DataFrame:
     )
 
 
+def placed_orders(silver: DataFrame) -> DataFrame:
+    return silver.where(F.col("event_type") == "order_placed").withColumn(
+        "window_start", hour_of("event_time")
+    )
+
+
+SCOPE = ("window_start", "currency")
+
+
+def scopes_of(changed: DataFrame, silver: DataFrame) -> DataFrame:
+    return placed_orders(changed).select(*SCOPE).distinct()
+
+
+def restrict(silver: DataFrame, scopes: DataFrame) -> DataFrame:
+    return (
+        placed_orders(silver)
+        .join(F.broadcast(scopes), list(SCOPE), "left_semi")
+        .drop("window_start")
+    )
+
+
 VIEW = View(
     name="revenue_hourly",
     version=1,
     key=("window_start", "currency"),
     schema=SCHEMA,
     compute=compute,
-    scope=("window_start", "currency"),
+    scope=SCOPE,
     event_types=("order_placed",),
+    scopes_of=scopes_of,
+    restrict=restrict,
     description="gross revenue per hour: orders placed and the sum of their totals",
 )

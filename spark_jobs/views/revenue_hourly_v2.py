@@ -19,7 +19,7 @@ from pyspark.sql.types import (
 )
 
 from spark_jobs.views.base import View
-from spark_jobs.views.revenue_hourly_v1 import MONEY, hour_of
+from spark_jobs.views.revenue_hourly_v1 import MONEY, SCOPE, hour_of, placed_orders
 
 SCHEMA = StructType(
     [
@@ -70,13 +70,42 @@ def compute(silver: DataFrame) -> DataFrame:
     )
 
 
+def _cancellations(silver: DataFrame) -> DataFrame:
+    return silver.where(F.col("event_type") == "order_cancelled")
+
+
+def scopes_of(changed: DataFrame, silver: DataFrame) -> DataFrame:
+    """An order's own hour; and for a cancellation, the hours of every order it cancels
+    (none yet if the order has not arrived: then nothing changes, as the contract says)."""
+    cancelled_ids = _cancellations(changed).select("order_id").distinct()
+    cancelled_orders = placed_orders(silver).join(
+        F.broadcast(cancelled_ids), "order_id", "left_semi"
+    )
+    return (
+        placed_orders(changed)
+        .select(*SCOPE)
+        .unionByName(cancelled_orders.select(*SCOPE))
+        .distinct()
+    )
+
+
+def restrict(silver: DataFrame, scopes: DataFrame) -> DataFrame:
+    orders = placed_orders(silver).join(F.broadcast(scopes), list(SCOPE), "left_semi")
+    their_cancellations = _cancellations(silver).join(
+        orders.select("order_id").distinct(), "order_id", "left_semi"
+    )
+    return orders.drop("window_start").unionByName(their_cancellations)
+
+
 VIEW = View(
     name="revenue_hourly",
     version=2,
     key=("window_start", "currency"),
     schema=SCHEMA,
     compute=compute,
-    scope=("window_start", "currency"),
+    scope=SCOPE,
     event_types=("order_placed", "order_cancelled"),
+    scopes_of=scopes_of,
+    restrict=restrict,
     description="revenue net of cancellations, each attributed to its order's hour",
 )
