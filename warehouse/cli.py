@@ -11,6 +11,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from warehouse import settings as settings_mod
 
@@ -198,6 +199,70 @@ def cmd_ingest_once(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_views(args: argparse.Namespace) -> int:
+    from spark_jobs import views
+
+    if args.action == "list":
+        for (name, version), view in sorted(views.discover().items()):
+            print(f"{name} v{version}: {view.description} (key {', '.join(view.key)})")
+        return 0
+    if not args.view or args.version is None:
+        print("regauge: views run needs VIEW and --version N", file=sys.stderr)
+        return 2
+    try:
+        view = views.get(args.view, args.version)
+    except KeyError as exc:
+        print(f"regauge: {exc.args[0]}", file=sys.stderr)
+        return 2
+    return _views_run(view, args.mode, args.trigger, args.until_caught_up)
+
+
+def _views_run(view: Any, mode: str, trigger: str | None, until_caught_up: bool) -> int:
+    import signal
+    import threading
+
+    from spark_jobs.session import build_session
+    from spark_jobs.views import runner
+
+    s = settings_mod.get()
+    table = runner.gold_table(view)
+    spark = build_session(f"regauge-view-{view.table_name}", s)
+    try:
+        if mode == "batch":
+            version = runner.batch(spark, s, view)
+            print(f"{table.trino_name}: recomputed from silver version {version}")
+            return 0
+        after = None
+        if mode == "replay":
+            after = runner.replay(spark, s, view)
+            print(f"{table.trino_name}: replayed silver up to version {after}; continuing live")
+        elif not runner.has_checkpoint(s, view):
+            print(
+                f"regauge: {table.trino_name} has no stream yet; start it with --mode replay",
+                file=sys.stderr,
+            )
+            return 2
+        query = runner.stream(
+            spark, s, view, after_version=after, trigger=trigger, available_now=until_caught_up
+        )
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        while query.isActive and not stop.is_set():
+            stop.wait(1.0)
+        if query.isActive:
+            query.stop()
+        if query.exception() is not None:
+            print(
+                f"regauge: {table.trino_name} stream failed: {query.exception()}", file=sys.stderr
+            )
+            return 1
+        print(f"{table.trino_name}: stream stopped")
+        return 0
+    finally:
+        spark.stop()
+
+
 def cmd_query(args: argparse.Namespace) -> int:
     from warehouse import trino_client
 
@@ -298,6 +363,23 @@ def build_parser() -> argparse.ArgumentParser:
         "instead of stopping; only after deciding the loss is acceptable",
     )
     add("bronze", cmd_bronze, "copy everything new in Kafka into the bronze table, then stop")
+
+    p = add(
+        "views",
+        cmd_views,
+        "list view versions, or run one into lakehouse.gold.<view>_v<N>: batch (recompute "
+        "once), replay (rebuild from all of silver, then continue live), stream (continue)",
+    )
+    p.add_argument("action", choices=("list", "run"))
+    p.add_argument("view", nargs="?", help="view name, e.g. revenue_hourly")
+    p.add_argument("--version", type=_positive_int, default=None, help="view version, e.g. 2")
+    p.add_argument("--mode", choices=("stream", "replay", "batch"), default="stream")
+    p.add_argument("--trigger", default=None, help="micro-batch interval (default 1 second)")
+    p.add_argument(
+        "--until-caught-up",
+        action="store_true",
+        help="stop once the stream has processed everything in silver",
+    )
 
     p = add("query", cmd_query, "run SQL through Trino and print the result as a table")
     p.add_argument("sql", help="the SQL statement")
