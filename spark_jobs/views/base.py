@@ -36,6 +36,9 @@ class View:
     scopes_of: Callable[[DataFrame, DataFrame], DataFrame]
     # (all of silver, scopes) -> the silver rows that decide those scopes' gold rows.
     restrict: Callable[[DataFrame, DataFrame], DataFrame]
+    # (events that landed, all of silver, gold) -> where each landed: event_id,
+    # event_time, window_start, window_end, window_key (the key besides time).
+    lands_in: Callable[[DataFrame, DataFrame, DataFrame], DataFrame]
     allowed_lateness: timedelta = DEFAULT_ALLOWED_LATENESS
     description: str = ""
 

@@ -78,6 +78,26 @@ def restrict(silver: DataFrame, scopes: DataFrame) -> DataFrame:
     return silver.join(F.broadcast(scopes), "customer_id", "left_semi")
 
 
+def lands_in(events: DataFrame, silver: DataFrame, gold: DataFrame) -> DataFrame:
+    """Each event lands in the session (as recomputed) that holds it."""
+    e = events.where(F.col("event_type").isin(*EVENT_TYPES)).select(
+        "event_id", "event_time", "customer_id"
+    )
+    g = gold.select("customer_id", "session_start", "session_end")
+    return e.join(
+        g,
+        (e.customer_id == g.customer_id)
+        & (e.event_time >= g.session_start)
+        & (e.event_time < g.session_end),
+    ).select(
+        "event_id",
+        "event_time",
+        F.col("session_start").alias("window_start"),
+        F.col("session_end").alias("window_end"),
+        e.customer_id.alias("window_key"),
+    )
+
+
 VIEW = View(
     name="cart_sessions",
     version=1,
@@ -88,5 +108,6 @@ VIEW = View(
     event_types=EVENT_TYPES,
     scopes_of=scopes_of,
     restrict=restrict,
+    lands_in=lands_in,
     description="shopping sessions per customer with a 30-minute inactivity gap",
 )

@@ -69,6 +69,21 @@ def restrict(silver: DataFrame, scopes: DataFrame) -> DataFrame:
     )
 
 
+def order_windows(orders: DataFrame) -> DataFrame:
+    """Placed orders (with window_start) -> the hour and currency each counts in."""
+    return orders.select(
+        "event_id",
+        "event_time",
+        "window_start",
+        (F.col("window_start") + F.expr("INTERVAL 1 HOUR")).alias("window_end"),
+        F.col("currency").alias("window_key"),
+    )
+
+
+def lands_in(events: DataFrame, silver: DataFrame, gold: DataFrame) -> DataFrame:
+    return order_windows(placed_orders(events))
+
+
 VIEW = View(
     name="revenue_hourly",
     version=1,
@@ -79,5 +94,6 @@ VIEW = View(
     event_types=("order_placed",),
     scopes_of=scopes_of,
     restrict=restrict,
+    lands_in=lands_in,
     description="gross revenue per hour: orders placed and the sum of their totals",
 )

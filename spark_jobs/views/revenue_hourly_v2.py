@@ -19,7 +19,13 @@ from pyspark.sql.types import (
 )
 
 from spark_jobs.views.base import View
-from spark_jobs.views.revenue_hourly_v1 import MONEY, SCOPE, hour_of, placed_orders
+from spark_jobs.views.revenue_hourly_v1 import (
+    MONEY,
+    SCOPE,
+    hour_of,
+    order_windows,
+    placed_orders,
+)
 
 SCHEMA = StructType(
     [
@@ -97,6 +103,21 @@ def restrict(silver: DataFrame, scopes: DataFrame) -> DataFrame:
     return orders.drop("window_start").unionByName(their_cancellations)
 
 
+def lands_in(events: DataFrame, silver: DataFrame, gold: DataFrame) -> DataFrame:
+    """An order lands in its hour; a cancellation lands in the hours of the orders it cancels."""
+    cancellations = _cancellations(events).select(
+        "order_id", F.col("event_id").alias("c_id"), F.col("event_time").alias("c_time")
+    )
+    cancelled = order_windows(
+        placed_orders(silver)
+        .join(cancellations, "order_id")
+        .drop("event_id", "event_time")
+        .withColumnRenamed("c_id", "event_id")
+        .withColumnRenamed("c_time", "event_time")
+    )
+    return order_windows(placed_orders(events)).unionByName(cancelled)
+
+
 VIEW = View(
     name="revenue_hourly",
     version=2,
@@ -107,5 +128,6 @@ VIEW = View(
     event_types=("order_placed", "order_cancelled"),
     scopes_of=scopes_of,
     restrict=restrict,
+    lands_in=lands_in,
     description="revenue net of cancellations, each attributed to its order's hour",
 )

@@ -19,6 +19,14 @@ from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import (
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from spark_jobs.views.base import View
 from warehouse import catalog, registry
@@ -147,14 +155,22 @@ def stream(
         reader = reader.option("startingVersion", floor)
     relevant = F.col("event_type").isin(*view.event_types) & (F.col("_commit_version") > floor)
 
+    ensure_restatements(spark, settings)
+
     def each_batch(changes: DataFrame, batch_id: int) -> None:
+        mine = changes.where(relevant).localCheckpoint(eager=True)
         # Pre-images matter too: a replaced winner may leave a scope it was in.
-        changed = changes.where(relevant).drop(
-            "_change_type", "_commit_version", "_commit_timestamp"
-        )
+        changed = mine.drop("_change_type", "_commit_version", "_commit_timestamp")
         n = apply_changes(spark, path, view, changed, read_silver(spark, settings))
         if n:
-            log.info("%s batch %d: %d scopes recomputed", table.trino_name, batch_id, n)
+            restated = record_restatements(spark, settings, view, mine, path)
+            log.info(
+                "%s batch %d: %d scopes recomputed, %d restatements of final windows",
+                table.trino_name,
+                batch_id,
+                n,
+                restated,
+            )
 
     writer = (
         reader.load(SILVER.path(settings))
@@ -182,3 +198,88 @@ def replay(spark: SparkSession, settings: Settings, view: View) -> int:
     """
     shutil.rmtree(gold_table(view).checkpoint(settings), ignore_errors=True)
     return batch(spark, settings, view)
+
+
+# -- restatements --------------------------------------------------------------------------
+RESTATEMENTS = registry.GOLD_RESTATEMENTS
+RESTATEMENTS_SCHEMA = StructType(
+    [
+        StructField("view", StringType(), False),
+        StructField("version", IntegerType(), False),
+        StructField("window_start", TimestampType(), False),
+        StructField("window_end", TimestampType(), False),
+        # The key besides time: the currency of an hour, the customer of a session.
+        StructField("window_key", StringType(), False),
+        StructField("event_id", StringType(), False),
+        StructField("event_time", TimestampType(), False),
+        # Seconds the window had been over (in event time: the newest event seen
+        # minus the window's end) when this event restated it.
+        StructField("lateness", LongType(), False),
+        StructField("restated_at", TimestampType(), False),
+    ]
+)
+_RESTATEMENT_KEY = ("view", "version", "window_start", "window_key", "event_id")
+
+
+def restatements(
+    view: View, landed: DataFrame, silver: DataFrame, gold: DataFrame, newest_before: DataFrame
+) -> DataFrame:
+    """The final windows `landed` events restated.
+
+    `newest_before` is one row, `newest`: the newest event time the view had
+    seen before these events. A window is final once that minus the allowed
+    lateness (the watermark) has passed its end.
+    """
+    lateness_s = int(view.allowed_lateness.total_seconds())
+    where = view.lands_in(landed, silver, gold).crossJoin(newest_before)
+    return where.where(
+        F.col("newest").isNotNull()
+        & (F.unix_micros("window_end") <= F.unix_micros("newest") - lateness_s * 1_000_000)
+    ).select(
+        F.lit(view.name).alias("view"),
+        F.lit(view.version).alias("version"),
+        "window_start",
+        "window_end",
+        "window_key",
+        "event_id",
+        "event_time",
+        (F.unix_seconds("newest") - F.unix_seconds("window_end")).alias("lateness"),
+        F.current_timestamp().alias("restated_at"),
+    )
+
+
+def ensure_restatements(spark: SparkSession, settings: Settings) -> None:
+    path = RESTATEMENTS.path(settings)
+    DeltaTable.createIfNotExists(spark).location(path).addColumns(RESTATEMENTS_SCHEMA).execute()
+    catalog.publish(RESTATEMENTS, settings)
+
+
+def record_restatements(
+    spark: SparkSession, settings: Settings, view: View, changes: DataFrame, gold_path: str
+) -> int:
+    """Record what a change-feed micro-batch restated; idempotent (insert if absent)."""
+    landed = changes.where(
+        F.col("_change_type").isin("insert", "update_postimage")
+        & F.col("event_type").isin(*view.event_types)
+    ).drop("_change_type", "_commit_version", "_commit_timestamp")
+    first = changes.agg(F.min("_commit_version")).first()
+    if first is None or first[0] is None or first[0] == 0:
+        return 0
+    before = read_silver(spark, settings, int(first[0]) - 1)
+    newest = before.where(F.col("event_type").isin(*view.event_types)).agg(
+        F.max("event_time").alias("newest")
+    )
+    silver = read_silver(spark, settings)
+    gold = spark.read.format("delta").load(gold_path)
+    found = restatements(view, landed, silver, gold, newest).localCheckpoint(eager=True)
+    n = found.count()
+    if n:
+        condition = " AND ".join(f"t.{k} = s.{k}" for k in _RESTATEMENT_KEY)
+        (
+            DeltaTable.forPath(spark, RESTATEMENTS.path(settings))
+            .alias("t")
+            .merge(found.alias("s"), condition)
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+    return n

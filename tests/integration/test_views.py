@@ -17,6 +17,8 @@ from spark_jobs import ingest, producer, views
 from spark_jobs.views import runner
 from tests.integration.landing import fresh_seed
 from warehouse import trino_client
+from warehouse.registry import GOLD_RESTATEMENTS as RESTATEMENTS
+from warehouse.registry import SILVER_EVENTS
 
 GAP = timedelta(minutes=30)
 
@@ -140,21 +142,48 @@ def two_runs(stack, settings, spark):
             spark, settings, view, after_version=after, available_now=True
         ).awaitTermination()
 
+    newest_order = trino_client.scalar(
+        settings,
+        f"SELECT max(event_time) FROM {SILVER_EVENTS.trino_name} WHERE event_type = 'order_placed'",
+    )
     second = producer.produce_generated(
         settings, seed=fresh_seed(), count=2000, chaos=True, start=start, days=1
     )
     ingest.run_once(spark, settings)
     for view in views.discover().values():
         runner.stream(spark, settings, view, available_now=True).awaitTermination()
-    return start, accepted_events(first, second)
+    return start, accepted_events(first, second), first, second, newest_order
 
 
 @pytest.mark.parametrize("name,version", sorted(EXPECTED))
 def test_gold_through_trino_equals_the_contract(settings, two_runs, name, version):
-    start, events = two_runs
+    start, events, *_ = two_runs
     expect, time_col = EXPECTED[(name, version)]
     view = views.get(name, version)
     got = _gold_through_trino(settings, view, time_col, start, start + timedelta(days=10))
     want = expect(events)
     assert len(want) > 10
     assert got == want
+
+
+def test_late_orders_restate_final_hours_and_the_replay_restates_nothing(settings, two_runs):
+    _, _, first, second, newest_order = two_runs
+    result = trino_client.query(
+        settings,
+        f"SELECT event_id, window_start, window_key, lateness FROM {RESTATEMENTS.trino_name} "
+        "WHERE view = 'revenue_hourly' AND version = 1",
+    )
+    restated = {row[0]: row for row in result.rows}
+    assert not set(restated) & {e["event_id"] for e in accepted_events(first)}
+    watermark = newest_order.astimezone(UTC) - timedelta(hours=2)
+    must = {
+        e["event_id"]: (_hour(_utc(e["event_time"])), e["payload"]["currency"])
+        for e in accepted_events(second)
+        if e["event_type"] == "order_placed"
+        and _hour(_utc(e["event_time"])) + timedelta(hours=1) <= watermark
+    }
+    assert len(must) > 10
+    for event_id, (window_start, currency) in must.items():
+        row = restated[event_id]
+        assert (row[1].astimezone(UTC), row[2]) == (window_start, currency)
+        assert row[3] >= 2 * 3600  # a window restated is at least the allowed lateness old
