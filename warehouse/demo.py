@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
-from warehouse import accounting, trino_client
+from warehouse import accounting, registry, trino_client
 from warehouse.registry import SILVER_EVENTS
 from warehouse.settings import Settings
 from warehouse.stack import services
@@ -18,9 +18,10 @@ def _step(text: str) -> None:
 
 
 def run(settings: Settings, events: int) -> int:
-    from spark_jobs import ingest, producer
+    from spark_jobs import ingest, producer, views
     from spark_jobs.generator import id_checksum
     from spark_jobs.session import build_session
+    from spark_jobs.views import runner
 
     _step("starting the local stack (PostgreSQL, Kafka, Trino, Airflow)")
     services.up(settings)
@@ -42,6 +43,10 @@ def run(settings: Settings, events: int) -> int:
     try:
         for table, rows in ingest.run_once(spark, settings).items():
             print(f"  {table:<34} {rows:>10,} rows")
+        _step("views: replayed once from all of silver, then kept up live from its change feed")
+        for view in views.discover().values():
+            how = runner.catch_up(spark, settings, view)
+            print(f"  {runner.gold_table(view).trino_name:<38} {how}")
     finally:
         spark.stop()
 
@@ -66,5 +71,29 @@ def run(settings: Settings, events: int) -> int:
         f"\n{'exact' if ok else 'MISMATCH'}: silver holds {events_found:,} of this demo's "
         f"events; the generator expected {len(expected.silver):,}"
     )
-    print("the stack keeps running: `make status` to look, `make down` to stop it")
+    _step("asking Trino: revenue_hourly v1 (gross) and v2 (net of cancellations), same hours")
+    print(trino_client.format_table(trino_client.query(settings, SIDE_BY_SIDE_SQL)))
+    _step("asking Trino: closed windows that late events restated, per view version")
+    print(trino_client.format_table(trino_client.query(settings, RESTATEMENTS_SQL)))
+    print("\nthe stack keeps running: `make status` to look, `make down` to stop it")
     return 0 if ok else 1
+
+
+V1 = registry.gold_view_table("revenue_hourly", 1).trino_name
+V2 = registry.gold_view_table("revenue_hourly", 2).trino_name
+SIDE_BY_SIDE_SQL = f"""
+SELECT v1.window_start, v1.currency, v1.orders, v1.revenue AS v1_revenue,
+       v2.orders_cancelled AS v2_cancelled, v2.net_revenue AS v2_net_revenue
+FROM {V1} AS v1
+JOIN {V2} AS v2 ON v2.window_start = v1.window_start AND v2.currency = v1.currency
+WHERE v1.currency = 'EUR'
+ORDER BY v2.orders_cancelled DESC, v1.revenue DESC, v1.window_start
+LIMIT 8
+"""
+RESTATEMENTS_SQL = f"""
+SELECT view, version, count(*) AS restatements, count(DISTINCT window_start) AS windows,
+       round(avg(lateness) / 3600.0, 1) AS avg_hours_late
+FROM {registry.GOLD_RESTATEMENTS.trino_name}
+GROUP BY view, version
+ORDER BY view, version
+"""

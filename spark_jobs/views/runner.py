@@ -190,6 +190,16 @@ def has_checkpoint(settings: Settings, view: View) -> bool:
     return (Path(gold_table(view).checkpoint(settings)) / "offsets").is_dir()
 
 
+def catch_up(spark: SparkSession, settings: Settings, view: View) -> str:
+    """Bring the view's gold table up to date with silver, once; say how."""
+    if has_checkpoint(settings, view):
+        stream(spark, settings, view, available_now=True).awaitTermination()
+        return "caught up from its change feed"
+    after = replay(spark, settings, view)
+    stream(spark, settings, view, after_version=after, available_now=True).awaitTermination()
+    return f"replayed from silver up to version {after}"
+
+
 def replay(spark: SparkSession, settings: Settings, view: View) -> int:
     """Rebuild the view from all of silver up to its newest commit; return that position.
 
