@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
+import time
+import uuid
 from pathlib import Path
 
 from delta.tables import DeltaTable
@@ -81,6 +84,71 @@ def apply_changes(
     return n_scopes
 
 
+class Progress:
+    """Logs a long Spark job's progress as events done of total, rate and time left.
+
+    Spark reports tasks, not rows; the share of the job's tasks finished
+    stands in for the share of events, which is close for a scan-heavy job.
+    """
+
+    def __init__(self, spark: SparkSession, label: str, total: int, every_s: float = 5.0) -> None:
+        self.spark, self.label, self.total, self.every_s = spark, label, total, every_s
+        self.group = f"regauge-{uuid.uuid4().hex[:8]}"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self.started = 0.0
+        self.seconds = 0.0
+
+    def __enter__(self) -> Progress:
+        self.started = time.monotonic()
+        self.spark.sparkContext.setJobGroup(self.group, self.label)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        self.seconds = time.monotonic() - self.started
+
+    def share_done(self) -> float:
+        tracker = self.spark.sparkContext.statusTracker()
+        done = total = 0
+        for job_id in tracker.getJobIdsForGroup(self.group):
+            job = tracker.getJobInfo(job_id)
+            if job is None:
+                continue
+            stages = [tracker.getStageInfo(i) for i in job.stageIds]
+            tasks = sum(st.numTasks for st in stages if st is not None) or 1
+            total += tasks
+            # A finished job counts whole: stages it skipped never report tasks.
+            if job.status == "SUCCEEDED":
+                done += tasks
+            else:
+                done += sum(st.numCompletedTasks for st in stages if st is not None)
+        return done / total if total else 0.0
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.every_s):
+            share = self.share_done()
+            elapsed = time.monotonic() - self.started
+            rate = share * self.total / elapsed if elapsed else 0.0
+            left = f"~{self.total * (1 - share) / rate:.0f} s left" if rate else "starting"
+            log.info(
+                "%s: ~%s of %s events (%.0f%%), %s events/s, %s",
+                self.label,
+                f"{int(share * self.total):,}",
+                f"{self.total:,}",
+                share * 100,
+                f"{rate:,.0f}",
+                left,
+            )
+
+    def summary(self) -> str:
+        rate = self.total / self.seconds if self.seconds else 0.0
+        return f"{self.total:,} events in {self.seconds:.1f} s ({rate:,.0f} events/s)"
+
+
 # -- modes -------------------------------------------------------------------------------
 def gold_table(view: View) -> registry.Table:
     return registry.gold_view_table(view.name, view.version)
@@ -108,17 +176,25 @@ def batch(spark: SparkSession, settings: Settings, view: View, *, as_of: int | N
     """
     version = silver_version(spark, settings) if as_of is None else as_of
     table = gold_table(view)
-    answer = view.compute(read_silver(spark, settings, version)).select(
+    silver = read_silver(spark, settings, version)
+    events = silver.where(F.col("event_type").isin(*view.event_types)).count()
+    answer = view.compute(silver).select(
         *[F.col(f.name).cast(f.dataType) for f in view.schema.fields]
     )
-    (
-        answer.write.format("delta")
-        .mode("overwrite")
-        .option("overwriteSchema", "true")
-        .save(table.path(settings))
-    )
+    with Progress(spark, f"replay {view.table_name}", events) as progress:
+        (
+            answer.write.format("delta")
+            .mode("overwrite")
+            .option("overwriteSchema", "true")
+            .save(table.path(settings))
+        )
     catalog.publish(table, settings)
-    log.info("%s: recomputed from silver version %d", table.trino_name, version)
+    log.info(
+        "%s: recomputed from silver version %d: %s",
+        table.trino_name,
+        version,
+        progress.summary(),
+    )
     return version
 
 

@@ -70,3 +70,13 @@ def test_shuffled_micro_batches_replay_and_batch_agree(spark, tmp_path, log_df, 
             got, batch_answer, ignore_row_order=True, ignore_nullable=True, ignore_column_order=True
         )
     assert batch_answer.count() > 1  # the log is not trivial for this view
+
+
+def test_replay_progress_follows_the_jobs_tasks(spark, caplog):
+    caplog.set_level("INFO", logger="spark_jobs.views.runner")
+    with runner.Progress(spark, "replay t_v1", 1000, every_s=0.05) as progress:
+        assert progress.share_done() == 0.0
+        spark.range(0, 200_000, numPartitions=4).selectExpr("sum(id)").collect()
+        assert progress.share_done() == 1.0
+    assert progress.summary().startswith("1,000 events in ")
+    assert any("replay t_v1: ~" in r.getMessage() for r in caplog.records)
