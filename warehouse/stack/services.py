@@ -426,17 +426,15 @@ class Kafka(Service):
         shutil.copyfile(INFRA / "kafka" / "log4j2.properties", self.home / "log4j2.properties")
         if (data / "meta.properties").is_file():
             return
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = _kafka_cluster_id()
         log.info("formatting Kafka storage in %s (cluster %s)", data, cluster_id)
         proc = subprocess.run(
             [
                 *self._java_base(),
                 "kafka.tools.StorageTool",
                 "format",
-                "-t",
-                cluster_id,
-                "-c",
-                str(self.home / "server.properties"),
+                f"--cluster-id={cluster_id}",
+                f"--config={self.home / 'server.properties'}",
             ],
             capture_output=True,
             text=True,
@@ -455,6 +453,15 @@ class Kafka(Service):
 
     def after_start(self) -> None:
         ensure_topic(self.settings)
+
+
+def _kafka_cluster_id() -> str:
+    """A random cluster id as Kafka makes them: 22 base64url characters, never a
+    leading '-', which the storage tool's argument parser would take for an option."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def kafka_admin(settings: Settings) -> AdminClient:

@@ -104,3 +104,19 @@ def test_down_with_nothing_running_is_fine(local):
 def test_unknown_service_names_are_refused(local):
     with pytest.raises(ServiceError, match="unknown service zookeeper"):
         services.services(local, ["zookeeper"])
+
+
+def test_kafka_cluster_ids_never_look_like_an_option():
+    # A leading '-' made the storage tool read the id as a flag (a 1-in-64 CI failure).
+    ids = [services._kafka_cluster_id() for _ in range(3000)]
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+    assert len(set(ids)) == len(ids)
+
+
+def test_kafka_storage_formats_with_an_id_that_starts_with_a_dash(local, monkeypatch):
+    monkeypatch.setattr(services, "_kafka_cluster_id", lambda: "-" + "A" * 21)
+    kafka = services.Kafka(local)
+    kafka.prepare()
+    assert (
+        "cluster.id=-AAAAAAAAAAAAAAAAAAAAA" in (kafka.home / "data" / "meta.properties").read_text()
+    )
