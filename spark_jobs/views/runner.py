@@ -101,6 +101,7 @@ class Progress:
 
     def __enter__(self) -> Progress:
         self.started = time.monotonic()
+        log.info("%s: %s events to process", self.label, f"{self.total:,}")
         self.spark.sparkContext.setJobGroup(self.group, self.label)
         self._thread.start()
         return self
