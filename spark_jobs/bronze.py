@@ -90,6 +90,18 @@ def read_kafka(
     )
 
 
+def read_kafka_batch(spark: SparkSession, settings: Settings) -> DataFrame:
+    """Every record the topic still holds, as one batch (a replay's source)."""
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("subscribe", registry.TOPIC)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .load()
+    )
+
+
 def start(
     spark: SparkSession,
     settings: Settings,

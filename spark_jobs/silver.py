@@ -164,6 +164,23 @@ def conflict_detail(state: DataFrame) -> DataFrame:
     )
 
 
+def from_records(records: DataFrame) -> DataFrame:
+    """Bronze-shaped rows (any set of Kafka records) -> the silver rows they settle to.
+
+    The whole contract in one pure step, for a replay straight from Kafka: the
+    same validation and the same winner rule as the streaming path, with every
+    record in one batch.
+    """
+    checked = contract.validate(records)
+    accepted = checked.where(F.col("reject_reason").isNull())
+    state = classify(
+        accepted.select(*[f.name for f in LEDGER_SCHEMA.fields]).withColumn("in_batch", F.lit(True))
+    ).where(F.col("status") == ACCEPTED)
+    return to_silver_rows(
+        accepted.join(state.select("partition", "offset"), ["partition", "offset"])
+    )
+
+
 # -- IO ----------------------------------------------------------------------------
 def ensure_table(
     spark: SparkSession,

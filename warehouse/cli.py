@@ -214,10 +214,12 @@ def cmd_views(args: argparse.Namespace) -> int:
     except KeyError as exc:
         print(f"regauge: {exc.args[0]}", file=sys.stderr)
         return 2
-    return _views_run(view, args.mode, args.trigger, args.until_caught_up)
+    return _views_run(view, args.mode, args.trigger, args.until_caught_up, args.source)
 
 
-def _views_run(view: Any, mode: str, trigger: str | None, until_caught_up: bool) -> int:
+def _views_run(
+    view: Any, mode: str, trigger: str | None, until_caught_up: bool, source: str
+) -> int:
     import signal
     import threading
 
@@ -229,13 +231,16 @@ def _views_run(view: Any, mode: str, trigger: str | None, until_caught_up: bool)
     spark = build_session(f"regauge-view-{view.table_name}", s)
     try:
         if mode == "batch":
-            version = runner.batch(spark, s, view)
-            print(f"{table.trino_name}: recomputed from silver version {version}")
+            version = runner.batch(spark, s, view, source=source)
+            print(f"{table.trino_name}: recomputed from {source} (silver version {version})")
             return 0
         after = None
         if mode == "replay":
-            after = runner.replay(spark, s, view)
-            print(f"{table.trino_name}: replayed silver up to version {after}; continuing live")
+            after = runner.replay(spark, s, view, source=source)
+            print(
+                f"{table.trino_name}: replayed {source} (silver up to version {after}); "
+                "continuing live"
+            )
         elif not runner.has_checkpoint(s, view):
             print(
                 f"regauge: {table.trino_name} has no stream yet; start it with --mode replay",
@@ -374,6 +379,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("view", nargs="?", help="view name, e.g. revenue_hourly")
     p.add_argument("--version", type=_positive_int, default=None, help="view version, e.g. 2")
     p.add_argument("--mode", choices=("stream", "replay", "batch"), default="stream")
+    p.add_argument(
+        "--source",
+        choices=("silver", "kafka"),
+        default="silver",
+        help="what a replay or batch reads: silver (all history, default) or every record "
+        "Kafka still holds, validated and deduplicated on the fly",
+    )
     p.add_argument("--trigger", default=None, help="micro-batch interval (default 1 second)")
     p.add_argument(
         "--until-caught-up",

@@ -31,6 +31,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from spark_jobs import bronze
+from spark_jobs import silver as silver_mod
 from spark_jobs.views.base import View
 from warehouse import catalog, registry
 from warehouse.settings import Settings
@@ -170,14 +172,31 @@ def read_silver(spark: SparkSession, settings: Settings, version: int | None = N
     return reader.load(SILVER.path(settings))
 
 
-def batch(spark: SparkSession, settings: Settings, view: View, *, as_of: int | None = None) -> int:
-    """Recompute the whole view from silver (as of a version) into its gold table.
+def batch(
+    spark: SparkSession,
+    settings: Settings,
+    view: View,
+    *,
+    as_of: int | None = None,
+    source: str = "silver",
+) -> int:
+    """Recompute the whole view into its gold table, from silver (as of a version) or
+    from every record Kafka still holds (`source="kafka"`).
 
-    Returns the silver version the table now reflects.
+    Returns the silver version a stream should follow on from. From Kafka, that
+    is silver's newest commit when the read began: every later change is
+    recomputed from silver, so the hand-off is exact once silver has caught up.
     """
     version = silver_version(spark, settings) if as_of is None else as_of
     table = gold_table(view)
-    silver = read_silver(spark, settings, version)
+    if source == "kafka":
+        silver = silver_mod.from_records(
+            bronze.to_bronze_rows(bronze.read_kafka_batch(spark, settings))
+        ).localCheckpoint(eager=True)
+    elif source == "silver":
+        silver = read_silver(spark, settings, version)
+    else:
+        raise ValueError(f"unknown replay source {source!r}: use silver or kafka")
     events = silver.where(F.col("event_type").isin(*view.event_types)).count()
     answer = view.compute(silver).select(
         *[F.col(f.name).cast(f.dataType) for f in view.schema.fields]
@@ -191,8 +210,9 @@ def batch(spark: SparkSession, settings: Settings, view: View, *, as_of: int | N
         )
     catalog.publish(table, settings)
     log.info(
-        "%s: recomputed from silver version %d: %s",
+        "%s: recomputed from %s (silver version %d): %s",
         table.trino_name,
+        source,
         version,
         progress.summary(),
     )
@@ -277,14 +297,14 @@ def catch_up(spark: SparkSession, settings: Settings, view: View) -> str:
     return f"replayed from silver up to version {after}"
 
 
-def replay(spark: SparkSession, settings: Settings, view: View) -> int:
+def replay(spark: SparkSession, settings: Settings, view: View, source: str = "silver") -> int:
     """Rebuild the view from all of silver up to its newest commit; return that position.
 
     The stream to follow it must start right after the returned version
     (`stream(after_version=...)`), with a fresh checkpoint, which this clears.
     """
     shutil.rmtree(gold_table(view).checkpoint(settings), ignore_errors=True)
-    return batch(spark, settings, view)
+    return batch(spark, settings, view, source=source)
 
 
 # -- restatements --------------------------------------------------------------------------

@@ -206,3 +206,22 @@ def test_silver_rows_have_the_contract_types(spark, lake):
         ignore_nullable=True,
     )
     assert events.where(F.col("content_hash").isNull()).count() == 0
+
+
+def test_from_records_settles_like_the_streaming_path(spark, lake):
+    rows = [
+        (2, 0, _event("e1")),
+        (2, 1, _event("e1")),
+        (0, 7, _event("e1", customer="c9")),  # earlier in log order, other content
+        (1, 3, b"{oops"),
+        (1, 4, _event("e2", quantity=2)),
+    ]
+    # Streaming: in two micro-batches, partition 2 first.
+    silver.process_batch(spark, lake, _batch(spark, lake, rows[:2]), 0, "app")
+    silver.process_batch(spark, lake, _batch(spark, lake, rows[2:]), 1, "app")
+    streamed, _, _ = _tables(spark, lake)
+
+    at_once = silver.from_records(_batch(spark, lake, rows))
+    assert_df_equality(
+        at_once, streamed, ignore_row_order=True, ignore_nullable=True, ignore_column_order=True
+    )
