@@ -234,11 +234,11 @@ def _bad(value: bytes | dict[str, Any], reason: str, kind: str, key: str = "cust
 
 
 # -- chaos ---------------------------------------------------------------------------
-def _broken(ids: _Ids, base: dict[str, Any], rng: random.Random) -> list[Record]:
+def _broken(ids: _Ids) -> list[Record]:
     """One record of every way to fail the contract, each from a copy of a good event."""
 
     def mutate(**changes: Any) -> dict[str, Any]:
-        event = json.loads(encode(base), parse_float=Decimal)
+        event = json.loads(encode(_TEMPLATE), parse_float=Decimal)
         event["event_id"] = ids.next("bad-")
         for path, value in changes.items():
             target = event
@@ -322,7 +322,7 @@ def records(
     rng = random.Random(seed * 7919 + 1)
     if not chaos:
         return [_record(e) for e in traffic(seed, count, start, days)]
-    broken_one_each = _broken(_Ids(f"s{seed}"), _TEMPLATE, rng)
+    broken_one_each = _broken(_Ids(f"s{seed}"))
     n_bad = max(len(broken_one_each), count // 100)
     n_resend = count * 3 // 100
     n_conflict = count // 100
@@ -353,7 +353,7 @@ def records(
     extras += [_conflicting(rng.choice(events), rng, people) for _ in range(n_conflict)]
     bad = list(broken_one_each)
     while len(bad) < n_bad:
-        bad += _broken(_Ids(f"s{seed}-{len(bad)}"), _TEMPLATE, rng)
+        bad += _broken(_Ids(f"s{seed}-{len(bad)}"))
     extras += bad[:n_bad]
     for r in extras:  # later than the original, at a random place
         out.insert(rng.randrange(len(out) // 2, len(out) + 1), r)

@@ -22,7 +22,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from spark_jobs import bronze, silver
+from spark_jobs import bronze, lake, silver
 from warehouse import catalog, registry
 from warehouse.settings import Settings
 
@@ -150,7 +150,7 @@ def _now() -> str:
 # -- queries ---------------------------------------------------------------------------
 def prepare(spark: SparkSession, settings: Settings) -> None:
     """Create the tables (silver streams from bronze, so bronze must exist) and publish them."""
-    silver.ensure_table(spark, settings, registry.BRONZE_EVENTS, bronze.BRONZE_SCHEMA)
+    lake.ensure_table(spark, registry.BRONZE_EVENTS.path(settings), bronze.BRONZE_SCHEMA)
     silver.ensure_tables(spark, settings)
     for table in PUBLISHED:
         catalog.publish(table, settings)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,7 +43,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs import contract
+from spark_jobs import contract, lake
 from warehouse import registry
 from warehouse.settings import Settings
 
@@ -182,27 +181,14 @@ def from_records(records: DataFrame) -> DataFrame:
 
 
 # -- IO ----------------------------------------------------------------------------
-def ensure_table(
-    spark: SparkSession,
-    settings: Settings,
-    table: registry.Table,
-    schema: StructType,
-    properties: dict[str, str] | None = None,
-) -> None:
-    """Create the Delta table (with its first commit) if it does not exist yet."""
-    builder = DeltaTable.createIfNotExists(spark).location(table.path(settings))
-    builder = builder.addColumns(schema)
-    for key, value in (properties or {}).items():
-        builder = builder.property(key, value)
-    builder.execute()
-
-
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
     # Views follow silver through its change feed: silver is not append-only,
     # because a winner can be replaced by one earlier in log order.
-    ensure_table(spark, settings, SILVER, SILVER_SCHEMA, {"delta.enableChangeDataFeed": "true"})
-    ensure_table(spark, settings, QUARANTINE, QUARANTINE_SCHEMA)
-    ensure_table(spark, settings, LEDGER, LEDGER_SCHEMA)
+    lake.ensure_table(
+        spark, SILVER.path(settings), SILVER_SCHEMA, {"delta.enableChangeDataFeed": "true"}
+    )
+    lake.ensure_table(spark, QUARANTINE.path(settings), QUARANTINE_SCHEMA)
+    lake.ensure_table(spark, LEDGER.path(settings), LEDGER_SCHEMA)
 
 
 def _append(df: DataFrame, path: str, app_id: str, version: int) -> None:
@@ -447,20 +433,15 @@ def app_id(settings: Settings) -> str:
     return marker.read_text().strip()
 
 
-def writer(
-    spark: SparkSession,
-    settings: Settings,
-    on_batch_done: Callable[[BatchResult], None] | None = None,
-) -> DataStreamWriter:
-    """The bronze -> silver streaming query, not yet started (the runner picks the trigger)."""
-    ensure_tables(spark, settings)
+def writer(spark: SparkSession, settings: Settings) -> DataStreamWriter:
+    """The bronze -> silver streaming query, not yet started (the runner picks the trigger).
+
+    The tables must exist (`ensure_tables`); the ingest runner creates them once.
+    """
     txn_app = app_id(settings)
 
     def each_batch(batch: DataFrame, batch_id: int) -> None:
-        result = process_batch(spark, settings, batch, batch_id, txn_app)
-        log.info("%s", result.describe())
-        if on_batch_done is not None:
-            on_batch_done(result)
+        log.info("%s", process_batch(spark, settings, batch, batch_id, txn_app).describe())
 
     return (
         spark.readStream.format("delta")

@@ -33,6 +33,11 @@ def hour_of(ts: str) -> F.Column:
     return F.date_trunc("hour", F.col(ts))
 
 
+def window_end() -> F.Column:
+    """The end of the hour that starts at `window_start` (end-exclusive)."""
+    return (F.col("window_start") + F.expr("INTERVAL 1 HOUR")).alias("window_end")
+
+
 def compute(silver: DataFrame) -> DataFrame:
     orders = silver.where(F.col("event_type") == "order_placed")
     return (
@@ -40,7 +45,7 @@ def compute(silver: DataFrame) -> DataFrame:
         .agg(F.count(F.lit(1)).alias("orders"), F.sum("total").cast(MONEY).alias("revenue"))
         .select(
             "window_start",
-            (F.col("window_start") + F.expr("INTERVAL 1 HOUR")).alias("window_end"),
+            window_end(),
             "currency",
             "orders",
             "revenue",
@@ -75,7 +80,7 @@ def order_windows(orders: DataFrame) -> DataFrame:
         "event_id",
         "event_time",
         "window_start",
-        (F.col("window_start") + F.expr("INTERVAL 1 HOUR")).alias("window_end"),
+        window_end(),
         F.col("currency").alias("window_key"),
     )
 

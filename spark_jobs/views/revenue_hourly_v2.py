@@ -25,6 +25,7 @@ from spark_jobs.views.revenue_hourly_v1 import (
     hour_of,
     order_windows,
     placed_orders,
+    window_end,
 )
 
 SCHEMA = StructType(
@@ -65,7 +66,7 @@ def compute(silver: DataFrame) -> DataFrame:
         )
         .select(
             "window_start",
-            (F.col("window_start") + F.expr("INTERVAL 1 HOUR")).alias("window_end"),
+            window_end(),
             "currency",
             "orders_placed",
             "orders_cancelled",

@@ -31,7 +31,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs import bronze
+from spark_jobs import bronze, lake
 from spark_jobs import silver as silver_mod
 from spark_jobs.views.base import View
 from warehouse import catalog, registry
@@ -42,8 +42,19 @@ SILVER = registry.SILVER_EVENTS
 log = logging.getLogger(__name__)
 
 
+# The columns a change-feed row carries besides silver's own.
+CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+
+
 def ensure_gold(spark: SparkSession, path: str, view: View) -> None:
-    DeltaTable.createIfNotExists(spark).location(path).addColumns(view.schema).execute()
+    lake.ensure_table(spark, path, view.schema)
+
+
+def gold_rows(view: View, silver: DataFrame) -> DataFrame:
+    """The view's function, its output held to the declared schema (types and order)."""
+    return view.compute(silver).select(
+        *[F.col(f.name).cast(f.dataType) for f in view.schema.fields]
+    )
 
 
 def apply_changes(
@@ -59,9 +70,7 @@ def apply_changes(
         return 0
     scope_cols = list(view.scope)
     key = list(view.key)
-    fresh = view.compute(view.restrict(silver, scopes)).select(
-        *[F.col(f.name).cast(f.dataType) for f in view.schema.fields]
-    )
+    fresh = gold_rows(view, view.restrict(silver, scopes))
     gold = DeltaTable.forPath(spark, path)
     # Rows of a touched scope that the recompute no longer produces (e.g. two
     # sessions merged into one) are deleted; the rest are upserted.
@@ -73,11 +82,10 @@ def apply_changes(
     source = fresh.withColumn("_op", F.lit("upsert")).unionByName(
         gone.withColumn("_op", F.lit("delete"))
     )
-    condition = " AND ".join(f"t.{k} = s.{k}" for k in key)
     values: dict[str, str | Column] = {f.name: f"s.{f.name}" for f in view.schema.fields}
     (
         gold.alias("t")
-        .merge(source.alias("s"), condition)
+        .merge(source.alias("s"), lake.merge_condition(key))
         .whenMatchedDelete(condition="s._op = 'delete'")
         .whenMatchedUpdate(condition="s._op = 'upsert'", set=values)
         .whenNotMatchedInsert(condition="s._op = 'upsert'", values=values)
@@ -198,9 +206,7 @@ def batch(
     else:
         raise ValueError(f"unknown replay source {source!r}: use silver or kafka")
     events = silver.where(F.col("event_type").isin(*view.event_types)).count()
-    answer = view.compute(silver).select(
-        *[F.col(f.name).cast(f.dataType) for f in view.schema.fields]
-    )
+    answer = gold_rows(view, silver)
     with Progress(spark, f"replay {view.table_name}", events) as progress:
         (
             answer.write.format("delta")
@@ -256,11 +262,12 @@ def stream(
 
     def each_batch(changes: DataFrame, batch_id: int) -> None:
         mine = changes.where(relevant).localCheckpoint(eager=True)
+        # One snapshot of silver for the recompute and for placing restatements.
+        silver = read_silver(spark, settings)
         # Pre-images matter too: a replaced winner may leave a scope it was in.
-        changed = mine.drop("_change_type", "_commit_version", "_commit_timestamp")
-        n = apply_changes(spark, path, view, changed, read_silver(spark, settings))
+        n = apply_changes(spark, path, view, mine.drop(*CDF_COLUMNS), silver)
         if n:
-            restated = record_restatements(spark, settings, view, mine, path)
+            restated = record_restatements(spark, settings, view, mine, silver, path)
             log.info(
                 "%s batch %d: %d scopes recomputed, %d restatements of final windows",
                 table.trino_name,
@@ -356,19 +363,23 @@ def restatements(
 
 
 def ensure_restatements(spark: SparkSession, settings: Settings) -> None:
-    path = RESTATEMENTS.path(settings)
-    DeltaTable.createIfNotExists(spark).location(path).addColumns(RESTATEMENTS_SCHEMA).execute()
+    lake.ensure_table(spark, RESTATEMENTS.path(settings), RESTATEMENTS_SCHEMA)
     catalog.publish(RESTATEMENTS, settings)
 
 
 def record_restatements(
-    spark: SparkSession, settings: Settings, view: View, changes: DataFrame, gold_path: str
+    spark: SparkSession,
+    settings: Settings,
+    view: View,
+    changes: DataFrame,
+    silver: DataFrame,
+    gold_path: str,
 ) -> int:
-    """Record what a change-feed micro-batch restated; idempotent (insert if absent)."""
-    landed = changes.where(
-        F.col("_change_type").isin("insert", "update_postimage")
-        & F.col("event_type").isin(*view.event_types)
-    ).drop("_change_type", "_commit_version", "_commit_timestamp")
+    """Record what a change-feed micro-batch (already limited to the view's event
+    types) restated; idempotent (insert if absent)."""
+    landed = changes.where(F.col("_change_type").isin("insert", "update_postimage")).drop(
+        *CDF_COLUMNS
+    )
     first = changes.agg(F.min("_commit_version")).first()
     if first is None or first[0] is None or first[0] == 0:
         return 0
@@ -376,16 +387,14 @@ def record_restatements(
     newest = before.where(F.col("event_type").isin(*view.event_types)).agg(
         F.max("event_time").alias("newest")
     )
-    silver = read_silver(spark, settings)
     gold = spark.read.format("delta").load(gold_path)
     found = restatements(view, landed, silver, gold, newest).localCheckpoint(eager=True)
     n = found.count()
     if n:
-        condition = " AND ".join(f"t.{k} = s.{k}" for k in _RESTATEMENT_KEY)
         (
             DeltaTable.forPath(spark, RESTATEMENTS.path(settings))
             .alias("t")
-            .merge(found.alias("s"), condition)
+            .merge(found.alias("s"), lake.merge_condition(_RESTATEMENT_KEY))
             .whenNotMatchedInsertAll()
             .execute()
         )
