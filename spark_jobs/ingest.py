@@ -43,7 +43,9 @@ class DataLossError(RuntimeError):
 
 
 def status_path(settings: Settings) -> Path:
-    return settings.state_dir / "ingest" / "status.json"
+    from warehouse import ingest_ctl
+
+    return ingest_ctl.daemon(settings).status_file
 
 
 def is_data_loss(error: str) -> bool:

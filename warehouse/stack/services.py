@@ -374,6 +374,9 @@ class Postgres(Service):
                         sql.Identifier(schema), sql.Identifier(s.postgres_user)
                     )
                 )
+        from warehouse import migrations
+
+        migrations.apply(s)
 
     def note(self) -> str:
         s = self.settings
