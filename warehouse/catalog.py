@@ -55,3 +55,18 @@ def publish(table: Table, settings: Settings) -> bool:
     )
     log.info("published %s at %s", table.trino_name, trino_location(table, settings))
     return True
+
+
+def unpublish(table: Table, settings: Settings) -> bool:
+    """Remove a table from Trino's metastore, leaving its files; False if it was not there."""
+    if not is_published(table, settings):
+        return False
+    catalog = quote_identifier(registry.TRINO_LAKE_CATALOG, "catalog")
+    trino_client.query(
+        settings,
+        f"CALL {catalog}.system.unregister_table("
+        f"schema_name => '{check_identifier(table.schema, 'schema')}', "
+        f"table_name => '{check_identifier(table.name, 'table')}')",
+    )
+    log.info("unpublished %s", table.trino_name)
+    return True

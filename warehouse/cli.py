@@ -7,6 +7,7 @@ wrong and what to do, and exit non-zero.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -220,11 +221,13 @@ def cmd_views(args: argparse.Namespace) -> int:
 def _views_run(
     view: Any, mode: str, trigger: str | None, until_caught_up: bool, source: str
 ) -> int:
+    import os
     import signal
     import threading
 
     from spark_jobs.session import build_session
     from spark_jobs.views import runner
+    from warehouse import streams
 
     s = settings_mod.get()
     table = runner.gold_table(view)
@@ -234,22 +237,22 @@ def _views_run(
             version = runner.batch(spark, s, view, source=source)
             print(f"{table.trino_name}: recomputed from {source} (silver version {version})")
             return 0
-        after = None
         if mode == "replay":
             after = runner.replay(spark, s, view, source=source)
             print(
                 f"{table.trino_name}: replayed {source} (silver up to version {after}); "
                 "continuing live"
             )
-        elif not runner.has_checkpoint(s, view):
+        elif not runner.has_checkpoint(s, view) and runner.replayed_through(s, view) < 0:
             print(
                 f"regauge: {table.trino_name} has no stream yet; start it with --mode replay",
                 file=sys.stderr,
             )
             return 2
-        query = runner.stream(
-            spark, s, view, after_version=after, trigger=trigger, available_now=until_caught_up
-        )
+        query = runner.stream(spark, s, view, trigger=trigger, available_now=until_caught_up)
+        # `regauge streams` reads this to know the stream is up.
+        status = streams.daemon(s, view.name, view.version)
+        status.write_status(state="running", pid=os.getpid(), since=datetime.now(UTC))
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
@@ -258,14 +261,169 @@ def _views_run(
         if query.isActive:
             query.stop()
         if query.exception() is not None:
+            status.write_status(state="failed", error=str(query.exception()))
             print(
                 f"regauge: {table.trino_name} stream failed: {query.exception()}", file=sys.stderr
             )
             return 1
+        status.write_status(state="stopped", at=datetime.now(UTC))
         print(f"{table.trino_name}: stream stopped")
         return 0
     finally:
         spark.stop()
+
+
+# -- versions: reprocess, rollout, retire -----------------------------------------------
+def cmd_versions(args: argparse.Namespace) -> int:
+    from warehouse import lifecycle, versions
+
+    s = settings_mod.get()
+    action = args.action
+    if action == "list":
+        rows = versions.versions(s, args.view)
+        if not rows:
+            print("no versions registered" + (f" for {args.view}" if args.view else ""))
+            return 0
+        for v in rows:
+            print(
+                f"{v.view_name:<18} v{v.version:<3} {v.status:<9} {v.rollout_percent:>3} %  "
+                f"built from {v.source_position or '-':<14} "
+                f"ready {_when(v.ready_at)}  retired {_when(v.retired_at)}"
+            )
+        return 0
+    if args.view is None:
+        print(f"regauge: versions {action} needs VIEW", file=sys.stderr)
+        return 2
+    if action == "forget":
+        if not args.yes:
+            print(
+                f"regauge: this forgets every version of {args.view} and stops their streams; "
+                "add --yes to go ahead",
+                file=sys.stderr,
+            )
+            return 2
+        for line in lifecycle.forget(s, args.view):
+            print(line)
+        return 0
+    if args.version is None:
+        print(f"regauge: versions {action} needs VIEW VERSION", file=sys.stderr)
+        return 2
+    view, version = args.view, args.version
+    if action == "show":
+        return _versions_show(s, view, version)
+    if action == "validate":
+        report = lifecycle.validate(s, view, version)
+        print(json.dumps(report, indent=2, default=str))
+        print(
+            f"{view} v{version}: {'PASSED' if report.get('passed') else 'FAILED'}: "
+            f"{report.get('summary', '')}"
+        )
+        return 0 if report.get("passed") else 1
+    step = {
+        "register": lambda: lifecycle.register(s, view, version, args.source),
+        "build": lambda: lifecycle.build(s, view, version, args.source),
+        "go-live": lambda: lifecycle.go_live(s, view, version),
+        "publish": lambda: lifecycle.publish(s, view, version),
+        "ready": lambda: lifecycle.ready(s, view, version),
+    }[action]
+    print(step())
+    return 0
+
+
+def _when(at: datetime | None) -> str:
+    return at.strftime("%Y-%m-%d %H:%M") if at else "-"
+
+
+def _versions_show(s: settings_mod.Settings, view: str, version: int) -> int:
+    from warehouse import streams, versions
+
+    v = versions.get(s, view, version)
+    stream = streams.daemon(s, view, version)
+    pid = stream.pid()
+    print(f"{v.label}: {v.status}, {v.rollout_percent} % of users")
+    print(
+        f"  created {_when(v.created_at)}, ready {_when(v.ready_at)}, retired {_when(v.retired_at)}"
+    )
+    print(f"  built from {v.source_position or '-'}")
+    print(f"  stream: {'running, pid ' + str(pid) if pid else 'not running'} (log {stream.log})")
+    pinned = sorted(u for u, pv in versions.pins(s, view).items() if pv == version)
+    print(f"  pinned users: {', '.join(pinned) or 'none'}")
+    if v.validation:
+        print(
+            f"  validation: {'passed' if v.validation.get('passed') else 'FAILED'}: "
+            f"{v.validation.get('summary', '')}"
+        )
+    print("  history:")
+    for e in versions.events(s, view):
+        if e["version"] == version:
+            print(f"    {_when(e['at'])}  {e['action']:<10} {e['detail']}")
+    return 0
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from warehouse import lifecycle
+
+    for line in lifecycle.rollout(
+        settings_mod.get(), args.view, args.version, args.percent, args.pin, args.unpin
+    ):
+        print(line)
+    return 0
+
+
+def cmd_retire(args: argparse.Namespace) -> int:
+    from warehouse import lifecycle
+
+    for line in lifecycle.retire(settings_mod.get(), args.view, args.version):
+        print(line)
+    return 0
+
+
+def cmd_streams(args: argparse.Namespace) -> int:
+    from warehouse import streams
+
+    s = settings_mod.get()
+    if args.action == "list":
+        found = streams.known(s)
+        for st in found:
+            print(f"{st.view} v{st.version}: {st.state}" + (f" (pid {st.pid})" if st.pid else ""))
+        if not found:
+            print("no view streams have run yet")
+        return 0
+    if args.action == "ensure":
+        for line in streams.ensure(s) or ["every live version's stream is running"]:
+            print(line)
+        return 0
+    if args.view is None or args.version is None:
+        print(f"regauge: streams {args.action} needs VIEW --version N", file=sys.stderr)
+        return 2
+    act = streams.start if args.action == "start" else streams.stop
+    print(act(s, args.view, args.version))
+    return 0
+
+
+def cmd_trigger(args: argparse.Namespace) -> int:
+    from warehouse import airflow_client
+
+    conf: dict[str, Any] = {}
+    for pair in args.conf:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            print(f"regauge: {pair!r} is not key=value", file=sys.stderr)
+            return 2
+        # Numbers as numbers, so Airflow's param schema sees an integer version.
+        conf[key] = int(value) if value.lstrip("-").isdigit() else value
+    client = airflow_client.Client(settings_mod.get())
+    client.wait_for_dag(args.dag_id)
+    run_id = client.trigger(args.dag_id, conf)
+    print(f"{args.dag_id}: run {run_id} created")
+    if args.no_wait:
+        return 0
+    state = client.wait(args.dag_id, run_id)
+    print(f"{args.dag_id}: run {run_id} {state}")
+    if state != "success":
+        print(client.failure_logs(args.dag_id, run_id), file=sys.stderr)
+        return 1
+    return 0
 
 
 def cmd_query(args: argparse.Namespace) -> int:
@@ -393,6 +551,78 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop once the stream has processed everything in silver",
     )
 
+    p = add(
+        "versions",
+        cmd_versions,
+        "the version registry: list, show VIEW VERSION; the steps of a reprocess "
+        "(register, build, go-live, validate, publish, ready), as regauge_reprocess runs "
+        "them; forget VIEW --yes starts a view's history over",
+    )
+    p.add_argument(
+        "action",
+        choices=(
+            "list",
+            "show",
+            "register",
+            "build",
+            "go-live",
+            "validate",
+            "publish",
+            "ready",
+            "forget",
+        ),
+    )
+    p.add_argument("view", nargs="?", type=_identifier, help="view name, e.g. revenue_hourly")
+    p.add_argument("version", nargs="?", type=_positive_int, help="view version, e.g. 2")
+    p.add_argument(
+        "--source",
+        choices=("bronze", "kafka"),
+        default="bronze",
+        help="what the replay reads: bronze (all history, via silver; default) or kafka",
+    )
+    p.add_argument("--yes", action="store_true", help="confirm `forget`")
+
+    p = add(
+        "rollout",
+        cmd_rollout,
+        "route PERCENT of users to VERSION (the rest see the other live version); "
+        "100 makes it the current version; every step can be undone until retirement",
+    )
+    p.add_argument("view", type=_identifier)
+    p.add_argument("version", type=_positive_int)
+    p.add_argument("percent", type=_percent, help="0-100")
+    p.add_argument("--pin", metavar="USER", help="also pin USER to VERSION, whatever the percent")
+    p.add_argument("--unpin", metavar="USER", help="remove USER's pin")
+
+    p = add(
+        "retire",
+        cmd_retire,
+        "retire a version no user is routed to: stop its stream, drop it from Trino, "
+        "archive its table",
+    )
+    p.add_argument("view", type=_identifier)
+    p.add_argument("version", type=_positive_int)
+
+    p = add(
+        "streams",
+        cmd_streams,
+        "live view streams: list, start/stop VIEW --version N, ensure (start every live "
+        "version's stream that is not running; what regauge_watchdog runs)",
+    )
+    p.add_argument("action", choices=("list", "start", "stop", "ensure"))
+    p.add_argument("view", nargs="?", type=_identifier)
+    p.add_argument("--version", type=_positive_int, default=None)
+
+    p = add(
+        "trigger",
+        cmd_trigger,
+        "trigger an Airflow DAG through its REST API and follow it, e.g. "
+        "`regauge trigger regauge_reprocess view=revenue_hourly version=2`",
+    )
+    p.add_argument("dag_id")
+    p.add_argument("conf", nargs="*", metavar="KEY=VALUE", help="the run's params")
+    p.add_argument("--no-wait", action="store_true", help="return once the run exists")
+
     p = add("query", cmd_query, "run SQL through Trino and print the result as a table")
     p.add_argument("sql", help="the SQL statement")
     p.add_argument("--user", default="regauge", help="Trino user name (default regauge)")
@@ -430,6 +660,25 @@ def _timestamp(text: str) -> datetime | None:
     return parsed
 
 
+def _identifier(text: str) -> str:
+    from warehouse.sqlnames import UnsafeNameError, check_identifier
+
+    try:
+        return check_identifier(text, "view")
+    except UnsafeNameError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _percent(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"{value} is not a percent from 0 to 100")
+    return value
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -443,19 +692,36 @@ def _positive_int(text: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _configure_logging(args.verbose)
-    from trino.exceptions import TrinoConnectionError, TrinoUserError
+    import psycopg
+    from trino.exceptions import TrinoConnectionError, TrinoQueryError
 
+    from warehouse.airflow_client import AirflowError
     from warehouse.sqlnames import UnsafeNameError
     from warehouse.stack.artifacts import SetupError
     from warehouse.stack.process import ServiceError
+    from warehouse.versions import VersionError
 
     try:
         return int(args.handler(args))
-    except (SetupError, ServiceError, settings_mod.SettingsError, UnsafeNameError) as exc:
+    except (
+        SetupError,
+        ServiceError,
+        settings_mod.SettingsError,
+        UnsafeNameError,
+        VersionError,
+        AirflowError,
+    ) as exc:
         print(f"regauge: {exc}", file=sys.stderr)
         return 2
-    except TrinoUserError as exc:
+    except TrinoQueryError as exc:
         print(f"regauge: Trino refused the query: {exc.message}", file=sys.stderr)
+        return 2
+    except psycopg.OperationalError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(
+            f"regauge: PostgreSQL is not reachable ({first}); start it with `regauge up`",
+            file=sys.stderr,
+        )
         return 2
     except TrinoConnectionError:
         s = settings_mod.get()

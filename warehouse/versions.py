@@ -230,7 +230,9 @@ def _pins(conn: psycopg.Connection[Any], view: str) -> dict[str, int]:
     return {r["user_name"]: r["version"] for r in rows}
 
 
-def _event(conn: psycopg.Connection[Any], view: str, version: int, action: str, detail: str) -> None:
+def _event(
+    conn: psycopg.Connection[Any], view: str, version: int, action: str, detail: str
+) -> None:
     conn.execute(
         "INSERT INTO control.view_events (view_name, version, action, detail) "
         "VALUES (%s, %s, %s, %s)",

@@ -9,7 +9,7 @@ checkpoints, triggers and writes (CONTRACT.md §3, DESIGN.md).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from pyspark.sql import DataFrame
@@ -41,6 +41,9 @@ class View:
     lands_in: Callable[[DataFrame, DataFrame, DataFrame], DataFrame]
     allowed_lateness: timedelta = DEFAULT_ALLOWED_LATENESS
     description: str = ""
+    # What this version must share with an earlier one, checked before it goes
+    # live: {earlier version: {column here: column there}}, row by row on the key.
+    agrees_with: dict[int, dict[str, str]] = field(default_factory=dict)
 
     @property
     def table_name(self) -> str:

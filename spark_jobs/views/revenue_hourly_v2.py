@@ -131,4 +131,8 @@ VIEW = View(
     restrict=restrict,
     lands_in=lands_in,
     description="revenue net of cancellations, each attributed to its order's hour",
+    # Before cancellations are taken off, v2 is v1: same hours, orders and gross.
+    agrees_with={
+        1: {"window_end": "window_end", "orders_placed": "orders", "gross_revenue": "revenue"}
+    },
 )

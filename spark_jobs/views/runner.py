@@ -11,6 +11,7 @@ micro-batch harmless.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import threading
@@ -212,6 +213,7 @@ def batch(
             answer.write.format("delta")
             .mode("overwrite")
             .option("overwriteSchema", "true")
+            .option("userMetadata", tag(version, source))
             .save(table.path(settings))
         )
     catalog.publish(table, settings)
@@ -230,29 +232,28 @@ def stream(
     settings: Settings,
     view: View,
     *,
-    after_version: int | None = None,
     trigger: str | None = None,
     available_now: bool = False,
 ) -> StreamingQuery:
     """Follow silver's change feed into the view's gold table.
 
-    `after_version` is where a replay ended: the stream starts at the next
-    commit, so nothing is missed and nothing counted twice. Once the stream
-    has a checkpoint, the checkpoint decides and `after_version` is ignored.
+    The stream starts right after the commit its replay was built from (the
+    marker `replay` leaves beside the checkpoint), so nothing is missed and
+    nothing counted twice. Once the stream has a checkpoint, the checkpoint decides.
+
+    Each micro-batch recomputes from silver *as of the batch's last commit*
+    and tags its gold commit with that version, so every tagged gold commit
+    equals the view's function of one silver snapshot: what validation and
+    the audit compare against.
     """
     table = gold_table(view)
     path = table.path(settings)
     ensure_gold(spark, path, view)
     catalog.publish(table, settings)
     checkpoint = table.checkpoint(settings)
-    # Where the replay ended, kept beside the stream's checkpoint. The stream
-    # starts *at* that commit (a change feed cannot start at a version that
-    # does not exist yet) and skips it and everything before.
-    marker = Path(checkpoint) / "regauge_replayed_through"
-    if after_version is not None:
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(f"{after_version}\n")
-    floor = int(marker.read_text()) if marker.exists() else -1
+    floor = replayed_through(settings, view)
+    # A change feed cannot start at a version that does not exist yet, so the
+    # stream starts *at* the replay's commit and skips it and everything before.
     reader = spark.readStream.format("delta").option("readChangeFeed", "true")
     if floor >= 0:
         reader = reader.option("startingVersion", floor)
@@ -262,17 +263,27 @@ def stream(
 
     def each_batch(changes: DataFrame, batch_id: int) -> None:
         mine = changes.where(relevant).localCheckpoint(eager=True)
-        # One snapshot of silver for the recompute and for placing restatements.
-        silver = read_silver(spark, settings)
-        # Pre-images matter too: a replaced winner may leave a scope it was in.
-        n = apply_changes(spark, path, view, mine.drop(*CDF_COLUMNS), silver)
+        last = mine.agg(F.max("_commit_version")).first()
+        if last is None or last[0] is None:
+            return
+        # One snapshot of silver, the batch's last commit, for the recompute
+        # and for placing restatements.
+        silver = read_silver(spark, settings, int(last[0]))
+        spark.conf.set(TAG_CONF, tag(int(last[0]), "stream"))
+        try:
+            # Pre-images matter too: a replaced winner may leave a scope it was in.
+            n = apply_changes(spark, path, view, mine.drop(*CDF_COLUMNS), silver)
+            restated = record_restatements(spark, settings, view, mine, silver, path) if n else 0
+        finally:
+            spark.conf.unset(TAG_CONF)
         if n:
-            restated = record_restatements(spark, settings, view, mine, silver, path)
             log.info(
-                "%s batch %d: %d scopes recomputed, %d restatements of final windows",
+                "%s batch %d: %d scopes recomputed (silver version %d), "
+                "%d restatements of final windows",
                 table.trino_name,
                 batch_id,
                 n,
+                int(last[0]),
                 restated,
             )
 
@@ -300,18 +311,61 @@ def catch_up(spark: SparkSession, settings: Settings, view: View) -> str:
         stream(spark, settings, view, available_now=True).awaitTermination()
         return "caught up from its change feed"
     after = replay(spark, settings, view)
-    stream(spark, settings, view, after_version=after, available_now=True).awaitTermination()
+    stream(spark, settings, view, available_now=True).awaitTermination()
     return f"replayed from silver up to version {after}"
+
+
+def _marker(settings: Settings, view: View) -> Path:
+    return Path(gold_table(view).checkpoint(settings)) / "regauge_replayed_through"
+
+
+def replayed_through(settings: Settings, view: View) -> int:
+    """The silver version the view's last replay was built from (-1: none)."""
+    marker = _marker(settings, view)
+    return int(marker.read_text()) if marker.exists() else -1
 
 
 def replay(spark: SparkSession, settings: Settings, view: View, source: str = "silver") -> int:
     """Rebuild the view from all of silver up to its newest commit; return that position.
 
-    The stream to follow it must start right after the returned version
-    (`stream(after_version=...)`), with a fresh checkpoint, which this clears.
+    Clears the view's stream checkpoint and leaves the position beside it, so
+    the stream started next (`stream`) continues right after it.
     """
-    shutil.rmtree(gold_table(view).checkpoint(settings), ignore_errors=True)
-    return batch(spark, settings, view, source=source)
+    checkpoint = Path(gold_table(view).checkpoint(settings))
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    version = batch(spark, settings, view, source=source)
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    _marker(settings, view).write_text(f"{version}\n")
+    return version
+
+
+# -- tags ------------------------------------------------------------------------------
+# Delta keeps this session setting as the next commits' userMetadata.
+TAG_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+
+
+def tag(silver_version: int, source: str) -> str:
+    """What a gold commit was computed from: silver as of one version."""
+    return json.dumps({"silver_version": silver_version, "source": source})
+
+
+def latest_tag(spark: SparkSession, path: str) -> tuple[int, int, str] | None:
+    """The newest gold commit tagged with a silver version: (gold version, silver
+    version, source), or None if no commit has a tag yet."""
+    history = DeltaTable.forPath(spark, path).history()
+    for row in (
+        history.where(F.col("userMetadata").isNotNull())
+        .orderBy(F.col("version").desc())
+        .select("version", "userMetadata")
+        .toLocalIterator()
+    ):
+        try:
+            meta = json.loads(row["userMetadata"])
+        except ValueError:
+            continue
+        if isinstance(meta, dict) and isinstance(meta.get("silver_version"), int):
+            return int(row["version"]), int(meta["silver_version"]), str(meta.get("source"))
+    return None
 
 
 # -- restatements --------------------------------------------------------------------------

@@ -137,10 +137,8 @@ def two_runs(stack, settings, spark):
     )
     ingest.run_once(spark, settings)
     for view in views.discover().values():
-        after = runner.replay(spark, settings, view)
-        runner.stream(
-            spark, settings, view, after_version=after, available_now=True
-        ).awaitTermination()
+        runner.replay(spark, settings, view)
+        runner.stream(spark, settings, view, available_now=True).awaitTermination()
 
     newest_order = trino_client.scalar(
         settings,
@@ -198,7 +196,5 @@ def test_a_replay_straight_from_kafka_gives_the_same_answer(settings, spark, two
         assert got == expected_revenue_v1(events)
     finally:
         # Back to the default source, for whatever reads v1 next.
-        after = runner.replay(spark, settings, view)
-        runner.stream(
-            spark, settings, view, after_version=after, available_now=True
-        ).awaitTermination()
+        runner.replay(spark, settings, view)
+        runner.stream(spark, settings, view, available_now=True).awaitTermination()

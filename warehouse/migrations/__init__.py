@@ -39,7 +39,7 @@ def apply(settings: Settings) -> list[str]:
         )
         applied = {r[0] for r in conn.execute("SELECT name FROM control.schema_migrations")}
         for path in pending(applied):
-            conn.execute(path.read_text())  # type: ignore[call-overload]
+            conn.execute(path.read_text())
             conn.execute("INSERT INTO control.schema_migrations (name) VALUES (%s)", [path.stem])
             log.info("applied migration %s", path.stem)
             done.append(path.stem)

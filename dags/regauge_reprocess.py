@@ -1,0 +1,48 @@
+"""regauge_reprocess(view, version, source): build a new view version from all history.
+
+register (building) -> replay history into its table -> go live from exactly
+where the replay ended -> validate -> publish to Trino -> mark ready.
+A failed gate marks the version failed and stops its stream; the current
+version keeps serving. Every task can be re-run: each looks at the registry
+first, and the replay rebuilds from scratch.
+"""
+
+from __future__ import annotations
+
+from _regauge import DEFAULT_ARGS, regauge, version_param, view_param
+from airflow.sdk import DAG, Param
+
+ARGS = '"$VIEW" "$VERSION"'
+
+with DAG(
+    dag_id="regauge_reprocess",
+    description="replay history into a new view version, validate it, make it ready",
+    schedule=None,
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    params={
+        "view": view_param(),
+        "version": version_param(),
+        "source": Param(
+            "bronze",
+            type="string",
+            enum=["bronze", "kafka"],
+            description="bronze: all history (via silver); kafka: what Kafka still holds",
+        ),
+    },
+    tags=["regauge"],
+) as dag:
+    env = {
+        "VIEW": "{{ params.view }}",
+        "VERSION": "{{ params.version }}",
+        "SOURCE": "{{ params.source }}",
+    }
+    (
+        regauge("register", f'versions register {ARGS} --source "$SOURCE"', **env)
+        >> regauge("replay", f'versions build {ARGS} --source "$SOURCE"', **env)
+        >> regauge("go_live", f"versions go-live {ARGS}", **env)
+        >> regauge("validate", f"versions validate {ARGS}", **env)
+        >> regauge("publish", f"versions publish {ARGS}", **env)
+        >> regauge("mark_ready", f"versions ready {ARGS}", **env)
+    )

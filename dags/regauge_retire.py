@@ -1,0 +1,26 @@
+"""regauge_retire(view, version): stop and remove a version no user is routed to.
+
+Refused while anyone is routed to it (the current version, a candidate above
+0 %, or a pinned user). Re-running finishes whatever an earlier run left."""
+
+from __future__ import annotations
+
+from _regauge import DEFAULT_ARGS, regauge, version_param, view_param
+from airflow.sdk import DAG
+
+with DAG(
+    dag_id="regauge_retire",
+    description="retire a view version: stream stopped, dropped from Trino, table archived",
+    schedule=None,
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    params={"view": view_param(), "version": version_param()},
+    tags=["regauge"],
+) as dag:
+    regauge(
+        "retire",
+        'retire "$VIEW" "$VERSION"',
+        VIEW="{{ params.view }}",
+        VERSION="{{ params.version }}",
+    )

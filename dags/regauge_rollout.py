@@ -1,0 +1,44 @@
+"""regauge_rollout(view, version, percent, pin_user, unpin_user): move users to or
+back from a version. Takes effect on the next query; can be undone until retirement."""
+
+from __future__ import annotations
+
+from _regauge import DEFAULT_ARGS, USER_PATTERN, regauge, version_param, view_param
+from airflow.sdk import DAG, Param
+
+with DAG(
+    dag_id="regauge_rollout",
+    description="route a percent of users (and pinned users) to a view version",
+    schedule=None,
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    params={
+        "view": view_param(),
+        "version": version_param(),
+        "percent": Param(type="integer", minimum=0, maximum=100, description="0-100"),
+        "pin_user": Param(
+            None,
+            type=["null", "string"],
+            pattern=USER_PATTERN,
+            description="also pin this user to the version",
+        ),
+        "unpin_user": Param(
+            None,
+            type=["null", "string"],
+            pattern=USER_PATTERN,
+            description="remove this user's pin",
+        ),
+    },
+    tags=["regauge"],
+) as dag:
+    regauge(
+        "rollout",
+        'rollout "$VIEW" "$VERSION" "$PERCENT" '
+        '${PIN_USER:+--pin "$PIN_USER"} ${UNPIN_USER:+--unpin "$UNPIN_USER"}',
+        VIEW="{{ params.view }}",
+        VERSION="{{ params.version }}",
+        PERCENT="{{ params.percent }}",
+        PIN_USER="{{ params.pin_user or '' }}",
+        UNPIN_USER="{{ params.unpin_user or '' }}",
+    )

@@ -1,0 +1,22 @@
+"""regauge_watchdog: every minute, restart the live stream of any ready or serving
+view version that died (and stop streams of failed or retired ones)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from _regauge import DEFAULT_ARGS, regauge
+from airflow.sdk import DAG
+
+with DAG(
+    dag_id="regauge_watchdog",
+    description="keep every live view version's stream running",
+    schedule=timedelta(minutes=1),
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    dagrun_timeout=timedelta(minutes=10),
+    default_args=DEFAULT_ARGS,
+    tags=["regauge"],
+) as dag:
+    regauge("ensure_streams", "streams ensure")

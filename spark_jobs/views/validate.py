@@ -1,0 +1,205 @@
+"""The validation gate a new view version passes before anyone is routed to it.
+
+Two checks, both against one silver snapshot so they hold while events keep
+flowing:
+
+1. *Its own code*: the gold table, as of its newest commit tagged with a
+   silver version E, equals a batch recompute of the view over silver as of E.
+   The runner tags every gold commit with the silver version it was computed
+   from, which is what makes this exact rather than "close enough".
+2. *What it shares with the current version*: the columns a view declares in
+   `agrees_with` (revenue_hourly v2's gross_revenue is v1's revenue) match the
+   current version's function over the same snapshot, key by key.
+
+Same-named columns must also have the same type, or the serving view could
+not union them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from functools import reduce
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.views import runner
+from spark_jobs.views.base import View
+from warehouse.settings import Settings
+
+log = logging.getLogger(__name__)
+
+EXAMPLES = 3
+
+
+def type_clashes(view: View, other: View) -> list[str]:
+    """Same-named columns whose types differ between two versions."""
+    theirs = {f.name: f.dataType for f in other.schema.fields}
+    return [
+        f"{f.name}: {f.dataType.simpleString()} in v{view.version}, "
+        f"{theirs[f.name].simpleString()} in v{other.version}"
+        for f in view.schema.fields
+        if f.name in theirs and theirs[f.name] != f.dataType
+    ]
+
+
+def disagreements(
+    key: list[str], mine: DataFrame, other: DataFrame, columns: Mapping[str, str]
+) -> DataFrame:
+    """Keys where a shared column differs, or that only one side has (NULL-safe)."""
+    left = mine.select(*key, *[F.col(c).alias(f"new_{c}") for c in columns])
+    right = other.select(
+        *key,
+        *[F.col(theirs).alias(f"old_{c}") for c, theirs in columns.items()],
+        F.lit(True).alias("_old"),
+    )
+    joined = left.withColumn("_new", F.lit(True)).join(right, key, "full_outer")
+    differs: list[Column] = [F.col("_new").isNull(), F.col("_old").isNull()] + [
+        ~F.col(f"new_{c}").eqNullSafe(F.col(f"old_{c}")) for c in columns
+    ]
+    return joined.where(reduce(lambda a, b: a | b, differs)).drop("_new", "_old")
+
+
+def _examples(df: DataFrame) -> list[dict[str, Any]]:
+    return [
+        {k: (v.isoformat() if isinstance(v, datetime) else str(v)) for k, v in r.asDict().items()}
+        for r in df.limit(EXAMPLES).collect()
+    ]
+
+
+def _self_check(
+    spark: SparkSession, settings: Settings, view: View, path: str, found: tuple[int, int, str]
+) -> dict[str, Any]:
+    gold_version, silver_version, source = found
+    have = (
+        spark.read.format("delta")
+        .option("versionAsOf", gold_version)
+        .load(path)
+        .select(*[f.name for f in view.schema.fields])
+    )
+    want = runner.gold_rows(view, runner.read_silver(spark, settings, silver_version))
+    want = want.localCheckpoint(eager=True)
+    missing = want.exceptAll(have)
+    unexpected = have.exceptAll(want)
+    return {
+        "gold_version": gold_version,
+        "silver_version": silver_version,
+        "built_from": source,
+        "rows": have.count(),
+        "expected_rows": want.count(),
+        "missing": missing.count(),
+        "unexpected": unexpected.count(),
+        "missing_examples": _examples(missing),
+        "unexpected_examples": _examples(unexpected),
+    }
+
+
+def validate(
+    spark: SparkSession,
+    settings: Settings,
+    view: View,
+    current: View | None,
+    settle_s: float = 0.0,
+) -> dict[str, Any]:
+    """Run the gate; return its report (`passed`, `summary` and the details).
+
+    `settle_s`: how long a mismatch may be waited out while the live stream
+    moves on. Zero for a replay from bronze, which is exact at once; a replay
+    from Kafka can be ahead of silver until ingest catches up.
+    """
+    path = runner.gold_table(view).path(settings)
+    deadline = time.monotonic() + settle_s
+    attempts = 0
+    while True:
+        attempts += 1
+        found = runner.latest_tag(spark, path)
+        if found is None:
+            check: dict[str, Any] = {"error": "no gold commit is tagged with a silver version"}
+        else:
+            check = _self_check(spark, settings, view, path, found)
+            log.info(
+                "%s v%d as of gold version %d = batch over silver version %d? "
+                "%d rows, %d missing, %d unexpected",
+                view.name,
+                view.version,
+                check["gold_version"],
+                check["silver_version"],
+                check["rows"],
+                check["missing"],
+                check["unexpected"],
+            )
+            if not (check["missing"] or check["unexpected"]):
+                break
+        if time.monotonic() >= deadline:
+            break
+        # Wait for the live stream's next commit, then look again.
+        while time.monotonic() < deadline and runner.latest_tag(spark, path) == found:
+            time.sleep(5)
+    check["attempts"] = attempts
+    report: dict[str, Any] = {
+        "view": view.name,
+        "version": view.version,
+        "checked_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "self_check": check,
+    }
+    ok = "error" not in check and not (check["missing"] or check["unexpected"])
+    problems: list[str] = []
+    if not ok:
+        problems.append(
+            check.get("error")
+            or f"the table differs from its own code: {check['missing']} rows missing, "
+            f"{check['unexpected']} unexpected"
+        )
+    if current is not None and current.version != view.version:
+        clashes = type_clashes(view, current)
+        report["type_clashes"] = clashes
+        if clashes:
+            problems.append("column types differ from the current version: " + "; ".join(clashes))
+        columns = view.agrees_with.get(current.version)
+        if columns and ok:
+            silver = runner.read_silver(spark, settings, check["silver_version"])
+            mine = (
+                spark.read.format("delta").option("versionAsOf", check["gold_version"]).load(path)
+            )
+            theirs = runner.gold_rows(current, silver)
+            differ = disagreements(list(view.key), mine, theirs, columns).localCheckpoint(
+                eager=True
+            )
+            n = differ.count()
+            report["shared_with"] = {
+                "version": current.version,
+                "columns": columns,
+                "silver_version": check["silver_version"],
+                "keys_compared": mine.select(*view.key)
+                .union(theirs.select(*view.key))
+                .distinct()
+                .count(),
+                "disagreements": n,
+                "examples": _examples(differ),
+            }
+            if n:
+                problems.append(
+                    f"{n} keys disagree with v{current.version} on "
+                    + ", ".join(f"{c}={theirs_c}" for c, theirs_c in columns.items())
+                )
+        elif not columns:
+            report["shared_with"] = {
+                "version": current.version,
+                "note": f"v{view.version} declares no columns it shares with v{current.version}",
+            }
+    report["passed"] = not problems
+    report["summary"] = (
+        "; ".join(problems)
+        if problems
+        else f"equals its batch recompute over silver version {check['silver_version']}"
+        + (
+            f" and agrees with v{current.version}"
+            if current is not None and "disagreements" in report.get("shared_with", {})
+            else ""
+        )
+    )
+    return report

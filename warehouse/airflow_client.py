@@ -1,0 +1,155 @@
+"""Triggering and following DAG runs through Airflow's REST API (v2).
+
+`regauge trigger` and the demo use it, and so do the end-to-end tests: a run
+goes through the real API server, scheduler and executor, with its params
+validated by Airflow before the run exists.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+from warehouse.settings import Settings
+
+log = logging.getLogger(__name__)
+
+FINISHED = ("success", "failed")
+
+
+class AirflowError(RuntimeError):
+    """Airflow refused a request, or a run did not succeed."""
+
+
+@dataclass(frozen=True)
+class Refused(AirflowError):
+    status: int
+    detail: str
+
+    def __str__(self) -> str:
+        return f"Airflow refused it (HTTP {self.status}): {self.detail}"
+
+
+class Client:
+    def __init__(self, settings: Settings, user: str = "admin") -> None:
+        from warehouse.stack.services import Airflow
+
+        self.base = settings.airflow_url
+        password = Airflow(settings).admin_password()
+        if password is None:
+            raise AirflowError("Airflow has no admin password yet: start it with `regauge up`")
+        try:
+            resp = requests.post(
+                f"{self.base}/auth/token",
+                json={"username": user, "password": password},
+                timeout=30,
+            )
+        except requests.ConnectionError:
+            raise AirflowError(
+                f"Airflow is not reachable at {self.base}; start it with `regauge up`"
+            ) from None
+        self._check(resp)
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {resp.json()['access_token']}"
+
+    @staticmethod
+    def _check(resp: requests.Response) -> None:
+        if resp.status_code >= 400:
+            try:
+                detail = resp.json().get("detail", resp.text)
+            except ValueError:
+                detail = resp.text
+            raise Refused(
+                resp.status_code, detail if isinstance(detail, str) else json.dumps(detail)
+            )
+
+    def _get(self, path: str, **params: Any) -> Any:
+        resp = self.session.get(f"{self.base}/api/v2{path}", params=params, timeout=30)
+        self._check(resp)
+        return resp.json()
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 120.0) -> None:
+        """Wait until the DAG processor has parsed `dag_id` (new files take a few seconds)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._get(f"/dags/{dag_id}")
+                return
+            except Refused as exc:
+                if exc.status != 404 or time.monotonic() > deadline:
+                    raise
+            time.sleep(2)
+
+    def trigger(self, dag_id: str, conf: dict[str, Any]) -> str:
+        """Create a run; returns its run id. Bad params raise Refused (HTTP 400)."""
+        resp = self.session.post(
+            f"{self.base}/api/v2/dags/{dag_id}/dagRuns",
+            json={"logical_date": None, "conf": conf},
+            timeout=30,
+        )
+        self._check(resp)
+        run_id: str = resp.json()["dag_run_id"]
+        log.info("triggered %s with %s: run %s", dag_id, json.dumps(conf), run_id)
+        return run_id
+
+    def runs(self, dag_id: str) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self._get(f"/dags/{dag_id}/dagRuns", limit=100)["dag_runs"]
+        return found
+
+    def state(self, dag_id: str, run_id: str) -> str:
+        return str(self._get(f"/dags/{dag_id}/dagRuns/{run_id}")["state"])
+
+    def tasks(self, dag_id: str, run_id: str) -> dict[str, str | None]:
+        found = self._get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
+        return {t["task_id"]: t["state"] for t in found}
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+        resp = self.session.get(
+            f"{self.base}/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"
+            f"/logs/{try_number}",
+            headers={"Accept": "text/plain"},
+            timeout=30,
+        )
+        self._check(resp)
+        return resp.text
+
+    def wait(self, dag_id: str, run_id: str, timeout: float = 1800.0) -> str:
+        """Wait for the run to finish, logging each task as it changes state."""
+        deadline = time.monotonic() + timeout
+        seen: dict[str, str | None] = {}
+        while True:
+            state = self.state(dag_id, run_id)
+            for task, ts in self.tasks(dag_id, run_id).items():
+                if ts != seen.get(task) and ts is not None:
+                    log.info("%s %s: %s", dag_id, task, ts)
+                seen[task] = ts
+            if state in FINISHED:
+                return state
+            if time.monotonic() > deadline:
+                raise AirflowError(f"{dag_id} run {run_id} still {state} after {timeout:.0f} s")
+            time.sleep(3)
+
+    def failure_logs(self, dag_id: str, run_id: str, lines: int = 30) -> str:
+        """The log tails of a run's failed tasks: what to show when a run fails."""
+        out = []
+        for task, ts in self.tasks(dag_id, run_id).items():
+            if ts == "failed":
+                text = self.task_log(dag_id, run_id, task)
+                out.append(f"--- {task} ---\n" + "\n".join(text.splitlines()[-lines:]))
+        return "\n".join(out)
+
+    def run(self, dag_id: str, conf: dict[str, Any], timeout: float = 1800.0) -> str:
+        """Trigger, wait, and raise with the failed tasks' logs unless it succeeded."""
+        self.wait_for_dag(dag_id)
+        run_id = self.trigger(dag_id, conf)
+        state = self.wait(dag_id, run_id, timeout)
+        if state != "success":
+            raise AirflowError(
+                f"{dag_id} run {run_id} {state}:\n{self.failure_logs(dag_id, run_id)}"
+            )
+        return run_id

@@ -1,0 +1,184 @@
+"""A view version's life: reprocess, validate, go live, roll out, retire.
+
+Each function is one step that Airflow's DAGs run as a task (through the
+CLI), and each can be re-run without harm: it looks at the registry first and
+does only what is left. The registry (`warehouse.versions`) says who may do
+what; this module also moves the lake, the streams and Trino along with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from warehouse import catalog, registry, serving, streams, versions
+from warehouse.settings import Settings
+from warehouse.versions import VersionError
+
+if TYPE_CHECKING:
+    from spark_jobs.views.base import View
+
+log = logging.getLogger(__name__)
+
+# How long a gate may wait out a mismatch while the live stream moves on. A
+# replay from Kafka can be ahead of silver until ingest has caught up.
+KAFKA_SETTLE_S = 600.0
+
+
+def view_code(view: str, version: int) -> View:
+    """The version's code; an unknown one is refused before anything is registered."""
+    from spark_jobs import views
+
+    try:
+        return views.get(view, version)
+    except KeyError as exc:
+        raise VersionError(exc.args[0]) from None
+
+
+def register(settings: Settings, view: str, version: int, source: str) -> str:
+    view_code(view, version)
+    how = versions.register(settings, view, version, source)
+    return f"{view} v{version}: {how}, building from {source}"
+
+
+def build(settings: Settings, view: str, version: int, source: str) -> str:
+    """Replay all history through the version's code into its table (from scratch,
+    so a build killed halfway is simply run again)."""
+    from spark_jobs.session import build_session
+    from spark_jobs.views import runner
+
+    code = view_code(view, version)
+    row = versions.get(settings, view, version)
+    if row.status != "building":
+        raise VersionError(f"{row.label} is {row.status}; register it for a reprocess first")
+    # A stream left from an earlier attempt would write into the table being rebuilt.
+    log.info(streams.stop(settings, view, version))
+    spark = build_session(f"regauge-build-{code.table_name}", settings, ui=False)
+    try:
+        through = runner.replay(
+            spark, settings, code, source="kafka" if source == "kafka" else "silver"
+        )
+    finally:
+        spark.stop()
+    position = f"silver@{through}" if source != "kafka" else f"kafka, live from silver@{through}"
+    versions.record_position(settings, view, version, position)
+    return f"{view} v{version}: replayed all history ({position}) into " + (
+        runner.gold_table(code).trino_name
+    )
+
+
+def go_live(settings: Settings, view: str, version: int) -> str:
+    """Start the version's stream, which continues right where the replay ended."""
+    row = versions.get(settings, view, version)
+    if row.status not in ("building", "ready", "serving"):
+        raise VersionError(f"{row.label} is {row.status}; its stream is not wanted")
+    if row.status == "building" and not row.source_position:
+        raise VersionError(f"{row.label} has not been replayed yet")
+    return streams.start(settings, view, version)
+
+
+def validate(settings: Settings, view: str, version: int) -> dict[str, Any]:
+    """The gate. A failed gate marks the version failed and stops its stream; the
+    current version keeps serving, untouched."""
+    from spark_jobs.session import build_session
+    from spark_jobs.views import validate as gate
+
+    code = view_code(view, version)
+    row = versions.get(settings, view, version)
+    if row.status in versions.LIVE:
+        return row.validation or {}
+    if row.status != "building":
+        raise VersionError(f"{row.label} is {row.status}; nothing to validate")
+    current = next((v for v in versions.versions(settings, view) if v.status == "serving"), None)
+    current_code = view_code(view, current.version) if current is not None else None
+    settle = KAFKA_SETTLE_S if (row.source_position or "").startswith("kafka") else 0.0
+    spark = build_session(f"regauge-validate-{code.table_name}", settings, ui=False)
+    try:
+        report = gate.validate(spark, settings, code, current_code, settle_s=settle)
+    finally:
+        spark.stop()
+    versions.record_validation(settings, view, version, report)
+    if not report["passed"]:
+        log.error("%s failed validation: %s", row.label, report["summary"])
+        log.info(streams.stop(settings, view, version))
+    return report
+
+
+def publish(settings: Settings, view: str, version: int) -> str:
+    table = registry.gold_view_table(view, version)
+    new = catalog.publish(table, settings)
+    return f"{table.trino_name} {'published' if new else 'already published'}"
+
+
+def ready(settings: Settings, view: str, version: int) -> str:
+    """Mark a validated version ready (or serving, if it is the view's first) and
+    let the serving view route to it."""
+    serving.check_compatible(settings, view, version)
+    row = versions.mark_ready(settings, view, version)
+    routed = serving.regenerate(settings, view)
+    return f"{row.label} is {row.status} at {row.rollout_percent} %; {routed}"
+
+
+def rollout(
+    settings: Settings,
+    view: str,
+    version: int,
+    percent: int,
+    pin: str | None = None,
+    unpin: str | None = None,
+) -> list[str]:
+    serving.check_compatible(settings, view, version)
+    done = versions.rollout(settings, view, version, percent, pin=pin, unpin=unpin)
+    done.append(serving.regenerate(settings, view))
+    return done
+
+
+def retire(settings: Settings, view: str, version: int) -> list[str]:
+    """Retire a version nobody is routed to: out of the serving view, stream
+    stopped, table out of Trino and archived. Re-running finishes what is left."""
+    done = []
+    if versions.mark_retired(settings, view, version):
+        done.append(f"{view} v{version} retired in the registry")
+    done.append(serving.regenerate(settings, view))
+    done.append(streams.stop(settings, view, version))
+    table = registry.gold_view_table(view, version)
+    if catalog.unpublish(table, settings):
+        done.append(f"{table.trino_name} dropped from Trino")
+    done.extend(archive(settings, table))
+    return done
+
+
+def archive(settings: Settings, table: registry.Table) -> list[str]:
+    """Move a table and its stream checkpoint under _archive/, stamped with the time."""
+    if not settings.is_local:
+        return [
+            f"{table.path(settings)} left in place: archiving on {settings.lake_root} is an "
+            "object-store copy, which regauge does not do for you"
+        ]
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    root = Path(settings.lake_root) / "_archive"
+    done = []
+    for what, src in (("table", table.path(settings)), ("checkpoint", table.checkpoint(settings))):
+        if Path(src).exists():
+            dest = root / what / table.schema / f"{table.name}@{stamp}"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(src, dest)
+            done.append(f"{what} archived to {dest}")
+    return done
+
+
+def forget(settings: Settings, view: str) -> list[str]:
+    """Stop every stream of `view`, drop its serving view and forget its versions.
+    Tables stay in the lake (a new reprocess overwrites them)."""
+    done = [
+        streams.stop(settings, s.view, s.version)
+        for s in streams.known(settings)
+        if s.view == view and s.pid
+    ]
+    n = versions.forget(settings, view)
+    done.append(serving.regenerate(settings, view, live=[]))
+    done.append(f"{n} versions of {view} forgotten")
+    return done
