@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from delta.exceptions import DeltaConcurrentModificationException
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def ensure_table(
@@ -20,3 +30,25 @@ def ensure_table(
 def merge_condition(key: tuple[str, ...] | list[str]) -> str:
     """`t.a = s.a AND t.b = s.b`: a MERGE's match on key columns, target `t`, source `s`."""
     return " AND ".join(f"t.{k} = s.{k}" for k in key)
+
+
+def retry_on_conflict(
+    action: Callable[[], T], what: str, attempts: int = 6, backoff_s: float = 1.0
+) -> T:
+    """Run a Delta write that is safe to repeat, again when another writer's commit
+    conflicts with it (several view streams share gold.restatements)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return action()
+        except DeltaConcurrentModificationException as exc:
+            if attempt == attempts:
+                raise
+            wait = backoff_s * attempt + random.random()
+            log.info(
+                "%s: conflict with a concurrent commit (%s); retrying in %.1f s",
+                what,
+                type(exc).__name__,
+                wait,
+            )
+            time.sleep(wait)
+    raise AssertionError("unreachable")

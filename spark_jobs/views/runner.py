@@ -445,11 +445,15 @@ def record_restatements(
     found = restatements(view, landed, silver, gold, newest).localCheckpoint(eager=True)
     n = found.count()
     if n:
-        (
-            DeltaTable.forPath(spark, RESTATEMENTS.path(settings))
-            .alias("t")
-            .merge(found.alias("s"), lake.merge_condition(_RESTATEMENT_KEY))
-            .whenNotMatchedInsertAll()
-            .execute()
+        # Insert-if-absent, so a retry after a concurrent commit is harmless.
+        lake.retry_on_conflict(
+            lambda: (
+                DeltaTable.forPath(spark, RESTATEMENTS.path(settings))
+                .alias("t")
+                .merge(found.alias("s"), lake.merge_condition(_RESTATEMENT_KEY))
+                .whenNotMatchedInsertAll()
+                .execute()
+            ),
+            f"restatements of {view.table_name}",
         )
     return n

@@ -1,0 +1,229 @@
+"""Reprocess a new view version and move users over, end to end through Airflow.
+
+Every DAG run goes through Airflow's REST API, scheduler and executor; its
+tasks run the pipeline's CLI against the real Spark, Kafka, PostgreSQL and
+Trino, while ingest keeps taking new events (CONTRACT.md §4-§5).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from spark_jobs import producer
+from spark_jobs.views import revenue_hourly_v2, runner
+from tests.integration.landing import fresh_seed
+from warehouse import airflow_client, catalog, ingest_ctl, lifecycle, registry, streams, versions
+from warehouse.settings import Settings
+from warehouse.trino_client import query
+
+VIEW = "revenue_hourly"
+# Enough users that 10 % routes some of them and not others.
+USERS = [f"analyst.user{i:02d}" for i in range(30)]
+
+
+@pytest.fixture(scope="module")
+def airflow(stack, settings: Settings) -> airflow_client.Client:
+    client = airflow_client.Client(settings)
+    for dag_id in ("regauge_reprocess", "regauge_rollout", "regauge_retire", "regauge_watchdog"):
+        client.wait_for_dag(dag_id)
+    return client
+
+
+@pytest.fixture(scope="module")
+def flowing(stack, settings: Settings) -> Iterator[threading.Event]:
+    """A fresh registry for the view, ingest running, and events produced throughout."""
+    lifecycle.forget(settings, VIEW)
+    ingest_ctl.start(settings, None)
+    stop = threading.Event()
+
+    def produce() -> None:
+        while not stop.is_set():
+            producer.produce_generated(settings, seed=fresh_seed(), count=300, chaos=True)
+            stop.wait(20)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    try:
+        yield stop
+    finally:
+        stop.set()
+        thread.join(60)
+        # Leave nothing running for the tests after this module.
+        lifecycle.forget(settings, VIEW)
+        ingest_ctl.stop(settings)
+
+
+def seen_by(settings: Settings, user: str) -> set[int]:
+    rows = query(
+        settings,
+        f"SELECT DISTINCT view_version FROM lakehouse.serving.{VIEW}",
+        user=user,
+    ).rows
+    return {int(r[0]) for r in rows}
+
+
+def assert_routing(settings: Settings, users: list[str]) -> dict[str, int]:
+    """Each user sees exactly the version the contract's rule and the pins say."""
+    rows = versions.versions(settings, VIEW)
+    pins = versions.pins(settings, VIEW)
+    seen = {}
+    for user in users:
+        want = versions.route(rows, pins, user)
+        assert want is not None
+        assert seen_by(settings, user) == {want}, f"{user} (cohort {versions.cohort(user)})"
+        seen[user] = want
+    return seen
+
+
+def wait_caught_up(spark: SparkSession, settings: Settings, view: Any, timeout: float = 600) -> int:
+    """Wait until the view's newest tagged gold commit is silver's newest commit."""
+    path = runner.gold_table(view).path(settings)
+    deadline = time.monotonic() + timeout
+    while True:
+        newest = runner.silver_version(spark, settings)
+        found = runner.latest_tag(spark, path)
+        if found is not None and found[1] >= newest:
+            return newest
+        assert time.monotonic() < deadline, f"{view.table_name} is behind silver {newest}: {found}"
+        time.sleep(5)
+
+
+def test_bad_params_are_refused_before_a_run_exists(airflow: airflow_client.Client) -> None:
+    bad: list[tuple[str, dict[str, Any], str]] = [
+        ("regauge_reprocess", {"view": "no_such_view", "version": 2}, "view"),
+        ("regauge_reprocess", {"view": "x; drop table y", "version": 2}, "view"),
+        ("regauge_reprocess", {"view": "revenue_hourly", "version": 0}, "version"),
+        ("regauge_reprocess", {"view": "revenue_hourly", "version": "2'"}, "version"),
+        ("regauge_reprocess", {"view": "revenue_hourly", "version": 2, "source": "s3"}, "source"),
+        ("regauge_rollout", {"view": "revenue_hourly", "version": 2, "percent": 101}, "percent"),
+        ("regauge_rollout", {"view": "revenue_hourly", "version": 2, "percent": -1}, "percent"),
+        (
+            "regauge_rollout",
+            # A Cyrillic a that looks like a Latin one.
+            {"view": "revenue_hourly", "version": 2, "percent": 5, "pin_user": "\u0430nalyst.eve"},
+            "pin_user",
+        ),
+        (
+            "regauge_rollout",
+            {"view": "revenue_hourly", "version": 2, "percent": 5, "pin_user": "eve'--"},
+            "pin_user",
+        ),
+        (
+            "regauge_rollout",
+            {"view": "revenue_hourly", "version": 2, "percent": 5, "pin_user": "eve\n"},
+            "pin_user",
+        ),
+        ("regauge_retire", {"view": "revenue_hourly"}, "version"),
+        ("regauge_retire", {"view": "revenue_hourly\u200b", "version": 1}, "view"),
+    ]
+    before = {dag: len(airflow.runs(dag)) for dag, _, _ in bad}
+    for dag_id, conf, param in bad:
+        with pytest.raises(airflow_client.Refused) as refused:
+            airflow.trigger(dag_id, conf)
+        assert refused.value.status == 400, (dag_id, conf)
+        assert f"param {param}" in refused.value.detail, refused.value.detail
+    assert {dag: len(airflow.runs(dag)) for dag, _, _ in bad} == before, "a run was created"
+
+
+def test_reprocess_roll_out_and_retire_while_events_flow(
+    settings: Settings, spark: SparkSession, airflow: airflow_client.Client, flowing: Any
+) -> None:
+    # v1 is the view's first version: it serves everyone once built.
+    airflow.run("regauge_reprocess", {"view": VIEW, "version": 1})
+    v1 = versions.get(settings, VIEW, 1)
+    assert (v1.status, v1.rollout_percent) == ("serving", 100)
+    assert all(seen_by(settings, u) == {1} for u in USERS[:3])
+
+    airflow.run("regauge_reprocess", {"view": VIEW, "version": 2, "source": "bronze"})
+    v2 = versions.get(settings, VIEW, 2)
+    assert (v2.status, v2.rollout_percent) == ("ready", 0)
+    assert v2.source_position is not None and v2.source_position.startswith("silver@")
+    report = v2.validation or {}
+    assert report["passed"], report
+    assert report["self_check"]["missing"] == report["self_check"]["unexpected"] == 0
+    assert report["self_check"]["rows"] > 0
+    shared = report["shared_with"]
+    assert (shared["version"], shared["disagreements"]) == (1, 0)
+    assert shared["keys_compared"] == report["self_check"]["rows"]
+    # Both versions' streams carry on live.
+    assert streams.daemon(settings, VIEW, 1).pid() is not None
+    assert streams.daemon(settings, VIEW, 2).pid() is not None
+
+    # A second reprocess of a built version is refused, and changes nothing.
+    run_id = airflow.trigger("regauge_reprocess", {"view": VIEW, "version": 2})
+    assert airflow.wait("regauge_reprocess", run_id) == "failed"
+    assert "already built" in airflow.task_log("regauge_reprocess", run_id, "register")
+    assert versions.get(settings, VIEW, 2).status == "ready"
+
+    # 10 %, and one user above the cut pinned to v2.
+    pinned = next(u for u in USERS if versions.cohort(u) >= 10)
+    airflow.run("regauge_rollout", {"view": VIEW, "version": 2, "percent": 10, "pin_user": pinned})
+    seen = assert_routing(settings, USERS)
+    assert seen[pinned] == 2
+    assert {u for u, v in seen.items() if v == 2} == {
+        u for u in USERS if versions.cohort(u) < 10 or u == pinned
+    }
+    assert set(seen.values()) == {1, 2}
+
+    # Retiring v2 now is refused: users are routed to it.
+    run_id = airflow.trigger("regauge_retire", {"view": VIEW, "version": 2})
+    assert airflow.wait("regauge_retire", run_id) == "failed"
+    assert versions.get(settings, VIEW, 2).status == "ready"
+
+    # Back to 0 % (the pin stays until removed), then the pin goes too.
+    airflow.run("regauge_rollout", {"view": VIEW, "version": 2, "percent": 0})
+    assert {u for u, v in assert_routing(settings, USERS).items() if v == 2} == {pinned}
+    airflow.run("regauge_rollout", {"view": VIEW, "version": 2, "percent": 0, "unpin_user": pinned})
+    assert set(assert_routing(settings, USERS).values()) == {1}
+
+    # 100 %: v2 becomes the current version; v1 stays live as the way back.
+    airflow.run("regauge_rollout", {"view": VIEW, "version": 2, "percent": 100})
+    assert [
+        (v.version, v.status, v.rollout_percent) for v in versions.versions(settings, VIEW)
+    ] == [
+        (1, "ready", 0),
+        (2, "serving", 100),
+    ]
+    assert set(assert_routing(settings, USERS).values()) == {2}
+
+    # The watchdog brings a dead stream back.
+    dead = streams.daemon(settings, VIEW, 2)
+    old_pid = dead.pid()
+    assert old_pid is not None
+    os.killpg(old_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 240
+    while (dead.pid() in (None, old_pid)) and time.monotonic() < deadline:
+        time.sleep(5)
+    assert dead.pid() not in (None, old_pid), "the watchdog did not restart v2's stream"
+
+    # Retire v1: its stream stops, its table leaves Trino, everyone sees v2.
+    airflow.run("regauge_retire", {"view": VIEW, "version": 1})
+    assert versions.get(settings, VIEW, 1).status == "retired"
+    assert streams.daemon(settings, VIEW, 1).pid() is None
+    assert not catalog.is_published(registry.gold_view_table(VIEW, 1), settings)
+    assert all(seen_by(settings, u) == {2} for u in USERS)
+    columns = query(settings, f"SELECT * FROM lakehouse.serving.{VIEW} LIMIT 1").columns
+    assert "revenue" not in columns and "net_revenue" in columns
+
+    # v2, live all along, still equals its own code over all of silver.
+    flowing.set()
+    through = wait_caught_up(spark, settings, revenue_hourly_v2.VIEW)
+    want = runner.gold_rows(revenue_hourly_v2.VIEW, runner.read_silver(spark, settings, through))
+    columns = "currency, orders_placed, orders_cancelled, net_revenue"
+    got = query(
+        settings,
+        f"SELECT CAST(to_unixtime(window_start) AS bigint), {columns} "
+        f"FROM lakehouse.serving.{VIEW}",
+        user=USERS[0],
+    ).rows
+    expected = want.selectExpr("unix_seconds(window_start)", *columns.split(", ")).collect()
+    assert len(expected) > 10
+    assert sorted(got) == sorted(tuple(r) for r in expected)
