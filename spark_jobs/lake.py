@@ -8,13 +8,30 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from delta.exceptions import DeltaConcurrentModificationException
+from delta.exceptions import (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+)
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# Listed one by one: in delta-spark 4 the raised (captured) classes do not share
+# DeltaConcurrentModificationException as a base.
+CONFLICTS = (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+)
 
 
 def ensure_table(
@@ -40,7 +57,7 @@ def retry_on_conflict(
     for attempt in range(1, attempts + 1):
         try:
             return action()
-        except DeltaConcurrentModificationException as exc:
+        except CONFLICTS as exc:
             if attempt == attempts:
                 raise
             wait = backoff_s * attempt + random.random()
