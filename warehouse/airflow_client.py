@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import requests
@@ -26,13 +25,13 @@ class AirflowError(RuntimeError):
     """Airflow refused a request, or a run did not succeed."""
 
 
-@dataclass(frozen=True)
 class Refused(AirflowError):
-    status: int
-    detail: str
+    """An HTTP error from Airflow's API; a refused param is status 400."""
 
-    def __str__(self) -> str:
-        return f"Airflow refused it (HTTP {self.status}): {self.detail}"
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"Airflow refused it (HTTP {status}): {detail}")
+        self.status = status
+        self.detail = detail
 
 
 class Client:
@@ -109,14 +108,18 @@ class Client:
         return {t["task_id"]: t["state"] for t in found}
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
-        resp = self.session.get(
-            f"{self.base}/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"
-            f"/logs/{try_number}",
-            headers={"Accept": "text/plain"},
-            timeout=30,
+        """A task try's log as text (Airflow 3 serves structured entries)."""
+        found = self._get(
+            f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+            full_content=True,
         )
-        self._check(resp)
-        return resp.text
+        lines = []
+        for entry in found.get("content", []):
+            if isinstance(entry, dict):
+                lines.append(str(entry.get("event", "")))
+            else:
+                lines.append(str(entry))
+        return "\n".join(lines)
 
     def wait(self, dag_id: str, run_id: str, timeout: float = 1800.0) -> str:
         """Wait for the run to finish, logging each task as it changes state."""

@@ -28,7 +28,8 @@ from warehouse.versions import Version, VersionError
 log = logging.getLogger(__name__)
 
 SERVING_SCHEMA = "serving"
-_TYPE = re.compile(r"[a-z][a-z0-9_ (),]{0,80}")
+# Scalar Trino types only: bigint, varchar, decimal(18,2), timestamp(3) with time zone.
+_TYPE = re.compile(r"[a-z]+(\([0-9]{1,2}(,[0-9]{1,2})?\))?( with time zone)?")
 COHORT_SQL = "((from_big_endian_64(substr(sha256(to_utf8({user})), 1, 8)) % 100) + 100) % 100"
 
 

@@ -1,0 +1,131 @@
+"""The DAG files as Airflow itself loads them (in Airflow's own virtualenv).
+
+Checks that every file parses, that the DAG ids and params are the contract's
+(CONTRACT.md §5), that each param schema refuses what it must, and that tasks
+run the pipeline's CLI with params passed only through the environment.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+AIRFLOW_PYTHON = REPO / ".venv-airflow" / "bin" / "python"
+
+PROBE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])  # as the DAG processor does with its DAG folder
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder=sys.argv[1])
+out = {"errors": {k: str(v)[-500:] for k, v in bag.import_errors.items()}, "dags": {}}
+for dag_id, dag in bag.dags.items():
+    out["dags"][dag_id] = {
+        "params": {k: dag.params.get_param(k).schema for k in dag.params},
+        "defaults": {k: dag.params.get_param(k).value for k in dag.params
+                     if dag.params.get_param(k).has_value},
+        "tasks": {t.task_id: {"command": getattr(t, "bash_command", None),
+                              "env": getattr(t, "env", None),
+                              "upstream": sorted(t.upstream_task_ids)} for t in dag.tasks},
+        "schedule": str(dag.schedule),
+    }
+print(json.dumps(out, default=str))
+"""
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory) -> dict[str, Any]:
+    if not AIRFLOW_PYTHON.is_file():
+        pytest.fail(f"Airflow's virtualenv is missing ({AIRFLOW_PYTHON}): run `make setup`")
+    home = tmp_path_factory.mktemp("airflow_home")
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
+    }
+    proc = subprocess.run(
+        [str(AIRFLOW_PYTHON), "-c", PROBE, str(REPO / "dags")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_every_dag_file_parses(loaded):
+    assert loaded["errors"] == {}
+    assert set(loaded["dags"]) == {
+        "regauge_reprocess",
+        "regauge_rollout",
+        "regauge_retire",
+        "regauge_watchdog",
+    }
+
+
+def test_reprocess_runs_its_steps_in_order(loaded):
+    tasks = loaded["dags"]["regauge_reprocess"]["tasks"]
+    order = ["register", "replay", "go_live", "validate", "publish", "mark_ready"]
+    assert set(tasks) == set(order)
+    for before, after in itertools.pairwise(order):
+        assert tasks[after]["upstream"] == [before]
+    assert loaded["dags"]["regauge_reprocess"]["defaults"] == {"source": "bronze"}
+
+
+def test_params_are_the_contracts(loaded):
+    dags = loaded["dags"]
+    assert set(dags["regauge_reprocess"]["params"]) == {"view", "version", "source"}
+    assert {"view", "version", "percent", "pin_user"} <= set(dags["regauge_rollout"]["params"])
+    assert set(dags["regauge_retire"]["params"]) == {"view", "version"}
+    assert dags["regauge_watchdog"]["params"] == {}
+    views = dags["regauge_reprocess"]["params"]["view"]["enum"]
+    assert views == ["cart_sessions", "revenue_hourly"]
+
+
+@pytest.mark.parametrize(
+    ("dag_id", "param", "good", "bad"),
+    [
+        ("regauge_reprocess", "view", "revenue_hourly", ["nope", "x; drop table y", 1]),
+        ("regauge_reprocess", "version", 2, [0, -1, "2", 1.5]),
+        ("regauge_reprocess", "source", "kafka", ["s3", ""]),
+        ("regauge_rollout", "percent", 100, [101, -1, "50"]),
+        (
+            "regauge_rollout",
+            "pin_user",
+            "analyst.alice",
+            ["\u0430nalyst.alice", "eve'--", "eve\n", "Eve", "a b"],
+        ),
+    ],
+)
+def test_param_schemas_refuse_bad_values(loaded, dag_id, param, good, bad):
+    import jsonschema
+
+    schema = loaded["dags"][dag_id]["params"][param]
+    jsonschema.validate(good, schema)
+    for value in bad:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(value, schema)
+
+
+def test_tasks_call_the_cli_and_take_params_only_from_the_environment(loaded):
+    for dag in loaded["dags"].values():
+        for task in dag["tasks"].values():
+            command = task["command"]
+            assert command.startswith('set -euo pipefail; exec "$REGAUGE_BIN" ')
+            assert "{{" not in command, "params must not be pasted into shell text"
+            for value in (task["env"] or {}).values():
+                assert value.startswith("{{ params.") and value.endswith("}}")
+
+
+def test_the_watchdog_runs_every_minute(loaded):
+    assert "0:01:00" in loaded["dags"]["regauge_watchdog"]["schedule"]

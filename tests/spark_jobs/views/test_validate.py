@@ -1,0 +1,72 @@
+"""The validation gate's parts: shared-column disagreements, type clashes, commit tags."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from decimal import Decimal
+
+from pyspark.sql.types import IntegerType, StructField, StructType
+
+from spark_jobs.views import revenue_hourly_v1, revenue_hourly_v2, runner
+from spark_jobs.views.validate import disagreements, type_clashes
+
+from .conftest import at, cancel, order
+
+
+def test_v2_agrees_with_v1_on_what_they_share(spark, silver_df):
+    silver = silver_df(
+        [
+            order("o1", at(5), "10.00"),
+            order("o2", at(10), "5.50", currency="USD"),
+            order("o3", at(70), "7.25"),
+            cancel("o1", at(80)),
+        ]
+    )
+    v1 = runner.gold_rows(revenue_hourly_v1.VIEW, silver)
+    v2 = runner.gold_rows(revenue_hourly_v2.VIEW, silver)
+    shared = revenue_hourly_v2.VIEW.agrees_with[1]
+    assert disagreements(["window_start", "currency"], v2, v1, shared).count() == 0
+
+
+def test_a_changed_value_and_a_missing_key_are_both_disagreements(spark, silver_df):
+    silver = silver_df([order("o1", at(5), "10.00"), order("o2", at(70), "4.00")])
+    v1 = runner.gold_rows(revenue_hourly_v1.VIEW, silver)
+    v2 = runner.gold_rows(revenue_hourly_v2.VIEW, silver)
+    shared = revenue_hourly_v2.VIEW.agrees_with[1]
+    wrong = v2.withColumn("gross_revenue", v2.gross_revenue + 1).where(
+        "window_start = '2026-01-01 10:00:00'"
+    )
+    found = disagreements(["window_start", "currency"], wrong, v1, shared).collect()
+    by_hour = {r.window_start.hour: r for r in found}
+    assert set(by_hour) == {10, 11}
+    assert by_hour[10].new_gross_revenue == Decimal("11.00")
+    assert by_hour[10].old_gross_revenue == Decimal("10.00")
+    # Hour 11 exists only in v1.
+    assert by_hour[11].new_gross_revenue is None and by_hour[11].old_gross_revenue == Decimal(
+        "4.00"
+    )
+
+
+def test_same_named_columns_of_another_type_clash():
+    v1 = revenue_hourly_v1.VIEW
+    assert type_clashes(revenue_hourly_v2.VIEW, v1) == []
+    fields = [
+        StructField("orders", IntegerType(), False) if f.name == "orders_placed" else f
+        for f in revenue_hourly_v2.VIEW.schema.fields
+    ]
+    clashing = replace(revenue_hourly_v2.VIEW, schema=StructType(fields))
+    assert type_clashes(clashing, v1) == ["orders: int in v2, bigint in v1"]
+
+
+def test_the_newest_tagged_commit_names_its_silver_version(spark, tmp_path):
+    path = str(tmp_path / "gold")
+    df = spark.range(3)
+    df.write.format("delta").option("userMetadata", runner.tag(7, "silver")).save(path)
+    df.write.format("delta").mode("append").save(path)  # untagged: someone else's commit
+    assert runner.latest_tag(spark, path) == (0, 7, "silver")
+    spark.conf.set(runner.TAG_CONF, runner.tag(9, "stream"))
+    try:
+        df.write.format("delta").mode("append").save(path)
+    finally:
+        spark.conf.unset(runner.TAG_CONF)
+    assert runner.latest_tag(spark, path) == (2, 9, "stream")
