@@ -50,9 +50,18 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
+    from warehouse import ingest_ctl, streams
     from warehouse.stack import services
 
-    services.down(settings_mod.get(), args.services)
+    s = settings_mod.get()
+    if not args.services:
+        # The pipeline's own daemons first: they would fail once Kafka is gone.
+        for st in streams.known(s):
+            if st.pid:
+                print(streams.stop(s, st.view, st.version))
+        if ingest_ctl.stop(s):
+            print("ingest stopped")
+    services.down(s, args.services)
     return 0
 
 
@@ -428,9 +437,10 @@ def cmd_trigger(args: argparse.Namespace) -> int:
 
 def cmd_query(args: argparse.Namespace) -> int:
     from warehouse import trino_client
+    from warehouse.sqlnames import check_user
 
-    result = trino_client.query(settings_mod.get(), args.sql, user=args.user)
-    print(trino_client.format_table(result))
+    result = trino_client.query(settings_mod.get(), args.sql, user=check_user(args.user))
+    print(trino_client.FORMATS[args.format](result))
     return 0
 
 
@@ -625,13 +635,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("query", cmd_query, "run SQL through Trino and print the result as a table")
     p.add_argument("sql", help="the SQL statement")
-    p.add_argument("--user", default="regauge", help="Trino user name (default regauge)")
+    p.add_argument(
+        "--user",
+        default="regauge",
+        help="Trino user name, e.g. analyst.alice: what it may read follows "
+        "infra/trino/rules.json (default regauge, the pipeline: full access)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("table", "csv", "json"),  # trino_client.FORMATS
+        default="table",
+        help="table (default), csv (with a header) or json (one object per row)",
+    )
 
     p = add(
         "demo",
         cmd_demo,
-        "the pipeline end to end: a chaos mix -> Kafka -> bronze -> silver + quarantine, "
-        "then the accounting from Trino",
+        "the pipeline end to end: a chaos mix -> Kafka -> bronze -> silver + quarantine; "
+        "revenue_hourly v1 serving, v2 reprocessed through Airflow while events flow, "
+        "rolled out to 10/50/100 %% of analysts, v1 retired; then the numbers from Trino",
     )
     p.add_argument(
         "--events", type=_positive_int, default=20_000, help="records to produce (default 20000)"

@@ -1,30 +1,90 @@
-"""`make demo`: the pipeline on the local stack, ending with Trino queries a person can read."""
+"""`make demo`: the pipeline on the local stack, ending with Trino queries a person can read.
+
+The story: shop traffic lands exactly once in bronze and silver; revenue_hourly
+v1 is built and serves everyone; v2 (net of cancellations) is reprocessed from
+all history through Airflow while events keep flowing, validated, rolled out
+to 10 %, 50 % and 100 % of analysts, and v1 is retired. Every number printed
+comes from Trino.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from datetime import datetime
 
-from warehouse import accounting, registry, trino_client
+from warehouse import (
+    accounting,
+    airflow_client,
+    ingest_ctl,
+    lifecycle,
+    registry,
+    serving,
+    trino_client,
+    versions,
+)
 from warehouse.registry import SILVER_EVENTS
 from warehouse.settings import Settings
 from warehouse.stack import services
 
 log = logging.getLogger(__name__)
 
+VIEW = "revenue_hourly"
+# Three analysts whose cohorts (CONTRACT.md §4) are 8, 25 and 85: they move to v2
+# at 10 %, 50 % and 100 % respectively.
+ANALYSTS = ("analyst.yuki", "analyst.grace", "analyst.alice")
+
 
 def _step(text: str) -> None:
     print(f"\n== {text}", flush=True)
 
 
+def _wait_for_silver(settings: Settings, seed: int, want: int, timeout: float = 900) -> int:
+    """Poll Trino until silver holds `want` events of this seed's run."""
+    deadline = time.monotonic() + timeout
+    got = -1
+    while time.monotonic() < deadline:
+        got = int(
+            trino_client.scalar(
+                settings,
+                f"SELECT count(*) FROM {SILVER_EVENTS.trino_name} WHERE starts_with(event_id, ?)",
+                [f"s{seed}-"],
+            )
+        )
+        if got >= want:
+            return got
+        time.sleep(5)
+    return got
+
+
+def _who_sees_what(settings: Settings, hour: datetime | None) -> None:
+    """Each analyst's view of the same hour through lakehouse.serving.revenue_hourly."""
+    print(f"  {'analyst':<15} {'cohort':>6}  sees  EUR in the hour from {hour or '-'}")
+    for user in ANALYSTS:
+        found = trino_client.query(
+            settings,
+            f"SELECT view_version, coalesce(revenue, net_revenue) FROM {serving.trino_name(VIEW)} "
+            "WHERE currency = 'EUR' AND window_start = ?",
+            [hour],
+            user=user,
+        ).rows
+        version, amount = found[0] if found else (None, None)
+        what = "revenue (gross)" if version == 1 else "net_revenue"
+        print(f"  {user:<15} {versions.cohort(user):>6}  v{version}    {what} = {amount}")
+
+
 def run(settings: Settings, events: int) -> int:
-    from spark_jobs import ingest, producer, views
+    from spark_jobs import producer
     from spark_jobs.generator import id_checksum
-    from spark_jobs.session import build_session
-    from spark_jobs.views import runner
 
     _step("starting the local stack (PostgreSQL, Kafka, Trino, Airflow)")
     services.up(settings)
+    airflow = airflow_client.Client(settings)
+
+    _step(f"{VIEW}: starting its story over (earlier demo versions forgotten)")
+    for line in lifecycle.forget(settings, VIEW):
+        print(f"  {line}")
 
     # A new seed per demo: its event ids are new, so what it expects is exact.
     seed = int(time.time())
@@ -38,17 +98,49 @@ def run(settings: Settings, events: int) -> int:
         f"{len(expected.duplicates):,} exact duplicates, quarantine: {reasons}"
     )
 
-    _step("ingesting: Kafka -> bronze -> silver + quarantine (Spark, Delta)")
-    spark = build_session("regauge-demo", settings, ui=False)
+    _step(
+        "ingesting live: Kafka -> bronze -> silver + quarantine (Spark, Delta), in the background"
+    )
+    ingest_ctl.start(settings, None)
+    landed = _wait_for_silver(settings, seed, len(expected.silver))
+    print(f"  silver holds {landed:,} of this run's events")
+
+    _step(f"Airflow: regauge_reprocess {VIEW} v1 (its first version serves everyone once valid)")
+    airflow.run("regauge_reprocess", {"view": VIEW, "version": 1})
+    print(f"  {_describe(settings, 1)}")
+
+    # More traffic while v2 is reprocessed: the live hand-off must lose none of it.
+    stop = threading.Event()
+
+    def keep_producing() -> None:
+        while not stop.is_set():
+            producer.produce_generated(
+                settings, seed=int(time.time() * 1000) % 10**9, count=200, chaos=True
+            )
+            stop.wait(10)
+
+    flowing = threading.Thread(target=keep_producing, daemon=True)
+    flowing.start()
     try:
-        for table, rows in ingest.run_once(spark, settings).items():
-            print(f"  {table:<34} {rows:>10,} rows")
-        _step("views: replayed once from all of silver, then kept up live from its change feed")
-        for view in views.discover().values():
-            how = runner.catch_up(spark, settings, view)
-            print(f"  {runner.gold_table(view).trino_name:<38} {how}")
+        _step(f"Airflow: regauge_reprocess {VIEW} v2 (net of cancellations), while events flow")
+        airflow.run("regauge_reprocess", {"view": VIEW, "version": 2})
+        print(f"  {_describe(settings, 2)}")
+        hour = _busiest_hour(settings)
+        for percent in (10, 50, 100):
+            _step(f"Airflow: regauge_rollout {VIEW} v2 to {percent} % of analysts")
+            airflow.run("regauge_rollout", {"view": VIEW, "version": 2, "percent": percent})
+            _who_sees_what(settings, hour)
     finally:
-        spark.stop()
+        stop.set()
+        flowing.join(60)
+
+    _step("asking Trino: revenue_hourly v1 (gross) and v2 (net of cancellations), same hours")
+    print(trino_client.format_table(trino_client.query(settings, SIDE_BY_SIDE_SQL)))
+
+    _step(f"Airflow: regauge_retire {VIEW} v1 (nobody is routed to it any more)")
+    airflow.run("regauge_retire", {"view": VIEW, "version": 1})
+    for v in versions.versions(settings, VIEW):
+        print(f"  {v.label}: {v.status}, {v.rollout_percent} % of users")
 
     _step("asking Trino: every bronze record accounted for, per Kafka partition")
     print(trino_client.format_table(accounting.per_partition(settings)))
@@ -71,16 +163,39 @@ def run(settings: Settings, events: int) -> int:
         f"\n{'exact' if ok else 'MISMATCH'}: silver holds {events_found:,} of this demo's "
         f"events; the generator expected {len(expected.silver):,}"
     )
-    _step("asking Trino: revenue_hourly v1 (gross) and v2 (net of cancellations), same hours")
-    print(trino_client.format_table(trino_client.query(settings, SIDE_BY_SIDE_SQL)))
     _step("asking Trino: closed windows that late events restated, per view version")
     print(trino_client.format_table(trino_client.query(settings, RESTATEMENTS_SQL)))
-    print("\nthe stack keeps running: `make status` to look, `make down` to stop it")
+
+    _step(f"asking Trino as {ANALYSTS[0]}: the busiest hours, through the serving view")
+    print(trino_client.format_table(trino_client.query(settings, ANALYST_SQL, user=ANALYSTS[0])))
+    print(
+        "\nstill running: ingest and revenue_hourly v2's live stream (`regauge streams list`), "
+        "and the stack (`make status`); `make down` stops everything"
+    )
     return 0 if ok else 1
 
 
-V1 = registry.gold_view_table("revenue_hourly", 1).trino_name
-V2 = registry.gold_view_table("revenue_hourly", 2).trino_name
+def _describe(settings: Settings, version: int) -> str:
+    v = versions.get(settings, VIEW, version)
+    summary = (v.validation or {}).get("summary", "")
+    return (
+        f"{v.label}: {v.status} at {v.rollout_percent} %, built from {v.source_position}; "
+        f"validation: {summary}"
+    )
+
+
+def _busiest_hour(settings: Settings) -> datetime | None:
+    """The EUR hour where v2 differs most from v1: the one worth watching."""
+    found = trino_client.query(
+        settings,
+        f"SELECT window_start FROM {V2} "
+        "WHERE currency = 'EUR' ORDER BY cancelled_revenue DESC, gross_revenue DESC LIMIT 1",
+    ).rows
+    return found[0][0] if found else None
+
+
+V1 = registry.gold_view_table(VIEW, 1).trino_name
+V2 = registry.gold_view_table(VIEW, 2).trino_name
 SIDE_BY_SIDE_SQL = f"""
 SELECT v1.window_start, v1.currency, v1.orders, v1.revenue AS v1_revenue,
        v2.orders_cancelled AS v2_cancelled, v2.net_revenue AS v2_net_revenue
@@ -96,4 +211,10 @@ SELECT view, version, count(*) AS restatements, count(DISTINCT window_start) AS 
 FROM {registry.GOLD_RESTATEMENTS.trino_name}
 GROUP BY view, version
 ORDER BY view, version
+"""
+ANALYST_SQL = f"""
+SELECT window_start, currency, orders_placed, orders_cancelled, net_revenue, view_version
+FROM {serving.trino_name(VIEW)}
+ORDER BY net_revenue DESC
+LIMIT 5
 """

@@ -12,6 +12,8 @@ import re
 # Plain ASCII identifiers only: unicode look-alikes, quotes, spaces and
 # semicolons are refused before any SQL is built.
 _IDENTIFIER = re.compile(r"[a-z][a-z0-9_]{0,62}")
+# Trino user names as the contract uses them: analyst.alice, engineer.bob, regauge.
+_USER = re.compile(r"[a-z][a-z0-9_.@-]{0,63}")
 # Locations are lake paths or URIs; no quotes, no control characters.
 _LOCATION = re.compile(r"[A-Za-z0-9_./:\-]{1,1024}")
 
@@ -26,6 +28,16 @@ def check_identifier(name: str, what: str = "name") -> str:
         raise UnsafeNameError(
             f"{what} {name!r} is not a plain identifier "
             "(lower-case ASCII letters, digits and _, starting with a letter)"
+        )
+    return name
+
+
+def check_user(name: str) -> str:
+    """Return name if it is a plain Trino user name, else refuse it."""
+    if not isinstance(name, str) or not _USER.fullmatch(name):
+        raise UnsafeNameError(
+            f"user name {name!r} is not allowed (lower-case ASCII letters, digits and . _ @ -, "
+            "starting with a letter, at most 64 characters)"
         )
     return name
 

@@ -65,3 +65,27 @@ def format_table(result: Result) -> str:
         buf.getvalue().rstrip()
         + f"\n({len(result.rows)} row{'s' if len(result.rows) != 1 else ''})"
     )
+
+
+def format_csv(result: Result) -> str:
+    """RFC 4180 CSV with a header row; NULL is an empty field."""
+    import csv
+    from io import StringIO
+
+    buf = StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(result.columns)
+    writer.writerows(["" if v is None else v for v in row] for row in result.rows)
+    return buf.getvalue().rstrip("\n")
+
+
+def format_json(result: Result) -> str:
+    """One JSON object per row (JSON Lines); decimals and times as strings, exact."""
+    import json
+
+    return "\n".join(
+        json.dumps(dict(zip(result.columns, row, strict=True)), default=str) for row in result.rows
+    )
+
+
+FORMATS = {"table": format_table, "csv": format_csv, "json": format_json}

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,28 +25,17 @@ from psycopg.rows import dict_row
 
 from warehouse import migrations
 from warehouse.settings import Settings
-from warehouse.sqlnames import UnsafeNameError, check_identifier
+from warehouse.sqlnames import check_identifier, check_user
 
 log = logging.getLogger(__name__)
 
 STATUSES = ("building", "ready", "serving", "retired", "failed")
 LIVE = ("ready", "serving")
 SOURCES = ("bronze", "kafka")
-# Trino user names as the contract uses them: analyst.alice, engineer.bob, regauge.
-_USER = re.compile(r"[a-z][a-z0-9_.@-]{0,63}")
 
 
 class VersionError(ValueError):
     """A registry change that is refused; the message says why and what to do."""
-
-
-def check_user(name: str) -> str:
-    if not isinstance(name, str) or not _USER.fullmatch(name):
-        raise UnsafeNameError(
-            f"user name {name!r} is not allowed (lower-case ASCII letters, digits and . _ @ -, "
-            "starting with a letter, at most 64 characters)"
-        )
-    return name
 
 
 def check_percent(percent: int) -> int:

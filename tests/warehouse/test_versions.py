@@ -6,11 +6,10 @@ import hashlib
 
 import pytest
 
-from warehouse.sqlnames import UnsafeNameError
+from warehouse.sqlnames import UnsafeNameError, check_user
 from warehouse.versions import (
     Version,
     VersionError,
-    check_user,
     cohort,
     plan_rollout,
     register_refusal,

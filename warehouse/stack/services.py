@@ -548,6 +548,8 @@ class Trino(Service):
             "pg_user": s.postgres_user,
             "pg_password": s.postgres_password,
             "heap": s.trino_heap,
+            "etc_dir": etc,
+            "rules_file": INFRA / "trino" / "rules.json",
         }
         # Rebuild etc/ each start so a removed catalog file does not linger.
         if etc.exists():
