@@ -21,8 +21,8 @@ from trino.exceptions import TrinoUserError
 
 from spark_jobs import ingest, producer
 from tests.integration.landing import fresh_seed
-from tests.integration.readme import analyst_examples
 from warehouse import registry, versions
+from warehouse.examples import analyst_examples
 from warehouse.settings import Settings
 from warehouse.trino_client import query
 

@@ -236,7 +236,7 @@ def test_reprocess_roll_out_and_retire_while_events_flow(
     assert sorted(got) == sorted(tuple(r) for r in expected)
 
     # The README's serving-view example, as an analyst, equals v2's table read by Spark.
-    from tests.integration.readme import analyst_examples
+    from warehouse.examples import analyst_examples
 
     example = analyst_examples()["Hourly revenue as you see it"]
     shown = query(settings, example, user=USERS[1]).rows

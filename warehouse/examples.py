@@ -1,11 +1,15 @@
-"""The README's example queries, read from the README itself, so the tests run them as written."""
+"""The README's example queries for analysts, read from the README itself.
+
+The demo prints their answers and the tests check them, so the examples in the
+README are always ones that run as written.
+"""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def analyst_examples() -> dict[str, str]:
