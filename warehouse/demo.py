@@ -24,6 +24,7 @@ from warehouse import (
     trino_client,
     versions,
 )
+from warehouse.examples import analyst_examples
 from warehouse.registry import SILVER_EVENTS
 from warehouse.settings import Settings
 from warehouse.stack import services
@@ -166,8 +167,15 @@ def run(settings: Settings, events: int) -> int:
     _step("asking Trino: closed windows that late events restated, per view version")
     print(trino_client.format_table(trino_client.query(settings, RESTATEMENTS_SQL)))
 
-    _step(f"asking Trino as {ANALYSTS[0]}: the busiest hours, through the serving view")
-    print(trino_client.format_table(trino_client.query(settings, ANALYST_SQL, user=ANALYSTS[0])))
+    examples = analyst_examples()
+    for title in (
+        "Net revenue by customer segment and country",
+        "Revenue by product category",
+        "Hourly revenue as you see it",
+    ):
+        _step(f"asking Trino as {ANALYSTS[0]} (README, For analysts): {title}")
+        answer = trino_client.query(settings, examples[title], user=ANALYSTS[0])
+        print(trino_client.format_table(answer))
     print(
         "\nstill running: ingest and revenue_hourly v2's live stream (`regauge streams list`), "
         "and the stack (`make status`); `make down` stops everything"
@@ -211,10 +219,4 @@ SELECT view, version, count(*) AS restatements, count(DISTINCT window_start) AS 
 FROM {registry.GOLD_RESTATEMENTS.trino_name}
 GROUP BY view, version
 ORDER BY view, version
-"""
-ANALYST_SQL = f"""
-SELECT window_start, currency, orders_placed, orders_cancelled, net_revenue, view_version
-FROM {serving.trino_name(VIEW)}
-ORDER BY net_revenue DESC
-LIMIT 5
 """
