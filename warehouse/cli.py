@@ -396,7 +396,7 @@ def cmd_streams(args: argparse.Namespace) -> int:
         for st in found:
             print(f"{st.view} v{st.version}: {st.state}" + (f" (pid {st.pid})" if st.pid else ""))
         if not found:
-            print("no view streams have run yet")
+            print("no view stream is running")
         return 0
     if args.action == "ensure":
         for line in streams.ensure(s) or ["every live version's stream is running"]:
