@@ -245,9 +245,15 @@ def test_reprocess_roll_out_and_retire_while_events_flow(
         gold.where("currency = 'EUR'")
         .orderBy(F.col("window_start").desc())
         .limit(5)
-        .selectExpr("unix_seconds(window_start)", "currency", "net_revenue")
+        .selectExpr(
+            "unix_seconds(window_start)",
+            "currency",
+            "orders_placed",
+            "orders_cancelled",
+            "net_revenue",
+        )
         .collect()
     )
-    assert [(int(r[0].timestamp()), r[1], r[2], r[3]) for r in shown] == [
-        (r[0], r[1], 2, r[2]) for r in newest
+    assert [(int(r[0].timestamp()), r[1], r[2], r[3], r[4], r[5]) for r in shown] == [
+        (r[0], r[1], 2, r[2], r[3], r[4]) for r in newest
     ]
