@@ -55,7 +55,9 @@ def cmd_down(args: argparse.Namespace) -> int:
 
     s = settings_mod.get()
     if not args.services:
-        # The pipeline's own daemons first: they would fail once Kafka is gone.
+        # Airflow first, so its watchdog cannot restart a stream stopped next; then
+        # the pipeline's own daemons, which would fail once Kafka is gone.
+        services.down(s, ["airflow"])
         for st in streams.known(s):
             if st.pid:
                 print(streams.stop(s, st.view, st.version))
