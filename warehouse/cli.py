@@ -439,9 +439,8 @@ def cmd_trigger(args: argparse.Namespace) -> int:
 
 def cmd_query(args: argparse.Namespace) -> int:
     from warehouse import trino_client
-    from warehouse.sqlnames import check_user
 
-    result = trino_client.query(settings_mod.get(), args.sql, user=check_user(args.user))
+    result = trino_client.query(settings_mod.get(), args.sql, user=args.user)
     print(trino_client.FORMATS[args.format](result))
     return 0
 
@@ -603,8 +602,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("view", type=_identifier)
     p.add_argument("version", type=_positive_int)
     p.add_argument("percent", type=_percent, help="0-100")
-    p.add_argument("--pin", metavar="USER", help="also pin USER to VERSION, whatever the percent")
-    p.add_argument("--unpin", metavar="USER", help="remove USER's pin")
+    p.add_argument(
+        "--pin", metavar="USER", type=_user, help="also pin USER to VERSION, whatever the percent"
+    )
+    p.add_argument("--unpin", metavar="USER", type=_user, help="remove USER's pin")
 
     p = add(
         "retire",
@@ -639,6 +640,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sql", help="the SQL statement")
     p.add_argument(
         "--user",
+        type=_user,
         default="regauge",
         help="Trino user name, e.g. analyst.alice: what it may read follows "
         "infra/trino/rules.json (default regauge, the pipeline: full access)",
@@ -689,6 +691,15 @@ def _identifier(text: str) -> str:
 
     try:
         return check_identifier(text, "view")
+    except UnsafeNameError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _user(text: str) -> str:
+    from warehouse.sqlnames import UnsafeNameError, check_user
+
+    try:
+        return check_user(text)
     except UnsafeNameError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

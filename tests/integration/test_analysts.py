@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from trino.exceptions import TrinoUserError
 
 from spark_jobs import ingest, producer
+from spark_jobs.views import runner
 from tests.integration.landing import fresh_seed
 from warehouse import registry, versions
 from warehouse.examples import analyst_examples
@@ -35,6 +36,8 @@ def lake(stack, settings: Settings, spark: SparkSession) -> SparkSession:
     """Some traffic in silver, and reference data for every customer and product in it."""
     producer.produce_generated(settings, seed=fresh_seed(), count=3000, chaos=True)
     ingest.run_once(spark, settings)
+    # Gold has a table even on a fresh lake where no view has run yet.
+    runner.ensure_restatements(spark, settings)
     return spark
 
 
