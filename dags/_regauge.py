@@ -26,6 +26,13 @@ _VIEW_FILE = re.compile(r"(?P<name>[a-z][a-z0-9_]*)_v(?P<version>[1-9][0-9]*)\.p
 USER_PATTERN = r"^[a-z][a-z0-9_.@-]{0,63}(?![\s\S])"
 
 DEFAULT_ARGS = {"owner": "regauge", "retries": 0, "execution_timeout": timedelta(hours=2)}
+# What every regauge DAG shares: one run at a time, no backfill of missed intervals.
+DAG_ARGS = {
+    "catchup": False,
+    "max_active_runs": 1,
+    "default_args": DEFAULT_ARGS,
+    "tags": ["regauge"],
+}
 
 
 def known_views() -> list[str]:

@@ -9,7 +9,7 @@ first, and the replay rebuilds from scratch.
 
 from __future__ import annotations
 
-from _regauge import DEFAULT_ARGS, regauge, version_param, view_param
+from _regauge import DAG_ARGS, regauge, version_param, view_param
 from airflow.sdk import DAG, Param
 
 ARGS = '"$VIEW" "$VERSION"'
@@ -18,9 +18,6 @@ with DAG(
     dag_id="regauge_reprocess",
     description="replay history into a new view version, validate it, make it ready",
     schedule=None,
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
     params={
         "view": view_param(),
         "version": version_param(),
@@ -31,7 +28,7 @@ with DAG(
             description="bronze: all history (via silver); kafka: what Kafka still holds",
         ),
     },
-    tags=["regauge"],
+    **DAG_ARGS,
 ) as dag:
     env = {
         "VIEW": "{{ params.view }}",

@@ -5,18 +5,15 @@ Refused while anyone is routed to it (the current version, a candidate above
 
 from __future__ import annotations
 
-from _regauge import DEFAULT_ARGS, regauge, version_param, view_param
+from _regauge import DAG_ARGS, regauge, version_param, view_param
 from airflow.sdk import DAG
 
 with DAG(
     dag_id="regauge_retire",
     description="retire a view version: stream stopped, dropped from Trino, table archived",
     schedule=None,
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
     params={"view": view_param(), "version": version_param()},
-    tags=["regauge"],
+    **DAG_ARGS,
 ) as dag:
     regauge(
         "retire",

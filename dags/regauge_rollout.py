@@ -3,16 +3,13 @@ back from a version. Takes effect on the next query; can be undone until retirem
 
 from __future__ import annotations
 
-from _regauge import DEFAULT_ARGS, USER_PATTERN, regauge, version_param, view_param
+from _regauge import DAG_ARGS, USER_PATTERN, regauge, version_param, view_param
 from airflow.sdk import DAG, Param
 
 with DAG(
     dag_id="regauge_rollout",
     description="route a percent of users (and pinned users) to a view version",
     schedule=None,
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
     params={
         "view": view_param(),
         "version": version_param(),
@@ -30,7 +27,7 @@ with DAG(
             description="remove this user's pin",
         ),
     },
-    tags=["regauge"],
+    **DAG_ARGS,
 ) as dag:
     regauge(
         "rollout",

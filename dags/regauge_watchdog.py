@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from _regauge import DEFAULT_ARGS, regauge
+from _regauge import DAG_ARGS, regauge
 from airflow.sdk import DAG
 
 with DAG(
@@ -13,10 +13,7 @@ with DAG(
     description="keep every live view version's stream running",
     schedule=timedelta(minutes=1),
     start_date=datetime(2026, 1, 1),
-    catchup=False,
-    max_active_runs=1,
     dagrun_timeout=timedelta(minutes=10),
-    default_args=DEFAULT_ARGS,
-    tags=["regauge"],
+    **DAG_ARGS,
 ) as dag:
     regauge("ensure_streams", "streams ensure")

@@ -686,39 +686,48 @@ def _timestamp(text: str) -> datetime | None:
     return parsed
 
 
-def _identifier(text: str) -> str:
-    from warehouse.sqlnames import UnsafeNameError, check_identifier
+def _name(check: Callable[[str], str]) -> Callable[[str], str]:
+    """An argparse type from a sqlnames check: a refused name is a usage error."""
 
-    try:
-        return check_identifier(text, "view")
-    except UnsafeNameError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    def parse(text: str) -> str:
+        from warehouse.sqlnames import UnsafeNameError
+
+        try:
+            return check(text)
+        except UnsafeNameError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def _identifier(text: str) -> str:
+    from warehouse.sqlnames import check_identifier
+
+    return _name(lambda t: check_identifier(t, "view"))(text)
 
 
 def _user(text: str) -> str:
-    from warehouse.sqlnames import UnsafeNameError, check_user
+    from warehouse.sqlnames import check_user
 
+    return _name(check_user)(text)
+
+
+def _whole(text: str) -> int:
     try:
-        return check_user(text)
-    except UnsafeNameError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
 
 
 def _percent(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    value = _whole(text)
     if not 0 <= value <= 100:
         raise argparse.ArgumentTypeError(f"{value} is not a percent from 0 to 100")
     return value
 
 
 def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    value = _whole(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
     return value

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from warehouse import catalog, registry, serving, streams, versions
 from warehouse.settings import Settings
-from warehouse.sqlnames import check_identifier, check_user
 from warehouse.versions import VersionError
 
 if TYPE_CHECKING:
@@ -132,11 +131,7 @@ def rollout(
     unpin: str | None = None,
 ) -> list[str]:
     # Names and numbers first: nothing reaches PostgreSQL or Trino unchecked.
-    check_identifier(view, "view")
-    versions.check_percent(percent)
-    for user in (pin, unpin):
-        if user is not None:
-            check_user(user)
+    versions.check_rollout(view, percent, pin, unpin)
     serving.check_compatible(settings, view, version)
     done = versions.rollout(settings, view, version, percent, pin=pin, unpin=unpin)
     done.append(serving.regenerate(settings, view))

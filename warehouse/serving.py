@@ -152,10 +152,9 @@ def regenerate(settings: Settings, view: str, live: Sequence[Version] | None = N
 def check_compatible(settings: Settings, view: str, version: int) -> None:
     """Refuse `version` if a same-named column has another type in a live version."""
     rows = versions.versions(settings, view)
+    row = next((v for v in rows if v.version == version), None)
+    if row is None or row.status not in ("building", *versions.LIVE):
+        # Unregistered, failed or retired: the registry's own refusal says more.
+        return
     live = {v.version for v in rows if v.live}
-    if version not in live and any(v.version == version for v in rows):
-        # Not live (yet): the registry's own refusal says more than a column check.
-        row = next(v for v in rows if v.version == version)
-        if row.status != "building":
-            return
     union_columns({v: columns_of(settings, view, v) for v in live | {version}})

@@ -44,6 +44,15 @@ def check_percent(percent: int) -> int:
     return percent
 
 
+def check_rollout(view: str, percent: int, pin: str | None, unpin: str | None) -> None:
+    """A rollout's names and numbers, refused before anything is read or written."""
+    check_identifier(view, "view")
+    check_percent(percent)
+    for user in (pin, unpin):
+        if user is not None:
+            check_user(user)
+
+
 def cohort(user: str) -> int:
     """CONTRACT.md §4: the first 8 bytes of SHA-256, signed big-endian, floor-mod 100."""
     return int.from_bytes(hashlib.sha256(user.encode()).digest()[:8], "big", signed=True) % 100
@@ -358,10 +367,7 @@ def rollout(
     unpin: str | None = None,
 ) -> list[str]:
     """Route `percent` of users to `version`; pin or unpin one user. Returns what changed."""
-    check_percent(percent)
-    for user in (pin, unpin):
-        if user is not None:
-            check_user(user)
+    check_rollout(view, percent, pin, unpin)
     done: list[str] = []
     with transaction(settings, view) as conn:
         rows = _rows(conn, view)
