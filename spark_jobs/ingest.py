@@ -53,6 +53,22 @@ def is_data_loss(error: str) -> bool:
     return "kafka_data_loss" in text or "data may have been lost" in text
 
 
+def error_text(exc: BaseException | None) -> str:
+    """An exception's message followed by its causes' messages.
+
+    A gap found while planning a batch surfaces as the query's own error; one
+    found inside a task arrives wrapped (TASK_WRITE_FAILED), and only a cause
+    says data was lost. PySpark keeps the converted JVM cause in `_cause`.
+    """
+    parts: list[str] = []
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        parts.append(str(exc))
+        exc = getattr(exc, "_cause", None) or exc.__cause__
+    return "\n".join(parts)
+
+
 DATA_LOSS_HELP = (
     "Kafka no longer holds records that bronze has not copied yet (retention expired, or "
     "the topic was deleted and recreated), so bronze would have a gap and ingest stopped. "
@@ -197,9 +213,9 @@ def run_once(
         query = _starter(spark, settings, name, True, settings.trigger_interval, accept_data_loss)()
         try:
             query.awaitTermination()
-            error = str(query.exception() or "")
+            error = error_text(query.exception())
         except StreamingQueryException as exc:
-            error = str(exc)
+            error = error_text(exc)
         if error:
             if is_data_loss(error):
                 raise DataLossError(DATA_LOSS_HELP)
@@ -235,7 +251,7 @@ def run(
                 if query is not None and query.isActive:
                     continue
                 if query is not None:
-                    error = str(query.exception() or "stopped")
+                    error = error_text(query.exception()) or "stopped"
                     del queries[name]
                     if is_data_loss(error):
                         raise DataLossError(DATA_LOSS_HELP)
