@@ -84,6 +84,12 @@ class Client:
                     raise
             time.sleep(2)
 
+    def pause(self, dag_id: str, paused: bool) -> None:
+        resp = self.session.patch(
+            f"{self.base}/api/v2/dags/{dag_id}", json={"is_paused": paused}, timeout=30
+        )
+        self._check(resp)
+
     def trigger(self, dag_id: str, conf: dict[str, Any]) -> str:
         """Create a run; returns its run id. Bad params raise Refused (HTTP 400)."""
         resp = self.session.post(

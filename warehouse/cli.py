@@ -437,6 +437,51 @@ def cmd_trigger(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    from warehouse import audit, trino_client, versions
+
+    s = settings_mod.get()
+    run = audit.Run()
+    checks = set(args.checks.split(",")) if args.checks else set(audit.CHECKS)
+    unknown = checks - set(audit.CHECKS)
+    if unknown:
+        print(f"regauge: unknown checks {sorted(unknown)}; known: {audit.CHECKS}", file=sys.stderr)
+        return 2
+    if "kafka_bronze" in checks:
+        run.findings += audit.check_kafka_bronze(s)
+    if "bronze_silver" in checks:
+        run.findings += audit.check_bronze_silver(s)
+    if "routing" in checks:
+        run.findings += audit.check_routing(s)
+    from spark_jobs import audit as spark_audit
+    from spark_jobs.session import build_session
+
+    spark = build_session("regauge-audit", s, ui=False)
+    try:
+        if "silver_gold" in checks:
+            live = [v for v in versions.versions(s) if v.live]
+            run.findings += spark_audit.check_silver_gold(spark, s, live, args.sample)
+        spark_audit.record(spark, s, run)
+    finally:
+        spark.stop()
+    print(trino_client.format_table(audit.describe(run)))
+    failed = [f for f in run.findings if not f.passed]
+    for f in failed:
+        print(f"\nFAILED {f.check} {f.subject}: {f.summary}\n  {json.dumps(f.detail, default=str)}")
+    print(
+        f"\naudit {run.run_id}: {'PASSED' if run.passed else 'FAILED'} "
+        f"({len(run.findings) - len(failed)} of {len(run.findings)} checks passed); "
+        f"details in {registry_audit_runs()}"
+    )
+    return 0 if run.passed else 1
+
+
+def registry_audit_runs() -> str:
+    from warehouse import registry
+
+    return registry.GOLD_AUDIT_RUNS.trino_name
+
+
 def cmd_query(args: argparse.Namespace) -> int:
     from warehouse import trino_client
 
@@ -635,6 +680,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dag_id")
     p.add_argument("conf", nargs="*", metavar="KEY=VALUE", help="the run's params")
     p.add_argument("--no-wait", action="store_true", help="return once the run exists")
+
+    p = add(
+        "audit",
+        cmd_audit,
+        "check every layer against the one it derives from (Kafka -> bronze -> silver -> "
+        "gold, and routing); exit 1 on any mismatch; results in lakehouse.gold.audit_runs",
+    )
+    p.add_argument(
+        "--sample",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="check a random FRACTION (0-1) of each view's windows instead of all of them",
+    )
+    p.add_argument(
+        "--checks",
+        default=None,
+        help="comma-separated subset of kafka_bronze,bronze_silver,silver_gold,routing",
+    )
 
     p = add("query", cmd_query, "run SQL through Trino and print the result as a table")
     p.add_argument("sql", help="the SQL statement")

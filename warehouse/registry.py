@@ -48,10 +48,19 @@ SILVER_QUARANTINE = Table("silver", "shop_events_quarantine")
 # exact dedup over all history, and how an audit counts exact duplicates.
 SILVER_LEDGER = Table("silver", "shop_events_ledger")
 GOLD_RESTATEMENTS = Table("gold", "restatements")
+# One row per check per `regauge audit` run.
+GOLD_AUDIT_RUNS = Table("gold", "audit_runs")
 
 TABLES: dict[str, Table] = {
     t.key: t
-    for t in (BRONZE_EVENTS, SILVER_EVENTS, SILVER_QUARANTINE, SILVER_LEDGER, GOLD_RESTATEMENTS)
+    for t in (
+        BRONZE_EVENTS,
+        SILVER_EVENTS,
+        SILVER_QUARANTINE,
+        SILVER_LEDGER,
+        GOLD_RESTATEMENTS,
+        GOLD_AUDIT_RUNS,
+    )
 }
 
 

@@ -70,6 +70,7 @@ def test_every_dag_file_parses(loaded):
         "regauge_rollout",
         "regauge_retire",
         "regauge_watchdog",
+        "regauge_audit",
     }
 
 
@@ -88,6 +89,7 @@ def test_params_are_the_contracts(loaded):
     assert {"view", "version", "percent", "pin_user"} <= set(dags["regauge_rollout"]["params"])
     assert set(dags["regauge_retire"]["params"]) == {"view", "version"}
     assert dags["regauge_watchdog"]["params"] == {}
+    assert dags["regauge_audit"]["params"] == {}
     views = dags["regauge_reprocess"]["params"]["view"]["enum"]
     assert views == ["cart_sessions", "revenue_hourly"]
 

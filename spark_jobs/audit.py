@@ -1,0 +1,174 @@
+"""The audit's Spark side: silver -> gold for every live view version, and the
+record of each run in `lakehouse.gold.audit_runs`.
+
+A gold table's newest commit tagged with silver version E must hold exactly the
+view's function of silver as of E (the runner tags every commit it makes). The
+audit compares the table *as it is now* with that function, so a later write
+by anything other than the stream (a hand-made UPDATE, say) shows up as the
+exact keys it changed, together with the commits that did it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, StringType, StructField, StructType, TimestampType
+
+from spark_jobs import lake, views
+from spark_jobs.views import runner
+from spark_jobs.views.base import View
+from warehouse import catalog, registry
+from warehouse.audit import MAX_KEYS, Finding, Run
+from warehouse.settings import Settings
+from warehouse.versions import Version
+
+log = logging.getLogger(__name__)
+
+AUDIT_RUNS = registry.GOLD_AUDIT_RUNS
+AUDIT_RUNS_SCHEMA = StructType(
+    [
+        StructField("run_id", StringType(), False),
+        StructField("started_at", TimestampType(), False),
+        StructField("finished_at", TimestampType(), False),
+        StructField("check", StringType(), False),
+        StructField("subject", StringType(), False),
+        StructField("passed", BooleanType(), False),
+        StructField("summary", StringType(), False),
+        # JSON: the figures, and on failure the exact keys that differ.
+        StructField("detail", StringType(), False),
+    ]
+)
+
+
+def sample_scopes(view: View, silver: DataFrame, gold: DataFrame, fraction: float) -> DataFrame:
+    """A random subset of the view's scopes: those silver yields and those gold holds."""
+    scope = list(view.scope)
+    every = view.scopes_of(silver, silver).select(*scope).unionByName(gold.select(*scope))
+    return every.distinct().sample(fraction=fraction, seed=int(datetime.now(UTC).timestamp()))
+
+
+def differing_keys(view: View, want: DataFrame, have: DataFrame) -> tuple[int, int, list[dict]]:
+    """(rows missing, rows unexpected, up to MAX_KEYS keys that differ)."""
+    missing = want.exceptAll(have).localCheckpoint(eager=True)
+    unexpected = have.exceptAll(want).localCheckpoint(eager=True)
+    keys = (
+        missing.select(*view.key)
+        .unionByName(unexpected.select(*view.key))
+        .distinct()
+        .orderBy(*view.key)
+        .limit(MAX_KEYS)
+        .collect()
+    )
+    return (
+        missing.count(),
+        unexpected.count(),
+        [{k: str(v) for k, v in r.asDict().items()} for r in keys],
+    )
+
+
+def _snapshot(spark: SparkSession, path: str) -> tuple[int, tuple[int, int, str] | None]:
+    """A consistent (newest gold version, newest tag at or before it)."""
+    while True:
+        tag = runner.latest_tag(spark, path)
+        (row,) = DeltaTable.forPath(spark, path).history(1).select("version").collect()
+        if runner.latest_tag(spark, path) == tag:
+            return int(row["version"]), tag
+
+
+def check_version(
+    spark: SparkSession, settings: Settings, view: View, sample: float | None
+) -> Finding:
+    subject = f"{view.name} v{view.version}"
+    path = runner.gold_table(view).path(settings)
+    newest, tag = _snapshot(spark, path)
+    if tag is None:
+        return Finding("silver_gold", subject, False, "no gold commit names its silver version")
+    tag_version, silver_version, _ = tag
+    have = (
+        spark.read.format("delta")
+        .option("versionAsOf", newest)
+        .load(path)
+        .select(*[f.name for f in view.schema.fields])
+    )
+    silver = runner.read_silver(spark, settings, silver_version)
+    if sample is not None:
+        scopes = sample_scopes(view, silver, have, sample).localCheckpoint(eager=True)
+        want = runner.gold_rows(view, view.restrict(silver, scopes))
+        have = have.join(F.broadcast(scopes), list(view.scope), "left_semi")
+        scope_note = f", {scopes.count()} sampled scopes"
+    else:
+        want = runner.gold_rows(view, silver)
+        scope_note = ""
+    missing, unexpected, keys = differing_keys(view, want.localCheckpoint(eager=True), have)
+    foreign = (
+        DeltaTable.forPath(spark, path)
+        .history()
+        .where(F.col("version") > tag_version)
+        .select("version", "operation")
+        .orderBy("version")
+        .collect()
+    )
+    after = [(int(r["version"]), str(r["operation"])) for r in foreign]
+    detail = {
+        "gold_version": newest,
+        "silver_version": silver_version,
+        "rows": have.count(),
+        "missing": missing,
+        "unexpected": unexpected,
+        "differing_keys": keys,
+        "commits_after_last_stream_commit": after,
+        "sampled": sample,
+    }
+    ok = not (missing or unexpected)
+    written_by = ", ".join(f"version {v} ({op})" for v, op in after)
+    summary = (
+        f"equals its code over silver version {silver_version}{scope_note}"
+        if ok
+        else f"{missing + unexpected} rows differ from its code over silver version "
+        f"{silver_version}{scope_note}: keys {json.dumps(keys[:3])}"
+        + (f"; written after its stream by {written_by}" if after else "")
+    )
+    return Finding("silver_gold", subject, ok, summary, detail)
+
+
+def check_silver_gold(
+    spark: SparkSession, settings: Settings, live: Sequence[Version], sample: float | None
+) -> list[Finding]:
+    found = []
+    for v in live:
+        try:
+            view = views.get(v.view_name, v.version)
+        except KeyError as exc:
+            found.append(Finding("silver_gold", v.label, False, exc.args[0]))
+            continue
+        log.info("audit: %s against its own code", v.label)
+        found.append(check_version(spark, settings, view, sample))
+    return found
+
+
+def record(spark: SparkSession, settings: Settings, run: Run) -> None:
+    """Append the run's findings to gold.audit_runs (and publish it to Trino)."""
+    path = AUDIT_RUNS.path(settings)
+    lake.ensure_table(spark, path, AUDIT_RUNS_SCHEMA)
+    finished = datetime.now(UTC)
+    rows = [
+        (
+            run.run_id,
+            run.started_at,
+            finished,
+            f.check,
+            f.subject,
+            f.passed,
+            f.summary,
+            json.dumps(f.detail, default=str),
+        )
+        for f in run.findings
+    ]
+    spark.createDataFrame(rows, AUDIT_RUNS_SCHEMA).write.format("delta").mode("append").save(path)
+    catalog.publish(AUDIT_RUNS, settings)

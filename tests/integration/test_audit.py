@@ -1,0 +1,185 @@
+"""The audit passes on an honest lake and names the problem precisely when it is tampered with.
+
+Each tampering is undone afterwards, so the lake is honest again for the tests after it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+from spark_jobs import audit as spark_audit
+from spark_jobs import ingest, producer, views
+from spark_jobs.views import runner
+from tests.integration.landing import fresh_seed
+from warehouse import airflow_client, audit, registry, serving, trino_client, versions
+from warehouse.settings import Settings
+
+VIEW, VERSION = "cart_sessions", 1
+
+
+def _set_status(settings: Settings, status: str) -> None:
+    with psycopg.connect(settings.postgres_dsn()) as conn:
+        conn.execute(
+            "UPDATE control.view_versions SET status = %s WHERE view_name = %s AND version = %s",
+            [status, VIEW, VERSION],
+        )
+
+
+@pytest.fixture(scope="module")
+def honest(stack, settings: Settings, spark: SparkSession) -> Iterator[SparkSession]:
+    """Fresh traffic ingested, and cart_sessions v1 replayed, registered serving and routed.
+
+    The watchdog is paused meanwhile: it would start v1's stream, whose commits
+    would race the tampering.
+    """
+    airflow = airflow_client.Client(settings)
+    airflow.wait_for_dag("regauge_watchdog")
+    airflow.pause("regauge_watchdog", True)
+    producer.produce_generated(settings, seed=fresh_seed(), count=2000, chaos=True)
+    ingest.run_once(spark, settings)
+    runner.replay(spark, settings, views.get(VIEW, VERSION))
+    with psycopg.connect(settings.postgres_dsn()) as conn:
+        conn.execute("DELETE FROM control.view_pins WHERE view_name = %s", [VIEW])
+        conn.execute("DELETE FROM control.view_versions WHERE view_name = %s", [VIEW])
+        conn.execute(
+            "INSERT INTO control.view_versions (view_name, version, status, rollout_percent) "
+            "VALUES (%s, %s, 'serving', 100)",
+            [VIEW, VERSION],
+        )
+    serving.regenerate(settings, VIEW)
+    try:
+        yield spark
+    finally:
+        with psycopg.connect(settings.postgres_dsn()) as conn:
+            conn.execute("DELETE FROM control.view_versions WHERE view_name = %s", [VIEW])
+        serving.regenerate(settings, VIEW)
+        airflow.pause("regauge_watchdog", False)
+
+
+def run_checks(spark: SparkSession, settings: Settings) -> audit.Run:
+    run = audit.Run()
+    run.findings += audit.check_kafka_bronze(settings)
+    run.findings += audit.check_bronze_silver(settings, attempts=2, wait_s=5)
+    run.findings += audit.check_routing(settings)
+    live = [v for v in versions.versions(settings) if v.live]
+    run.findings += spark_audit.check_silver_gold(spark, settings, live, sample=None)
+    return run
+
+
+def failures(run: audit.Run) -> dict[tuple[str, str], audit.Finding]:
+    return {(f.check, f.subject): f for f in run.findings if not f.passed}
+
+
+def test_the_cli_passes_on_an_honest_lake_and_records_the_run(settings, honest):
+    proc = subprocess.run(
+        [sys.executable, "-m", "warehouse.cli", "audit"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_id = proc.stdout.rsplit("audit ", 1)[1].split(":")[0]
+    recorded = trino_client.query(
+        settings,
+        f"SELECT check, count(*), bool_and(passed) FROM {registry.GOLD_AUDIT_RUNS.trino_name} "
+        "WHERE run_id = ? GROUP BY check ORDER BY check",
+        [run_id],
+    ).rows
+    assert {r[0] for r in recorded} == set(audit.CHECKS)
+    assert all(r[2] for r in recorded)
+
+
+def test_a_deleted_silver_row_is_named(settings, honest):
+    spark = honest
+    silver = DeltaTable.forPath(spark, registry.SILVER_EVENTS.path(settings))
+    victim = silver.toDF().where("event_type = 'cart_item_added'").limit(1).collect()[0]
+    silver.delete(f"event_id = '{victim.event_id}'")
+    try:
+        found = failures(run_checks(spark, settings))
+        assert ("bronze_silver", "event ids") in found
+        broken = found[("bronze_silver", "event ids")].detail["broken"]
+        assert ["no silver row", victim.event_id] in broken
+    finally:
+        spark.createDataFrame([victim], silver.toDF().schema).write.format("delta").mode(
+            "append"
+        ).save(registry.SILVER_EVENTS.path(settings))
+
+
+def test_a_changed_gold_value_is_named_with_the_commit_that_did_it(settings, honest):
+    spark = honest
+    path = runner.gold_table(views.get(VIEW, VERSION)).path(settings)
+    gold = DeltaTable.forPath(spark, path)
+    before = gold.history(1).collect()[0]["version"]
+    row = gold.toDF().orderBy("customer_id", "session_start").limit(1).collect()[0]
+    gold.update(
+        f"customer_id = '{row.customer_id}' AND session_start = '{row.session_start}'",
+        {"events": "events + 1"},
+    )
+    try:
+        found = failures(run_checks(spark, settings))
+        finding = found[("silver_gold", f"{VIEW} v{VERSION}")]
+        assert finding.detail["missing"] == finding.detail["unexpected"] == 1
+        assert finding.detail["differing_keys"] == [
+            {"customer_id": row.customer_id, "session_start": str(row.session_start)}
+        ]
+        assert [op for _, op in finding.detail["commits_after_last_stream_commit"]] == ["UPDATE"]
+        assert "UPDATE" in finding.summary
+    finally:
+        gold.restoreToVersion(before)
+
+
+def test_a_removed_range_of_bronze_is_named(settings, honest):
+    spark = honest
+    path = registry.BRONZE_EVENTS.path(settings)
+    bronze = DeltaTable.forPath(spark, path)
+    low, _ = audit.kafka_watermarks(settings)[0]
+    top = bronze.toDF().where(f"partition = 0 AND offset >= {low}").agg({"offset": "max"})
+    newest = top.collect()[0][0]
+    start, end = newest - 20, newest - 10
+    removed = bronze.toDF().where(f"partition = 0 AND offset BETWEEN {start} AND {end}").collect()
+    assert len(removed) == 11
+    bronze.delete(f"partition = 0 AND offset BETWEEN {start} AND {end}")
+    try:
+        found = failures(run_checks(spark, settings))
+        kafka = found[("kafka_bronze", f"{registry.TOPIC}[0]")]
+        assert kafka.detail["missing_ranges"] == [[start, end]]
+        assert "11 offsets missing" in kafka.summary
+        orphans = found[("bronze_silver", "partition 0")].detail["not_in_bronze"]
+        assert orphans and all(start <= o <= end for _, o in orphans)
+    finally:
+        spark.createDataFrame(removed, bronze.toDF().schema).write.format("delta").mode(
+            "append"
+        ).save(path)
+
+
+def test_a_serving_view_routed_to_a_retired_version_is_named(settings, honest):
+    # The registry retires v1, but the serving view still routes everyone to it.
+    _set_status(settings, "retired")
+    try:
+        found = failures(run_checks(honest, settings))
+        routing = found[("routing", VIEW)]
+        assert routing.summary == "routes to v1, which is retired"
+        assert routing.detail["routed"] == [1] and routing.detail["live"] == []
+    finally:
+        _set_status(settings, "serving")
+
+
+def test_the_cli_fails_loudly_on_a_mismatch(settings, honest):
+    _set_status(settings, "retired")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "warehouse.cli", "audit", "--checks", "routing"],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "FAILED routing cart_sessions: routes to v1, which is retired" in proc.stdout
+        detail = proc.stdout.split("FAILED routing cart_sessions:", 1)[1].splitlines()[1]
+        assert json.loads(detail)["wrong"] == {"1": "retired"}
+    finally:
+        _set_status(settings, "serving")

@@ -1,0 +1,322 @@
+"""Trust, but verify: every layer checked against the layer it derives from.
+
+- kafka -> bronze: every offset Kafka still holds, up to what bronze has
+  copied, is in bronze exactly once. A hole is checked against Kafka itself:
+  offsets Kafka has no record for (transaction markers, compaction) are fine.
+- bronze -> silver: `bronze = silver + quarantine + exact duplicates` per
+  partition, and nothing downstream that bronze does not have.
+- silver -> gold: each live view version equals a batch recompute of its own
+  code over the silver snapshot its newest tagged commit names
+  (spark_jobs/audit.py).
+- routing: each serving view routes to exactly the live versions.
+
+Each check yields `Finding`s; the run's findings go to `lakehouse.gold.audit_runs`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from warehouse import registry, serving, trino_client, versions
+from warehouse.accounting import PER_PARTITION_SQL
+from warehouse.settings import Settings
+
+log = logging.getLogger(__name__)
+
+CHECKS = ("kafka_bronze", "bronze_silver", "silver_gold", "routing")
+# At most this many exact keys are kept per finding: enough to act on.
+MAX_KEYS = 20
+BRONZE = registry.BRONZE_EVENTS.trino_name
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    subject: str
+    passed: bool
+    summary: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Run:
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(f.passed for f in self.findings)
+
+
+# -- kafka -> bronze ---------------------------------------------------------------------
+def kafka_watermarks(settings: Settings) -> dict[int, tuple[int, int]]:
+    """(low, high) per partition: the offsets Kafka still holds are [low, high)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": settings.kafka_bootstrap, "group.id": "regauge-audit"}
+    )
+    try:
+        meta = consumer.list_topics(registry.TOPIC, timeout=30).topics[registry.TOPIC]
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(registry.TOPIC, p), timeout=30)
+            for p in sorted(meta.partitions)
+        }
+    finally:
+        consumer.close()
+
+
+def gaps(offsets_from: int, present: Iterable[tuple[int, int]], upto: int) -> list[tuple[int, int]]:
+    """Missing [start, end] ranges in [offsets_from, upto], given the present ranges
+    (sorted, inclusive)."""
+    missing, expect = [], offsets_from
+    for start, end in present:
+        if start > expect:
+            missing.append((expect, min(start - 1, upto)))
+        expect = max(expect, end + 1)
+    if expect <= upto:
+        missing.append((expect, upto))
+    return [g for g in missing if g[0] <= g[1]]
+
+
+def kafka_records_in(settings: Settings, partition: int, start: int, end: int) -> list[int]:
+    """Offsets in [start, end] for which Kafka has a record (markers have none)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap,
+            "group.id": "regauge-audit",
+            "enable.auto.commit": False,
+            "isolation.level": "read_uncommitted",
+        }
+    )
+    found: list[int] = []
+    try:
+        consumer.assign([TopicPartition(registry.TOPIC, partition, start)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(found) < MAX_KEYS:
+            msg = consumer.poll(1.0)
+            if msg is None or msg.error():
+                continue
+            offset = msg.offset()
+            if offset is None or offset > end:
+                break
+            found.append(offset)
+    finally:
+        consumer.close()
+    return found
+
+
+def check_kafka_bronze(settings: Settings) -> list[Finding]:
+    findings = []
+    marks = kafka_watermarks(settings)
+    doubles = trino_client.query(
+        settings,
+        f'SELECT partition, "offset", count(*) FROM {BRONZE} WHERE topic = ? '
+        f'GROUP BY partition, "offset" HAVING count(*) > 1 ORDER BY 1, 2 LIMIT {MAX_KEYS}',
+        [registry.TOPIC],
+    ).rows
+    for partition, (low, high) in marks.items():
+        subject = f"{registry.TOPIC}[{partition}]"
+        ranges = trino_client.query(
+            settings,
+            # Runs of consecutive offsets, as [start, end]: gaps are what lies between.
+            f"""SELECT min(o), max(o) FROM (
+                  SELECT "offset" AS o, "offset" - row_number() OVER (ORDER BY "offset") AS run
+                  FROM (SELECT DISTINCT "offset" FROM {BRONZE}
+                        WHERE topic = ? AND partition = ? AND "offset" >= ?))
+                GROUP BY run ORDER BY 1""",
+            [registry.TOPIC, partition, low],
+        ).rows
+        copied_to = max((int(r[1]) for r in ranges), default=low - 1)
+        holes = gaps(low, [(int(a), int(b)) for a, b in ranges], copied_to)
+        # A hole Kafka has no records for is a transaction marker or compaction.
+        real = [
+            (start, end, found)
+            for start, end in holes
+            if (found := kafka_records_in(settings, partition, start, end))
+        ]
+        dup = [(int(r[1]), int(r[2])) for r in doubles if int(r[0]) == partition]
+        detail = {
+            "kafka_low": low,
+            "kafka_high": high,
+            "bronze_through": copied_to,
+            "lag": max(0, high - 1 - copied_to),
+            "missing_ranges": [[s, e] for s, e, _ in real][:MAX_KEYS],
+            "missing_offsets": sorted({o for *_, found in real for o in found})[:MAX_KEYS],
+            "doubled_offsets": dup,
+        }
+        ok = not real and not dup
+        summary = (
+            f"offsets {low}..{copied_to} all in bronze once ({detail['lag']} not copied yet)"
+            if ok
+            else f"{sum(e - s + 1 for s, e, _ in real)} offsets missing from bronze, "
+            f"{len(dup)} doubled"
+        )
+        findings.append(Finding("kafka_bronze", subject, ok, summary, detail))
+    return findings
+
+
+# -- bronze -> silver --------------------------------------------------------------------
+ORPHANS_SQL = f"""
+SELECT 'silver' AS layer, s.partition, s."offset" FROM {registry.SILVER_EVENTS.trino_name} AS s
+WHERE NOT EXISTS (SELECT 1 FROM {BRONZE} AS b
+                  WHERE b.partition = s.partition AND b."offset" = s."offset")
+UNION ALL
+SELECT 'quarantine', q.partition, q."offset" FROM {registry.SILVER_QUARANTINE.trino_name} AS q
+WHERE NOT EXISTS (SELECT 1 FROM {BRONZE} AS b
+                  WHERE b.partition = q.partition AND b."offset" = q."offset")
+ORDER BY 1, 2, 3
+LIMIT {MAX_KEYS}
+"""
+UNSETTLED_SQL = f"""
+SELECT b.partition, b."offset" FROM {BRONZE} AS b
+WHERE b.partition = ?
+  AND NOT EXISTS (SELECT 1 FROM {registry.SILVER_LEDGER.trino_name} AS l
+                  WHERE l.partition = b.partition AND l."offset" = b."offset")
+  AND NOT EXISTS (SELECT 1 FROM {registry.SILVER_QUARANTINE.trino_name} AS q
+                  WHERE q.partition = b.partition AND q."offset" = b."offset")
+ORDER BY 2
+LIMIT {MAX_KEYS}
+"""
+
+
+SILVER = registry.SILVER_EVENTS.trino_name
+LEDGER = registry.SILVER_LEDGER.trino_name
+# Every event id the ledger accepted has exactly one row in silver (its winner).
+WINNERS_SQL = f"""
+SELECT 'no silver row' AS problem, l.event_id FROM (SELECT DISTINCT event_id FROM {LEDGER}) AS l
+WHERE NOT EXISTS (SELECT 1 FROM {SILVER} AS s WHERE s.event_id = l.event_id)
+UNION ALL
+SELECT 'not in the ledger', s.event_id FROM {SILVER} AS s
+WHERE NOT EXISTS (SELECT 1 FROM {LEDGER} AS l WHERE l.event_id = s.event_id)
+UNION ALL
+SELECT 'several silver rows', event_id FROM {SILVER} GROUP BY event_id HAVING count(*) > 1
+ORDER BY 1, 2
+LIMIT {MAX_KEYS}
+"""
+
+
+def check_bronze_silver(settings: Settings, attempts: int = 4, wait_s: float = 15) -> list[Finding]:
+    """The accounting per partition, and one silver row per accepted event id.
+
+    Live ingest settles bronze into silver a batch behind, so records bronze
+    has and silver has not settled yet must outlast a few looks before they count.
+    """
+    for attempt in range(1, attempts + 1):
+        result = trino_client.query(settings, PER_PARTITION_SQL)
+        cols = result.columns
+        rows = [dict(zip(cols, r, strict=True)) for r in result.rows]
+        if all(r["unaccounted"] <= 0 for r in rows) or attempt == attempts:
+            break
+        log.info(
+            "bronze -> silver: %s unaccounted; looking again", [r["unaccounted"] for r in rows]
+        )
+        time.sleep(wait_s)
+    orphans = trino_client.query(settings, ORPHANS_SQL).rows
+    findings = []
+    for r in rows:
+        partition = int(r["partition"])
+        mine = [[layer, int(o)] for layer, p, o in orphans if int(p) == partition]
+        ok = r["unaccounted"] == 0 and not mine
+        detail: dict[str, Any] = {k: int(v) for k, v in r.items()}
+        if r["unaccounted"] > 0:
+            detail["unsettled_offsets"] = [
+                int(x[1]) for x in trino_client.query(settings, UNSETTLED_SQL, [partition]).rows
+            ]
+        if mine:
+            detail["not_in_bronze"] = mine
+        summary = (
+            f"bronze {r['bronze']} = silver {r['silver']} + quarantine {r['quarantine']} + "
+            f"duplicates {r['exact_duplicates']}"
+            + ("" if ok else f"; {r['unaccounted']} unaccounted, {len(mine)} not in bronze")
+        )
+        findings.append(Finding("bronze_silver", f"partition {partition}", ok, summary, detail))
+    broken = trino_client.query(settings, WINNERS_SQL).rows
+    findings.append(
+        Finding(
+            "bronze_silver",
+            "event ids",
+            not broken,
+            "every accepted event id has exactly one silver row"
+            if not broken
+            else f"{len(broken)} event ids break one-row-per-event: "
+            + ", ".join(f"{eid} ({why})" for why, eid in broken[:3]),
+            {"broken": [[why, eid] for why, eid in broken]},
+        )
+    )
+    return findings
+
+
+# -- routing -----------------------------------------------------------------------------
+_ROUTES = re.compile(r"lakehouse\.gold\.(?P<view>[a-z][a-z0-9_]*)_v(?P<version>[0-9]+)")
+
+
+def routed_versions(definition: str, view: str) -> set[int]:
+    """The versions a serving view's SQL reads from (its gold tables)."""
+    return {int(m["version"]) for m in _ROUTES.finditer(definition.lower()) if m["view"] == view}
+
+
+def check_routing(settings: Settings) -> list[Finding]:
+    rows = versions.versions(settings)
+    names = {v.view_name for v in rows}
+    present = {
+        str(r[0])
+        for r in trino_client.query(
+            settings,
+            "SELECT table_name FROM lakehouse.information_schema.views WHERE table_schema = ?",
+            [serving.SERVING_SCHEMA],
+        ).rows
+    }
+    findings = []
+    for view in sorted(names | present):
+        live = {v.version for v in rows if v.view_name == view and v.live}
+        status = {v.version: v.status for v in rows if v.view_name == view}
+        if view not in present:
+            ok = not live
+            summary = (
+                "no serving view, no live version"
+                if ok
+                else (f"no serving view, but v{sorted(live)} are live")
+            )
+            findings.append(Finding("routing", view, ok, summary, {"live": sorted(live)}))
+            continue
+        definition = str(
+            trino_client.scalar(settings, f"SHOW CREATE VIEW {serving.trino_name(view)}")
+        )
+        routed = routed_versions(definition, view)
+        wrong = {v: status.get(v, "unregistered") for v in routed - live}
+        unrouted = sorted(live - routed)
+        ok = not wrong and not unrouted
+        problems = [f"routes to v{v}, which is {s}" for v, s in sorted(wrong.items())] + [
+            f"v{v} is live but not routed to" for v in unrouted
+        ]
+        summary = (
+            f"routes to exactly the live versions {sorted(live)}" if ok else "; ".join(problems)
+        )
+        findings.append(
+            Finding(
+                "routing",
+                view,
+                ok,
+                summary,
+                {"live": sorted(live), "routed": sorted(routed), "wrong": wrong},
+            )
+        )
+    return findings
+
+
+def describe(run: Run) -> trino_client.Result:
+    return trino_client.Result(
+        ["check", "subject", "passed", "summary"],
+        [(f.check, f.subject, "yes" if f.passed else "NO", f.summary) for f in run.findings],
+    )
