@@ -36,7 +36,7 @@ AUDIT_RUNS_SCHEMA = StructType(
         StructField("run_id", StringType(), False),
         StructField("started_at", TimestampType(), False),
         StructField("finished_at", TimestampType(), False),
-        StructField("check", StringType(), False),
+        StructField("check_name", StringType(), False),
         StructField("subject", StringType(), False),
         StructField("passed", BooleanType(), False),
         StructField("summary", StringType(), False),

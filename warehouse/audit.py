@@ -258,7 +258,8 @@ def check_bronze_silver(settings: Settings, attempts: int = 4, wait_s: float = 1
 
 
 # -- routing -----------------------------------------------------------------------------
-_ROUTES = re.compile(r"lakehouse\.gold\.(?P<view>[a-z][a-z0-9_]*)_v(?P<version>[0-9]+)")
+# Trino may print the names quoted when it shows a view's SQL.
+_ROUTES = re.compile(r'"?lakehouse"?\."?gold"?\."?(?P<view>[a-z][a-z0-9_]*)_v(?P<version>[0-9]+)"?')
 
 
 def routed_versions(definition: str, view: str) -> set[int]:

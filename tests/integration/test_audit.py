@@ -86,8 +86,8 @@ def test_the_cli_passes_on_an_honest_lake_and_records_the_run(settings, honest):
     run_id = proc.stdout.rsplit("audit ", 1)[1].split(":")[0]
     recorded = trino_client.query(
         settings,
-        f"SELECT check, count(*), bool_and(passed) FROM {registry.GOLD_AUDIT_RUNS.trino_name} "
-        "WHERE run_id = ? GROUP BY check ORDER BY check",
+        f"SELECT check_name, count(*), bool_and(passed) FROM {registry.GOLD_AUDIT_RUNS.trino_name} "
+        "WHERE run_id = ? GROUP BY check_name ORDER BY check_name",
         [run_id],
     ).rows
     assert {r[0] for r in recorded} == set(audit.CHECKS)

@@ -30,3 +30,4 @@ def test_routes_are_read_from_the_serving_views_tables():
     assert routed_versions(sql, "revenue_hourly") == {1, 3}
     assert routed_versions(sql.upper(), "revenue_hourly") == {1, 3}
     assert routed_versions(sql, "cart_sessions") == set()
+    assert routed_versions('FROM "lakehouse"."gold"."revenue_hourly_v2" g', "revenue_hourly") == {2}
