@@ -43,7 +43,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs import contract, lake
+from spark_jobs import contract, faults, lake
 from warehouse import registry
 from warehouse.settings import Settings
 
@@ -442,9 +442,14 @@ def writer(spark: SparkSession, settings: Settings) -> DataStreamWriter:
 
     def each_batch(batch: DataFrame, batch_id: int) -> None:
         log.info("%s", process_batch(spark, settings, batch, batch_id, txn_app).describe())
+        faults.maybe_crash("silver_after_commit", batch_id)
 
     return (
         spark.readStream.format("delta")
+        # Bronze is append-only. A commit that rewrites it (a DELETE by hand, a
+        # RESTORE) is not new input: silver skips it rather than stopping for
+        # good, and the audit reports what no longer matches.
+        .option("skipChangeCommits", "true")
         .load(registry.BRONZE_EVENTS.path(settings))
         .writeStream.queryName("silver")
         .foreachBatch(each_batch)

@@ -32,7 +32,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs import bronze, lake
+from spark_jobs import bronze, faults, lake
 from spark_jobs import silver as silver_mod
 from spark_jobs.views.base import View
 from warehouse import catalog, registry
@@ -276,6 +276,7 @@ def stream(
             restated = record_restatements(spark, settings, view, mine, silver, path) if n else 0
         finally:
             spark.conf.unset(TAG_CONF)
+        faults.maybe_crash("view_after_commit", batch_id)
         if n:
             log.info(
                 "%s batch %d: %d scopes recomputed (silver version %d), "
