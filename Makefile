@@ -37,6 +37,9 @@ lint:  ## ruff and mypy
 bench: setup  ## speed and memory against baselines (not built yet)
 	@echo "make bench is not built yet (issue 9)"; exit 1
 
+chaos: up  ## faults injected into the running pipeline (200k events, 5 kill -9s...); prints a table
+	@$(REGAUGE) chaos $(CHAOS_ARGS)
+
 clean: down  ## remove local state and the lake (keeps the download cache)
 	@if [ -L .state/postgres ]; then rm -rf "$$(readlink -f .state/postgres)"; fi
 	@rm -rf .state warehouse/data

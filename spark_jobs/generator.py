@@ -70,6 +70,8 @@ class Record:
     # The parsed event, for telling exact from conflicting duplicates.
     content: dict[str, Any] | None = None
     kind: str = "event"
+    # The producer's clock when it sent the record (ms); None: the machine's clock.
+    timestamp_ms: int | None = None
 
 
 # -- reference data ------------------------------------------------------------------
@@ -357,6 +359,24 @@ def records(
     extras += bad[:n_bad]
     for r in extras:  # later than the original, at a random place
         out.insert(rng.randrange(len(out) // 2, len(out) + 1), r)
+    return out
+
+
+def skewed(seed: int, count: int, *, producer_clock: datetime, now: datetime) -> list[Record]:
+    """Events of the three days before `now`, sent by a producer whose clock reads
+    `producer_clock`: Kafka keeps the producer's timestamp (CreateTime), so an event
+    more than 24 h after it is out of range, and every other one is valid, however late."""
+    stamp = int(producer_clock.timestamp() * 1000)
+    limit = producer_clock + timedelta(hours=contract.MAX_CLOCK_SKEW_HOURS)
+    out = []
+    for event in traffic(seed, count, now - timedelta(days=3), 3.0):
+        rec = _record(event, "clock_skew")
+        rec.timestamp_ms = stamp
+        # event_time carries milliseconds; compare what silver will parse.
+        t = datetime.fromisoformat(event["event_time"])
+        if t > limit:
+            rec.expect = "event_time_out_of_range"
+        out.append(rec)
     return out
 
 

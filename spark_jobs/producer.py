@@ -83,11 +83,14 @@ def produce_records(
     *,
     rate: float | None = None,
     progress: bool = False,
+    timestamps: Sequence[int | None] | None = None,
 ) -> tuple[ProduceSummary, list[Position | None]]:
     """Send (key, value) records in order; wait until all are acknowledged.
 
     Returns the summary and each record's (partition, offset), or None where it
     was refused or failed. `rate` caps events per second (None: as fast as possible).
+    `timestamps` (ms since the epoch, per record) stand for the producer's clock;
+    None lets librdkafka stamp the record with this machine's time.
     """
     summary = ProduceSummary()
     positions: list[Position | None] = [None] * len(records)
@@ -117,7 +120,8 @@ def produce_records(
                 ahead = started + i / rate - time.monotonic()
                 if ahead > 0:
                     producer.poll(ahead)
-            _send(producer, summary, i, key, value, functools.partial(on_delivery, i))
+            stamp = timestamps[i] if timestamps is not None else None
+            _send(producer, summary, i, key, value, functools.partial(on_delivery, i), stamp)
             if i % 1000 == 999:
                 advance(summary.produced)
         remaining = producer.flush(60)
@@ -136,10 +140,13 @@ def _send(
     key: bytes,
     value: bytes,
     callback: Callable[[KafkaError | None, Message], None],
+    timestamp: int | None = None,
 ) -> None:
     while True:
         try:
-            producer.produce(registry.TOPIC, key=key, value=value, on_delivery=callback)
+            producer.produce(
+                registry.TOPIC, key=key, value=value, on_delivery=callback, timestamp=timestamp or 0
+            )
             break
         except BufferError:
             producer.poll(0.1)  # local queue full: let deliveries drain
@@ -205,6 +212,19 @@ class GeneratedRun:
     positions: list[Position | None]
     summary: ProduceSummary
 
+    def __add__(self, later: GeneratedRun) -> GeneratedRun:
+        """Two runs as one: what must become of each record depends on all of them."""
+        summary = ProduceSummary(
+            produced=self.summary.produced + later.summary.produced,
+            failed=self.summary.failed + later.summary.failed,
+            refused=self.summary.refused + later.summary.refused,
+            seconds=self.summary.seconds + later.summary.seconds,
+            errors=self.summary.errors + later.summary.errors,
+        )
+        return GeneratedRun(
+            self.seed, self.records + later.records, self.positions + later.positions, summary
+        )
+
     def expected(self) -> generator.Expected:
         return generator.expected_outcome(
             (rec, *pos) for rec, pos in zip(self.records, self.positions, strict=True) if pos
@@ -260,8 +280,24 @@ def produce_generated(
         seed,
         registry.TOPIC,
     )
+    return produce_run(settings, seed, records, rate=rate, progress=progress)
+
+
+def produce_run(
+    settings: Settings,
+    seed: int,
+    records: list[generator.Record],
+    *,
+    rate: float | None = None,
+    progress: bool = False,
+) -> GeneratedRun:
+    """Send generator records with a producer of their own (a new idempotence session)."""
     summary, positions = produce_records(
-        settings, [(r.key, r.value) for r in records], rate=rate, progress=progress
+        settings,
+        [(r.key, r.value) for r in records],
+        rate=rate,
+        progress=progress,
+        timestamps=[r.timestamp_ms for r in records],
     )
     return GeneratedRun(seed, records, positions, summary)
 

@@ -15,6 +15,7 @@ Each check yields `Finding`s; the run's findings go to `lakehouse.gold.audit_run
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
@@ -22,11 +23,14 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from warehouse import registry, serving, trino_client, versions
 from warehouse.accounting import PER_PARTITION_SQL
 from warehouse.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -321,3 +325,42 @@ def describe(run: Run) -> trino_client.Result:
         ["check", "subject", "passed", "summary"],
         [(f.check, f.subject, "yes" if f.passed else "NO", f.summary) for f in run.findings],
     )
+
+
+def run(
+    settings: Settings,
+    spark: SparkSession,
+    checks: Iterable[str] = CHECKS,
+    sample: float | None = None,
+) -> Run:
+    """Run the chosen checks and record their findings in `gold.audit_runs`."""
+    from spark_jobs import audit as spark_audit
+
+    wanted = set(checks)
+    result = Run()
+    if "kafka_bronze" in wanted:
+        result.findings += check_kafka_bronze(settings)
+    if "bronze_silver" in wanted:
+        result.findings += check_bronze_silver(settings)
+    if "routing" in wanted:
+        result.findings += check_routing(settings)
+    if "silver_gold" in wanted:
+        live = [v for v in versions.versions(settings) if v.live]
+        result.findings += spark_audit.check_silver_gold(spark, settings, live, sample)
+    spark_audit.record(spark, settings, result)
+    return result
+
+
+def verdict(run: Run) -> str:
+    """What failed, with its keys, and the one-line result."""
+    failed = [f for f in run.findings if not f.passed]
+    lines = [
+        f"\nFAILED {f.check} {f.subject}: {f.summary}\n  {json.dumps(f.detail, default=str)}"
+        for f in failed
+    ]
+    lines.append(
+        f"\naudit {run.run_id}: {'PASSED' if run.passed else 'FAILED'} "
+        f"({len(run.findings) - len(failed)} of {len(run.findings)} checks passed); "
+        f"details in {registry.GOLD_AUDIT_RUNS.trino_name}"
+    )
+    return "\n".join(lines)

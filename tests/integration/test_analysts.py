@@ -20,8 +20,8 @@ from pyspark.sql import functions as F
 from trino.exceptions import TrinoUserError
 
 from spark_jobs import ingest, producer
+from spark_jobs.landing import fresh_seed
 from spark_jobs.views import runner
-from tests.integration.landing import fresh_seed
 from warehouse import registry, versions
 from warehouse.examples import analyst_examples
 from warehouse.settings import Settings

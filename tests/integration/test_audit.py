@@ -17,8 +17,8 @@ from pyspark.sql import SparkSession
 
 from spark_jobs import audit as spark_audit
 from spark_jobs import ingest, producer, views
+from spark_jobs.landing import assert_exact, fresh_seed, landing
 from spark_jobs.views import runner
-from tests.integration.landing import assert_exact, fresh_seed, landing
 from warehouse import airflow_client, audit, registry, serving, trino_client, versions
 from warehouse.settings import Settings
 

@@ -19,8 +19,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs import producer
+from spark_jobs.landing import fresh_seed
 from spark_jobs.views import revenue_hourly_v2, runner
-from tests.integration.landing import fresh_seed
 from warehouse import airflow_client, catalog, ingest_ctl, lifecycle, registry, streams, versions
 from warehouse.settings import Settings
 from warehouse.trino_client import query

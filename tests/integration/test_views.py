@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from spark_jobs import ingest, producer, views
+from spark_jobs.landing import fresh_seed
 from spark_jobs.views import runner
-from tests.integration.landing import fresh_seed
 from warehouse import trino_client
 from warehouse.registry import GOLD_RESTATEMENTS as RESTATEMENTS
 from warehouse.registry import SILVER_EVENTS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from pyspark.sql import functions as F
@@ -103,3 +103,38 @@ def test_id_checksum_matches_its_sql_definition(spark):
         F.sum(F.conv(F.substring(F.sha2("event_id", 256), 1, 8), 16, 10).cast("bigint"))
     ).collect()
     assert row[0] == generator.id_checksum(ids)
+
+
+def test_a_skewed_producer_clock_labels_agree_with_the_contract(spark):
+    """Kafka keeps the producer's timestamp: events over 24 h past it are out of range."""
+    now = datetime(2026, 11, 22, 12, tzinfo=UTC)
+    behind = generator.skewed(5, 600, producer_clock=now - timedelta(days=2), now=now)
+    ahead = generator.skewed(6, 200, producer_clock=now + timedelta(minutes=30), now=now)
+    recs = behind + ahead
+    assert {r.kind for r in recs} == {"clock_skew"}
+    labels = Counter(r.expect for r in behind)
+    # Three days of events against a clock two days slow: about a third too new.
+    assert 100 < labels["event_time_out_of_range"] < 300 and labels[generator.VALID] > 300
+    assert {r.expect for r in ahead} == {generator.VALID}
+    bronze = spark.createDataFrame(
+        [
+            (
+                "shop.events",
+                0,
+                i,
+                datetime.fromtimestamp(r.timestamp_ms / 1000, UTC).replace(tzinfo=None),
+                r.key.decode(),
+                r.value,
+                now.replace(tzinfo=None),
+            )
+            for i, r in enumerate(recs)
+            if r.timestamp_ms is not None
+        ],
+        BRONZE_SCHEMA,
+    )
+    got = {
+        row["offset"]: row["reject_reason"] or generator.VALID
+        for row in contract.validate(bronze).select("offset", "reject_reason").collect()
+    }
+    assert len(got) == len(recs)
+    assert {i: r.expect for i, r in enumerate(recs)} == got

@@ -1,0 +1,163 @@
+"""What a generator run became in the lake, next to what the contract says it must become.
+
+`landing` reads the run's records back from bronze, silver and the quarantine
+by the Kafka positions the producer got; `score` (pure) compares that with the
+generator's own expectation and counts what was lost and what was doubled.
+The integration tests and `make chaos` both judge the pipeline with these.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+
+from spark_jobs.producer import GeneratedRun
+from warehouse import registry
+from warehouse.settings import Settings
+
+Position = tuple[int, int]
+
+
+def fresh_seed() -> int:
+    """A seed no earlier run used: event ids carry it, and the lake outlives a run."""
+    return random.SystemRandom().randrange(10**6, 10**9)
+
+
+@dataclass
+class Landing:
+    bronze: Counter[Position]  # position -> how many bronze rows hold it
+    silver: dict[str, Position]  # event_id -> position
+    quarantine: dict[Position, str]  # position -> reason
+    silver_total_rows: int
+    silver_distinct_ids: int
+
+    @property
+    def settled(self) -> int:
+        return len(self.silver) + len(self.quarantine)
+
+
+@dataclass
+class Score:
+    """How far the lake is from the contract's answer for one run; all zero when exact."""
+
+    produced: int
+    in_silver: int
+    lost: int
+    doubled: int
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def exact(self) -> bool:
+        return not self.problems
+
+
+def landing(spark: SparkSession, settings: Settings, run: GeneratedRun) -> Landing:
+    """The run's records as the lake holds them now, found by their Kafka positions."""
+    positions = spark.createDataFrame(
+        [p for p in run.positions if p is not None], "partition int, offset bigint"
+    ).cache()
+    read = spark.read.format("delta").load
+    silver = read(registry.SILVER_EVENTS.path(settings))
+    totals = silver.selectExpr("count(*) AS n", "count(DISTINCT event_id) AS ids").first()
+    assert totals is not None
+    try:
+        bronze = (
+            read(registry.BRONZE_EVENTS.path(settings))
+            .join(positions, ["partition", "offset"], "left_semi")
+            .groupBy("partition", "offset")
+            .count()
+            .collect()
+        )
+        return Landing(
+            bronze=Counter({(r.partition, r.offset): r["count"] for r in bronze}),
+            silver={
+                r.event_id: (r.partition, r.offset)
+                for r in silver.join(positions, ["partition", "offset"], "left_semi")
+                .select("event_id", "partition", "offset")
+                .collect()
+            },
+            quarantine={
+                (r.partition, r.offset): r.reason
+                for r in read(registry.SILVER_QUARANTINE.path(settings))
+                .join(positions, ["partition", "offset"], "left_semi")
+                .select("partition", "offset", "reason")
+                .collect()
+            },
+            silver_total_rows=totals["n"],
+            silver_distinct_ids=totals["ids"],
+        )
+    finally:
+        positions.unpersist()
+
+
+def score(run: GeneratedRun, got: Landing) -> Score:
+    """Compare the lake with the contract's answer for the run.
+
+    lost: produced records missing from bronze, and expected silver events or
+    quarantine rows missing although their record is in bronze. doubled: extra
+    bronze copies of a position, and silver rows beyond one per event id.
+    """
+    exp = run.expected()
+    delivered = [p for p in run.positions if p is not None]
+    missing_bronze = [p for p in delivered if p not in got.bronze]
+    lost = (
+        len(missing_bronze)
+        + sum(1 for i, p in exp.silver.items() if p in got.bronze and i not in got.silver)
+        + sum(1 for p in exp.quarantine if p in got.bronze and p not in got.quarantine)
+    )
+    doubled = sum(n - 1 for n in got.bronze.values()) + (
+        got.silver_total_rows - got.silver_distinct_ids
+    )
+    problems = [f"producer: {e}" for e in run.summary.errors]
+    if run.summary.produced != len(run.records):
+        problems.append(f"produced {run.summary.produced:,} of {len(run.records):,} records")
+    if missing_bronze:
+        problems.append(
+            f"{len(missing_bronze):,} positions not in bronze, e.g. {missing_bronze[:5]}"
+        )
+    if doubled:
+        problems.append(f"{doubled:,} doubled rows in bronze or silver")
+    wrong = {i: (p, got.silver.get(i)) for i, p in exp.silver.items() if got.silver.get(i) != p}
+    extra = set(got.silver) - set(exp.silver)
+    if wrong or extra:
+        sample = list(wrong.items())[:5]
+        problems.append(
+            f"silver differs: {len(wrong):,} expected ids missing or at another position "
+            f"(id: (expected, found)) {sample}; {len(extra):,} unexpected ids {sorted(extra)[:5]}"
+        )
+    if got.quarantine != exp.quarantine:
+        diff = set(got.quarantine.items()) ^ set(exp.quarantine.items())
+        problems.append(f"quarantine differs at {len(diff):,} (position, reason) pairs")
+    duplicates = sum(got.bronze.values()) - got.settled
+    if not doubled and duplicates != len(exp.duplicates):
+        problems.append(
+            f"{duplicates:,} exact duplicates counted; expected {len(exp.duplicates):,}"
+        )
+    return Score(run.summary.produced, len(got.silver), lost, doubled, problems)
+
+
+def wait_until_settled(
+    spark: SparkSession, settings: Settings, run: GeneratedRun, timeout: float = 600
+) -> Landing:
+    """Poll until every produced record of the run is in silver, quarantine or counted."""
+    expected = run.expected()
+    want = len(expected.silver) + len(expected.quarantine)
+    deadline = time.monotonic() + timeout
+    while True:
+        now = landing(spark, settings, run)
+        if sum(now.bronze.values()) >= run.summary.produced and now.settled >= want:
+            return now
+        if time.monotonic() > deadline:
+            return now  # the caller's score says what is missing
+        time.sleep(3)
+
+
+def assert_exact(run: GeneratedRun, got: Landing) -> None:
+    """Nothing lost, nothing doubled: the lake equals the contract's answer for the run."""
+    result = score(run, got)
+    assert result.exact, "\n".join(result.problems)
+    assert (result.lost, result.doubled) == (0, 0)

@@ -1,0 +1,438 @@
+"""`make chaos`: real faults injected into the running pipeline, each case judged exactly.
+
+Every case sends generator traffic whose fate the contract fixes in advance
+(`spark_jobs/landing.py` compares the lake with it), injects its fault into
+the real processes, lets the pipeline recover by itself (or, for data Kafka
+deleted, waits for an operator's decision), and reports what it produced,
+what reached silver, what was lost or doubled, and how long recovery took.
+The audit runs last and must pass.
+
+The cases, in the order they run (ingest is a daemon in the first three, as
+in production; the others drive ingest themselves, so it is stopped there):
+
+- ingest_kills: kill -9 the ingest process (driver and JVM) at random
+  moments while a large chaos run lands.
+- broker_stop: kill -9 the Kafka broker mid-stream, restart it 15 s later.
+- bad_input: poison pills of every quarantine reason, exact duplicates
+  re-sent by a new producer session (so Kafka's idempotence cannot drop
+  them), and producers whose clocks are days behind or minutes ahead.
+- view_kills: kill -9 a view's job during a replay and during live work.
+- commit_crash: die between a micro-batch's Delta commits and its
+  checkpoint commit, in silver and in a view (REGAUGE_FAULT).
+- retention: Kafka deletes records ingest has not read; ingest must stop
+  loudly, and move on only when an operator accepts the gap.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from spark_jobs import contract, faults, generator, ingest, producer, views
+from spark_jobs.landing import fresh_seed, landing, score, wait_until_settled
+from spark_jobs.producer import GeneratedRun
+from spark_jobs.views import runner
+from warehouse import audit, ingest_ctl, registry
+from warehouse.settings import REPO_ROOT, Settings
+from warehouse.stack import process, services
+
+log = logging.getLogger(__name__)
+
+CASES = ("ingest_kills", "broker_stop", "bad_input", "view_kills", "commit_crash", "retention")
+# The view the view cases kill: not in the version registry, so no stream daemon
+# or watchdog competes with the job being killed.
+VIEW = ("cart_sessions", 1)
+BROKER_DOWN_S = 15.0
+
+
+@dataclass
+class Outcome:
+    """One case's figures; `ok` only if nothing was lost or doubled and nothing else differed."""
+
+    case: str
+    produced: int = 0
+    in_silver: int = 0
+    lost: int = 0
+    doubled: int = 0
+    recovery_s: float = 0.0
+    note: str = ""
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and self.lost == 0 and self.doubled == 0
+
+
+def table(outcomes: list[Outcome]) -> str:
+    """The summary `make chaos` ends with."""
+    head = ("case", "produced", "in silver", "lost", "doubled", "recovery s", "result", "what")
+    rows = [
+        (
+            o.case,
+            f"{o.produced:,}",
+            f"{o.in_silver:,}",
+            f"{o.lost:,}",
+            f"{o.doubled:,}",
+            f"{o.recovery_s:.1f}",
+            "ok" if o.ok else "FAILED",
+            o.note,
+        )
+        for o in outcomes
+    ]
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    line = "  ".join("-" * w for w in widths)
+
+    def fmt(r: tuple[str, ...]) -> str:
+        return "  ".join(
+            c.ljust(w) if i in (0, 6, 7) else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ).rstrip()
+
+    return "\n".join([fmt(head), line, *map(fmt, rows)])
+
+
+@dataclass
+class Chaos:
+    settings: Settings
+    spark: SparkSession
+    rng: random.Random = field(default_factory=random.Random)
+    say: Callable[[str], None] = print
+
+    # -- helpers ---------------------------------------------------------------------
+    def _judge(self, case: str, run: GeneratedRun, since: float, note: str) -> Outcome:
+        got = wait_until_settled(self.spark, self.settings, run)
+        recovery = time.monotonic() - since
+        result = score(run, got)
+        return Outcome(
+            case,
+            result.produced,
+            result.in_silver,
+            result.lost,
+            result.doubled,
+            recovery,
+            note,
+            list(result.problems),
+        )
+
+    @contextmanager
+    def _producing(self, count: int, *, rate: float | None = None) -> Iterator[list[GeneratedRun]]:
+        """A chaos run sent in the background while the block injects faults."""
+        box: list[GeneratedRun] = []
+        seed = fresh_seed()
+        sender = threading.Thread(
+            target=lambda: box.append(
+                producer.produce_generated(
+                    self.settings, seed=seed, count=count, chaos=True, rate=rate
+                )
+            ),
+            name="chaos-producer",
+        )
+        sender.start()
+        try:
+            yield box
+        finally:
+            sender.join()
+        if not box:
+            raise RuntimeError("the producer thread failed; see the log above")
+
+    def _kill_ingest(self) -> str:
+        """kill -9 ingest's driver and JVM; say which batches were under way."""
+        d = ingest_ctl.daemon(self.settings)
+        pid = d.pid()
+        if pid is None:
+            raise RuntimeError("ingest is not running, so there is nothing to kill")
+        batches = {q: st.get("batch") for q, st in d.read_status().items()}
+        process.stop_group(pid, signal.SIGKILL, 30)
+        d.pidfile.clear()
+        return ", ".join(f"{q} batch {b}" for q, b in sorted(batches.items()))
+
+    # -- the cases -------------------------------------------------------------------
+    def ingest_kills(self, events: int, kills: int) -> Outcome:
+        ingest_ctl.start(self.settings, None)
+        restarted = time.monotonic()
+        with self._producing(events) as box:
+            for k in range(1, kills + 1):
+                time.sleep(self.rng.uniform(2.0, 12.0))  # somewhere inside a micro-batch
+                where = self._kill_ingest()
+                self.say(f"  kill -9 {k} of {kills}: ingest died during {where or 'its start'}")
+                restarted = time.monotonic()
+                ingest_ctl.start(self.settings, None)
+        return self._judge("ingest_kills", box[0], restarted, f"{kills} x kill -9 of ingest")
+
+    def broker_stop(self, events: int) -> Outcome:
+        ingest_ctl.start(self.settings, None)
+        kafka = services.Kafka(self.settings)
+        # Sent over about 20 s, so the broker dies with records in flight.
+        with self._producing(events, rate=events / 20) as box:
+            time.sleep(self.rng.uniform(3.0, 8.0))
+            pid = kafka.pidfile("kafka").live_pid()
+            if pid is None:
+                raise RuntimeError("Kafka is not running; run `regauge up` first")
+            process.stop_group(pid, signal.SIGKILL, 30)
+            self.say(f"  kill -9 Kafka broker; down for {BROKER_DOWN_S:.0f} s")
+            time.sleep(BROKER_DOWN_S)
+            kafka.start()
+            restarted = time.monotonic()
+        outcome = self._judge("broker_stop", box[0], restarted, "broker kill -9, restart")
+        if ingest_ctl.daemon(self.settings).pid() is None:
+            outcome.problems.append("ingest exited instead of riding out the broker's absence")
+        return outcome
+
+    def bad_input(self, events: int) -> Outcome:
+        ingest_ctl.start(self.settings, None)
+        seed = fresh_seed()
+        run = producer.produce_generated(self.settings, seed=seed, count=events, chaos=True)
+        # Exact re-sends by another producer: a new idempotence session, so the broker
+        # stores them again at new offsets and only silver's dedup can catch them.
+        valid = [r for r in run.records if r.expect == generator.VALID]
+        again = self.rng.sample(valid, max(1, len(valid) // 50))
+        run = run + producer.produce_run(self.settings, seed, again)
+        now = datetime.now(UTC)
+        for n, skew in enumerate((timedelta(days=-2), timedelta(minutes=30)), start=1):
+            skewed = generator.skewed(
+                seed + n, max(100, events // 20), producer_clock=now + skew, now=now
+            )
+            run = run + producer.produce_run(self.settings, seed, skewed)
+        outcome = self._judge("bad_input", run, time.monotonic(), "")
+        got = landing(self.spark, self.settings, run)
+        reasons = set(got.quarantine.values())
+        missing = set(contract.REASONS) - reasons
+        if missing:
+            outcome.problems.append(f"no quarantined record with reason {sorted(missing)}")
+        skew_out = sum(1 for r in run.records if r.kind == "clock_skew" and r.expect != "valid")
+        outcome.note = (
+            f"{len(reasons)} reasons; {len(again):,} re-sent by a new producer; "
+            f"{skew_out:,} skewed out of range"
+        )
+        return outcome
+
+    def view_kills(self, events: int) -> Outcome:
+        view = views.get(*VIEW)
+        logfile = self.settings.state_dir / "chaos" / "view.log"
+        logfile.parent.mkdir(parents=True, exist_ok=True)
+        first = producer.produce_generated(
+            self.settings, seed=fresh_seed(), count=events, chaos=True
+        )
+        ingest.run_once(self.spark, self.settings)
+        _kill_when(
+            _view_job(logfile, "replay"), logfile, "events to process", self.rng.uniform(0, 4)
+        )
+        self.say(f"  kill -9 {view.name}_v{view.version} during its replay")
+        _view_job(logfile, "replay", wait=True)
+        second = producer.produce_generated(
+            self.settings, seed=fresh_seed(), count=events // 2, chaos=True
+        )
+        ingest.run_once(self.spark, self.settings)
+        job = _view_job(logfile, "stream")
+        # The table name is logged when the stream starts applying new events.
+        _kill_when(job, logfile, f"{view.name}_v{view.version}", self.rng.uniform(5, 20))
+        self.say(f"  kill -9 {view.name}_v{view.version} during live processing")
+        restarted = time.monotonic()
+        _view_job(logfile, "stream", wait=True)
+        outcome = self._judge("view_kills", first + second, restarted, "")
+        lost, doubled = self._view_against_code(view)
+        outcome.lost += lost
+        outcome.doubled += doubled
+        outcome.note = (
+            f"{view.name}_v{view.version} killed in replay and live; {lost + doubled} rows differ"
+        )
+        return outcome
+
+    def commit_crash(self, events: int) -> Outcome:
+        run = producer.produce_generated(self.settings, seed=fresh_seed(), count=events, chaos=True)
+        problems = _crash_between_commit_and_checkpoint(
+            registry.SILVER_EVENTS.checkpoint(self.settings), "silver_after_commit", ["ingest-once"]
+        )
+        self.say("  silver died after its Delta commits, before its checkpoint commit")
+        restarted = time.monotonic()
+        ingest.run_once(self.spark, self.settings)  # must skip the crashed batch's appends
+        outcome = self._judge("commit_crash", run, restarted, "")
+        view = views.get(*VIEW)
+        if not runner.has_checkpoint(self.settings, view):
+            runner.replay(self.spark, self.settings, view)
+            runner.stream(self.spark, self.settings, view, available_now=True).awaitTermination()
+        producer.produce_generated(self.settings, seed=fresh_seed(), count=events, chaos=True)
+        ingest.run_once(self.spark, self.settings)
+        argv = ["views", "run", view.name, "--version", str(view.version)]
+        problems += _crash_between_commit_and_checkpoint(
+            runner.gold_table(view).checkpoint(self.settings),
+            "view_after_commit",
+            [*argv, "--mode", "stream", "--until-caught-up"],
+        )
+        self.say(f"  {view.name}_v{view.version} died after its commit, before its checkpoint")
+        runner.stream(self.spark, self.settings, view, available_now=True).awaitTermination()
+        lost, doubled = self._view_against_code(view)
+        outcome.lost += lost
+        outcome.doubled += doubled
+        outcome.problems += problems
+        outcome.note = f"silver and {view.name}_v{view.version}; {lost + doubled} view rows differ"
+        return outcome
+
+    def retention(self, events: int) -> Outcome:
+        from confluent_kafka import TopicPartition
+
+        ingest.run_once(self.spark, self.settings)  # bronze has everything so far
+        doomed = producer.produce_generated(self.settings, seed=fresh_seed(), count=events)
+        # Retention "expires" the new records before ingest copies them.
+        admin = services.kafka_admin(self.settings)
+        partitions = [
+            TopicPartition(registry.TOPIC, p, -1) for p in range(self.settings.kafka_partitions)
+        ]
+        for future in admin.delete_records(partitions).values():
+            future.result(timeout=30)
+        problems = []
+        try:
+            ingest.run_once(self.spark, self.settings)
+            problems.append("ingest went on past records Kafka had deleted")
+        except ingest.DataLossError as exc:
+            self.say(f"  ingest stopped: {str(exc).splitlines()[0][:160]}")
+        restarted = time.monotonic()
+        ingest.run_once(self.spark, self.settings, accept_data_loss=True)  # the operator's call
+        after = producer.produce_generated(self.settings, seed=fresh_seed(), count=events)
+        ingest.run_once(self.spark, self.settings)
+        outcome = self._judge("retention", after, restarted, "")
+        gone = landing(self.spark, self.settings, doomed)
+        if gone.bronze or gone.silver:
+            problems.append("records Kafka deleted before ingest read them are in the lake")
+        outcome.problems += problems
+        outcome.note = (
+            f"{doomed.summary.produced:,} deleted by Kafka before ingest: refused until accepted"
+        )
+        return outcome
+
+    def audit(self) -> Outcome:
+        result = audit.run(self.settings, self.spark)
+        failed = [f for f in result.findings if not f.passed]
+        return Outcome(
+            "audit",
+            note=f"{len(result.findings) - len(failed)} of {len(result.findings)} checks passed",
+            problems=[f"{f.check} {f.subject}: {f.summary}" for f in failed],
+        )
+
+    def _view_against_code(self, view: views.View) -> tuple[int, int]:
+        """(rows the view's code gives that gold lacks, rows gold has that it does not)."""
+        gold: DataFrame = self.spark.read.format("delta").load(
+            runner.gold_table(view).path(self.settings)
+        )
+        want = runner.gold_rows(view, runner.read_silver(self.spark, self.settings))
+        return want.exceptAll(gold).count(), gold.exceptAll(want).count()
+
+
+def _view_job(log: Path, mode: str, wait: bool = False) -> subprocess.Popen[bytes]:
+    """`regauge views run` for the chaos view, as an operator runs it, in its own group."""
+    name, version = VIEW
+    with log.open("ab") as out:
+        job = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "warehouse.cli", "views", "run", name),
+                *("--version", str(version), "--mode", mode, "--until-caught-up"),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT,
+            start_new_session=True,
+        )
+    if wait and job.wait(900) != 0:
+        raise RuntimeError(f"the rerun of {name} failed:\n" + process.tail(log))
+    return job
+
+
+def _kill_when(job: subprocess.Popen[bytes], log: Path, marker: str, extra_s: float) -> None:
+    """kill -9 the job (driver and JVM) `extra_s` after `marker` shows in its log."""
+    start = log.stat().st_size if log.exists() else 0
+    deadline = time.monotonic() + 300
+    while marker not in log.read_text(errors="replace")[start:]:
+        if job.poll() is not None:
+            raise RuntimeError(f"the job ended before {marker!r}:\n" + process.tail(log))
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"never saw {marker!r} in {log}")
+        time.sleep(0.2)
+    time.sleep(extra_s)
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait(30)
+
+
+def _next_batch(checkpoint: str) -> int:
+    done = [int(p.name) for p in (Path(checkpoint) / "commits").glob("[0-9]*")]
+    return max(done, default=-1) + 1
+
+
+def _crash_between_commit_and_checkpoint(checkpoint: str, point: str, argv: list[str]) -> list[str]:
+    """Run argv with the fault armed for its next batch; say what is not as planned."""
+    batch = _next_batch(checkpoint)
+    job = subprocess.run(
+        [sys.executable, "-m", "warehouse.cli", *argv],
+        env={**os.environ, faults.ENV: f"{point}:{batch}"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO_ROOT,
+    )
+    problems = []
+    if job.returncode != 137:
+        problems.append(
+            f"{point}: exit {job.returncode}, not the fault's 137: {job.stderr[-1000:]}"
+        )
+    # The batch was planned (its offsets written) but never marked done.
+    if not (Path(checkpoint) / "offsets" / str(batch)).exists():
+        problems.append(f"{point}: batch {batch} was never planned")
+    if (Path(checkpoint) / "commits" / str(batch)).exists():
+        problems.append(f"{point}: batch {batch} was marked done; the fault came too late")
+    return problems
+
+
+def run(
+    settings: Settings,
+    spark: SparkSession,
+    *,
+    events: int,
+    kills: int,
+    cases: tuple[str, ...] = CASES,
+    seed: int | None = None,
+) -> list[Outcome]:
+    """Every chosen case, then the audit; ingest is left as it was found."""
+    was_running = ingest_ctl.daemon(settings).pid() is not None
+    chaos = Chaos(settings, spark, random.Random(seed))
+    small = max(2_000, events // 10)
+    plan: dict[str, Callable[[], Outcome]] = {
+        "ingest_kills": lambda: chaos.ingest_kills(events, kills),
+        "broker_stop": lambda: chaos.broker_stop(small),
+        "bad_input": lambda: chaos.bad_input(small),
+        "view_kills": lambda: chaos.view_kills(max(2_000, events // 20)),
+        "commit_crash": lambda: chaos.commit_crash(3_000),
+        "retention": lambda: chaos.retention(500),
+    }
+    outcomes = []
+    try:
+        for case in cases:
+            if case not in ("ingest_kills", "broker_stop", "bad_input"):
+                ingest_ctl.stop(settings)  # these cases run ingest themselves
+            print(f"chaos: {case}")
+            outcome = plan[case]()
+            print(f"chaos: {case} {'ok' if outcome.ok else 'FAILED'}: {outcome.note}")
+            for p in outcome.problems:
+                print(f"  problem: {p}")
+            outcomes.append(outcome)
+        ingest_ctl.stop(settings)
+        ingest.run_once(spark, settings)  # the audit compares caught-up layers
+        print("chaos: audit")
+        outcomes.append(chaos.audit())
+    finally:
+        if was_running:
+            ingest_ctl.start(settings, None)
+        else:
+            ingest_ctl.stop(settings)
+    return outcomes
