@@ -154,10 +154,11 @@ class Chaos:
         pid = d.pid()
         if pid is None:
             raise RuntimeError("ingest is not running, so there is nothing to kill")
-        batches = {q: st.get("batch") for q, st in d.read_status().items()}
+        # The status file names each query's last finished batch; the next was under way.
+        done = {q: st.get("batch") for q, st in d.read_status().items()}
         process.stop_group(pid, signal.SIGKILL, 30)
         d.pidfile.clear()
-        return ", ".join(f"{q} batch {b}" for q, b in sorted(batches.items()))
+        return ", ".join(f"{q} batch {0 if b is None else b + 1}" for q, b in sorted(done.items()))
 
     # -- the cases -------------------------------------------------------------------
     def ingest_kills(self, events: int, kills: int) -> Outcome:
@@ -165,7 +166,8 @@ class Chaos:
         restarted = time.monotonic()
         with self._producing(events) as box:
             for k in range(1, kills + 1):
-                time.sleep(self.rng.uniform(2.0, 12.0))  # somewhere inside a micro-batch
+                # Anywhere from inside the first micro-batch after a restart to a later one.
+                time.sleep(self.rng.uniform(2.0, 25.0))
                 where = self._kill_ingest()
                 self.say(f"  kill -9 {k} of {kills}: ingest died during {where or 'its start'}")
                 restarted = time.monotonic()
