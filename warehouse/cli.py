@@ -498,6 +498,12 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_dbt(args: argparse.Namespace) -> int:
+    from warehouse import dbt_runner
+
+    return dbt_runner.run(settings_mod.get(), args.dbt_args or ["--help"])
+
+
 def cmd_query(args: argparse.Namespace) -> int:
     from warehouse import trino_client
 
@@ -738,6 +744,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated subset of " + ",".join(_chaos_cases()) + " (default: all)",
     )
     p.add_argument("--seed", type=int, default=None, help="seed the fault timing, to repeat it")
+
+    p = add(
+        "dbt",
+        cmd_dbt,
+        "run dbt on silver in this process (dbt-spark, session method), e.g. "
+        "`regauge dbt build --select fct_orders+`; the profile comes from the settings, "
+        "and after build/run every mart is published to Trino as lakehouse.marts.<model>",
+    )
+    p.add_argument("dbt_args", nargs=argparse.REMAINDER, help="dbt's own arguments")
 
     p = add("query", cmd_query, "run SQL through Trino and print the result as a table")
     p.add_argument("sql", help="the SQL statement")

@@ -177,10 +177,14 @@ def run(settings: Settings, events: int) -> int:
     _step("asking Trino: closed windows that late events restated, per view version")
     print(trino_client.format_table(trino_client.query(settings, RESTATEMENTS_SQL)))
 
+    _step("Airflow: regauge_dbt (dbt build on silver beside the running streams; marts to Trino)")
+    airflow.run("regauge_dbt", {})
+
     examples = analyst_examples()
     for title in (
         "Net revenue by customer segment and country",
         "Revenue by product category",
+        "Daily net revenue, from the dbt mart",
         "Hourly revenue as you see it",
     ):
         _step(f"asking Trino as {ANALYSTS[0]} (README, For analysts): {title}")

@@ -51,6 +51,18 @@ GOLD_RESTATEMENTS = Table("gold", "restatements")
 # One row per check per `regauge audit` run.
 GOLD_AUDIT_RUNS = Table("gold", "audit_runs")
 
+# dbt's relations are Delta tables too: `staging` (stg_, int_) and `marts`, each
+# at <lake>/<schema>/<model>; marts are published to Trino as lakehouse.marts.<model>.
+DBT_STAGING_SCHEMA = "staging"
+MARTS_SCHEMA = "marts"
+DBT_SCHEMAS = (DBT_STAGING_SCHEMA, MARTS_SCHEMA)
+
+
+def mart(name: str) -> Table:
+    """A dbt mart (a versioned one as `<model>_v<N>`)."""
+    return Table(MARTS_SCHEMA, name)
+
+
 TABLES: dict[str, Table] = {
     t.key: t
     for t in (

@@ -71,6 +71,7 @@ def test_every_dag_file_parses(loaded):
         "regauge_retire",
         "regauge_watchdog",
         "regauge_audit",
+        "regauge_dbt",
     }
 
 
@@ -90,6 +91,7 @@ def test_params_are_the_contracts(loaded):
     assert set(dags["regauge_retire"]["params"]) == {"view", "version"}
     assert dags["regauge_watchdog"]["params"] == {}
     assert dags["regauge_audit"]["params"] == {}
+    assert set(dags["regauge_dbt"]["params"]) == {"select"}
     views = dags["regauge_reprocess"]["params"]["view"]["enum"]
     assert views == ["cart_sessions", "revenue_hourly"]
 
@@ -106,6 +108,12 @@ def test_params_are_the_contracts(loaded):
             "pin_user",
             "analyst.alice",
             ["\u0430nalyst.alice", "eve'--", "eve\n", "Eve", "a b"],
+        ),
+        (
+            "regauge_dbt",
+            "select",
+            "fct_orders+ marts.fct_daily_revenue tag:daily",
+            ["x; rm -rf /", "$(id)", "fct_orders\n", "'", '"', "`id`", "a" * 201],
         ),
     ],
 )

@@ -1,0 +1,186 @@
+"""dbt on silver through the real lake, Spark, Trino and Airflow's scheduler.
+
+The daily revenue marts are held to an answer computed here from silver with
+Spark, and to the revenue_hourly views' own code summed per day.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from decimal import Decimal
+
+import pytest
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs import ingest, producer, views
+from spark_jobs.landing import fresh_seed
+from spark_jobs.views import runner
+from warehouse import airflow_client, ingest_ctl, registry
+from warehouse.settings import REPO_ROOT, Settings
+from warehouse.trino_client import query
+
+ANALYST = "analyst.dana"
+MARTS = ("fct_orders", "fct_daily_revenue_v1", "fct_daily_revenue_v2", "dim_customers")
+Day = dict[tuple[object, str], tuple[object, ...]]
+
+
+@pytest.fixture(scope="module")
+def built(stack, settings: Settings, spark: SparkSession) -> Iterator[str]:
+    """A chaos run ingested, then `regauge dbt build` as an engineer runs it."""
+    ingest_ctl.stop(settings)  # silver must hold still while the marts are compared
+    producer.produce_generated(settings, seed=fresh_seed(), count=10_000, chaos=True)
+    ingest.run_once(spark, settings)
+    proc = subprocess.run(
+        [sys.executable, "-m", "warehouse.cli", "dbt", "build"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        cwd=REPO_ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    yield proc.stdout
+
+
+def _silver(spark: SparkSession, settings: Settings) -> DataFrame:
+    return spark.read.format("delta").load(registry.SILVER_EVENTS.path(settings))
+
+
+def _rows(settings: Settings, sql: str) -> Day:
+    return {(r[0], r[1]): tuple(r[2:]) for r in query(settings, sql, user=ANALYST).rows}
+
+
+def test_dbt_build_runs_every_model_and_test_and_publishes_the_marts(built, settings):
+    assert "Completed successfully" in built
+    done = next(line for line in built.splitlines() if "Done. PASS=" in line)
+    assert "ERROR=0" in done and "WARN=0" in done
+    assert int(done.split("PASS=")[1].split()[0]) >= 50  # models, data tests and unit tests
+    for name in MARTS:
+        assert f"published lakehouse.marts.{name}" in built
+        (n,) = query(settings, f"SELECT count(*) FROM lakehouse.marts.{name}", user=ANALYST).rows[0]
+        assert n > 0, name
+
+
+def test_daily_revenue_v1_and_v2_equal_silver_and_the_hourly_views_summed(built, settings, spark):
+    silver = _silver(spark, settings)
+    # Independent of the dbt SQL: orders and cancellations straight from silver.
+    orders = silver.where("event_type = 'order_placed'").select(
+        "order_id", "currency", "total", F.to_date("event_time").alias("day")
+    )
+    cancelled = (
+        silver.where("event_type = 'order_cancelled'")
+        .select("order_id")
+        .distinct()
+        .withColumn("cancelled", F.lit(True))
+    )
+    daily = (
+        orders.join(cancelled, "order_id", "left")
+        .groupBy("day", "currency")
+        .agg(
+            F.count("*").alias("n"),
+            F.sum("total").alias("gross"),
+            F.count_if(F.col("cancelled").isNotNull()).alias("n_cancelled"),
+            F.sum(F.when(F.col("cancelled").isNotNull(), F.col("total")).otherwise(0)).alias(
+                "cancelled_total"
+            ),
+        )
+        .collect()
+    )
+    want_v1 = {(r.day, r.currency): (r.n, Decimal(r.gross)) for r in daily}
+    want_v2 = {
+        (r.day, r.currency): (
+            r.n,
+            r.n_cancelled,
+            Decimal(r.gross),
+            Decimal(r.cancelled_total),
+            Decimal(r.gross) - Decimal(r.cancelled_total),
+        )
+        for r in daily
+    }
+    got_v1 = _rows(
+        settings,
+        "SELECT revenue_date, currency, orders, revenue FROM lakehouse.marts.fct_daily_revenue_v1",
+    )
+    got_v2 = _rows(
+        settings,
+        "SELECT revenue_date, currency, orders_placed, orders_cancelled, gross_revenue, "
+        "cancelled_revenue, net_revenue FROM lakehouse.marts.fct_daily_revenue_v2",
+    )
+    assert len(want_v1) > 5
+    assert got_v1 == want_v1
+    assert got_v2 == want_v2
+
+    # The hourly views' own code over the same silver, summed per day.
+    def per_day(version: int, columns: list[str]) -> Day:
+        hourly = runner.gold_rows(views.get("revenue_hourly", version), silver)
+        rows = (
+            hourly.groupBy(F.to_date("window_start").alias("day"), "currency")
+            .agg(*[F.sum(c).alias(c) for c in columns])
+            .collect()
+        )
+        return {(r.day, r.currency): tuple(r[c] for c in columns) for r in rows}
+
+    assert per_day(1, ["orders", "revenue"]) == got_v1
+    v2_columns = [
+        "orders_placed",
+        "orders_cancelled",
+        "gross_revenue",
+        "cancelled_revenue",
+        "net_revenue",
+    ]
+    assert per_day(2, v2_columns) == got_v2
+
+
+def test_the_dag_builds_through_the_scheduler_and_a_second_run_changes_nothing(
+    built, settings, spark
+):
+    airflow = airflow_client.Client(settings)
+    airflow.wait_for_dag("regauge_dbt")
+
+    def counts() -> dict[str, int]:
+        return {
+            name: query(settings, f"SELECT count(*) FROM lakehouse.marts.{name}").rows[0][0]
+            for name in MARTS
+        }
+
+    airflow.run("regauge_dbt", {})
+    first = counts()
+    orders_table = DeltaTable.forPath(spark, registry.mart("fct_orders").path(settings))
+    (last,) = orders_table.history(1).select("version").first() or (None,)
+    airflow.run("regauge_dbt", {"select": "fct_orders+"})
+    assert counts() == first
+    # fct_orders is incremental: the second run merged no row into it.
+    later = orders_table.history().where(F.col("version") > last).collect()
+    for commit in later:
+        metrics = commit.operationMetrics or {}
+        assert metrics.get("numTargetRowsInserted", "0") == "0", commit
+        assert metrics.get("numTargetRowsUpdated", "0") == "0", commit
+
+
+def test_a_bad_select_is_refused_before_a_run_exists(stack, settings):
+    airflow = airflow_client.Client(settings)
+    airflow.wait_for_dag("regauge_dbt")
+    before = len(airflow.runs("regauge_dbt"))
+    with pytest.raises(airflow_client.Refused) as refused:
+        airflow.trigger("regauge_dbt", {"select": "fct_orders; rm -rf /"})
+    assert refused.value.status == 400
+    assert "param select" in refused.value.detail
+    assert len(airflow.runs("regauge_dbt")) == before
+
+
+def test_the_readme_mart_example_runs_as_an_analyst(built, settings):
+    from warehouse.examples import analyst_examples
+
+    sql = analyst_examples()["Daily net revenue, from the dbt mart"]
+    got = query(settings, sql, user=ANALYST).rows
+    want = query(
+        settings,
+        "SELECT revenue_date, currency, orders_placed, orders_cancelled, "
+        "gross_revenue - cancelled_revenue FROM lakehouse.marts.fct_daily_revenue_v2 "
+        "WHERE currency = 'EUR'",
+    ).rows
+    assert 0 < len(got) <= 7
+    assert [tuple(r) for r in got] == sorted(map(tuple, want), reverse=True)[: len(got)]

@@ -1,0 +1,165 @@
+"""`regauge-dbt ARGS…`: dbt-spark (session method) in this process, on the lake.
+
+Why no metastore: Spark's default catalog for dbt would be a Hive metastore in
+an embedded Derby database, which one JVM at a time may open. A dbt run would
+then lock out every other job that opens it, and two dbt tasks Airflow runs
+side by side would lock out each other. Here, instead, every run rebuilds
+Spark's in-memory catalog from the lake's own layout: `silver.shop_events`
+plus every Delta table under `<lake>/staging` and `<lake>/marts`. The Delta
+log is the only catalog there is. Streaming jobs read and write by path, so dbt
+and the streams share nothing but Delta's optimistic concurrency, on tables
+that neither writes to the other's.
+
+dbt-spark's session method calls `SparkSession.builder.getOrCreate()`, which
+returns the session made here (Delta, UTC, the cached jars), so dbt's SQL runs
+in it. The profile is written from the settings; nobody edits it.
+
+After a command that builds models, each mart is published to Trino as
+`lakehouse.marts.<model>` (`<model>_v<N>` for a versioned one).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from warehouse import registry
+from warehouse.settings import REPO_ROOT, Settings
+
+log = logging.getLogger(__name__)
+
+DBT_DIR = REPO_ROOT / "dbt"
+PROFILE = "regauge"
+TARGET = "lake"
+# dbt commands that never run SQL: no Spark session, so `dbt ls` (which
+# astronomer-cosmos runs to render the DAG) stays quick.
+NO_SQL = {"ls", "list", "parse", "deps", "clean", "debug", "--help", "-h", "--version"}
+BUILDS = {"build", "run", "seed", "snapshot"}
+
+
+def state_dir(settings: Settings) -> Path:
+    return settings.state_dir / "dbt"
+
+
+def profile(settings: Settings) -> dict[str, object]:
+    """profiles.yml as data: one target, the in-process Spark session."""
+    return {
+        PROFILE: {
+            "target": TARGET,
+            "outputs": {
+                TARGET: {
+                    "type": "spark",
+                    "method": "session",
+                    "host": "NA",  # required by dbt-spark, unused by the session method
+                    "schema": registry.MARTS_SCHEMA,
+                    "threads": 1,
+                }
+            },
+        }
+    }
+
+
+def write_profiles(settings: Settings) -> Path:
+    """Write profiles.yml from the settings; return its directory."""
+    target = state_dir(settings)
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "profiles.yml").write_text(
+        # JSON is YAML, and needs no YAML library here.
+        "# Written by warehouse/dbt_runner.py from the settings; edits are overwritten.\n"
+        + json.dumps(profile(settings), indent=2)
+    )
+    return target
+
+
+def lake_tables(settings: Settings) -> list[registry.Table]:
+    """silver.shop_events and every dbt relation the lake already holds."""
+    found = [registry.SILVER_EVENTS]
+    root = Path(settings.lake_root)
+    for schema in registry.DBT_SCHEMAS:
+        base = root / schema
+        if base.is_dir():
+            found += [
+                registry.Table(schema, d.name)
+                for d in sorted(base.iterdir())
+                if (d / "_delta_log").is_dir()
+            ]
+    return found
+
+
+def register_lake_tables(spark: object, settings: Settings) -> list[registry.Table]:
+    """Spark's in-memory catalog, rebuilt from the lake's layout (see the module doc)."""
+    from pyspark.sql import SparkSession
+
+    from warehouse.sqlnames import check_identifier, quote_location
+
+    assert isinstance(spark, SparkSession)
+    tables = lake_tables(settings)
+    for schema in {"silver", *registry.DBT_SCHEMAS}:
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS `{check_identifier(schema, 'schema')}`")
+    for t in tables:
+        name = f"`{check_identifier(t.schema, 'schema')}`.`{check_identifier(t.name, 'table')}`"
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {name} USING delta "
+            f"LOCATION {quote_location(t.path(settings))}"
+        )
+    return tables
+
+
+def dbt_args(settings: Settings, args: Sequence[str], profiles: Path) -> list[str]:
+    """The caller's args, plus the project, profile and lake unless the caller set them."""
+    out = list(args)
+    if not out or out[0] in ("--help", "-h", "--version"):
+        return out
+    if "--project-dir" not in out:
+        out += ["--project-dir", str(DBT_DIR)]
+    if "--profiles-dir" not in out:
+        out += ["--profiles-dir", str(profiles)]
+    if "--vars" not in out and out[0] not in ("clean", "deps"):
+        out += ["--vars", json.dumps({"lake_root": settings.lake_root})]
+    return out
+
+
+def publish_marts(settings: Settings) -> list[str]:
+    """Register every mart in Trino (a no-op for those it knows already)."""
+    from warehouse import catalog
+
+    marts = [t for t in lake_tables(settings) if t.schema == registry.MARTS_SCHEMA]
+    for t in marts:
+        catalog.publish(t, settings)
+    return [t.trino_name for t in marts]
+
+
+def run(settings: Settings, args: Sequence[str]) -> int:
+    """Run one dbt command the way `dbt` would; its exit code."""
+    from dbt.cli.main import dbtRunner
+
+    profiles = write_profiles(settings)
+    # dbt's own files (manifest, logs) go beside the stack's state, not into the repo.
+    os.environ.setdefault("DBT_TARGET_PATH", str(state_dir(settings) / "target"))
+    os.environ.setdefault("DBT_LOG_PATH", str(state_dir(settings) / "logs"))
+    command = next((a for a in args if not a.startswith("-")), "")
+    spark = None
+    if args and command not in NO_SQL and args[0] not in NO_SQL:
+        from spark_jobs.session import build_session
+
+        spark = build_session("regauge-dbt", settings, ui=False)
+        tables = register_lake_tables(spark, settings)
+        log.info("catalog rebuilt from the lake: %s", ", ".join(t.key for t in tables))
+    try:
+        result = dbtRunner().invoke(dbt_args(settings, args, profiles))
+    finally:
+        if spark is not None:
+            spark.stop()
+    if result.exception is not None:
+        print(f"regauge-dbt: {result.exception}", file=sys.stderr)
+        return 2
+    if not result.success:
+        return 1
+    if command in BUILDS:
+        for name in publish_marts(settings):
+            print(f"published {name}")
+    return 0
