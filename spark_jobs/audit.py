@@ -90,12 +90,7 @@ def check_version(
     if tag is None:
         return Finding("silver_gold", subject, False, "no gold commit names its silver version")
     tag_version, silver_version, _ = tag
-    have = (
-        spark.read.format("delta")
-        .option("versionAsOf", newest)
-        .load(path)
-        .select(*[f.name for f in view.schema.fields])
-    )
+    have = runner.read_gold(spark, settings, view, newest)
     silver = runner.read_silver(spark, settings, silver_version)
     if sample is not None:
         scopes = sample_scopes(view, silver, have, sample).localCheckpoint(eager=True)

@@ -141,12 +141,18 @@ def run(settings: Settings, args: Sequence[str]) -> int:
     # dbt's own files (manifest, logs) go beside the stack's state, not into the repo.
     os.environ.setdefault("DBT_TARGET_PATH", str(state_dir(settings) / "target"))
     os.environ.setdefault("DBT_LOG_PATH", str(state_dir(settings) / "logs"))
+    # dbt would otherwise try to send usage events to the internet on every run.
+    os.environ.setdefault("DBT_SEND_ANONYMOUS_USAGE_STATS", "false")
     command = next((a for a in args if not a.startswith("-")), "")
     spark = None
     if args and command not in NO_SQL and args[0] not in NO_SQL:
         from spark_jobs.session import build_session
 
-        spark = build_session("regauge-dbt", settings, ui=False)
+        # CREATE DATABASE makes a directory under the warehouse dir; keep it in the state.
+        warehouse_dir = str(state_dir(settings) / "spark-warehouse")
+        spark = build_session(
+            "regauge-dbt", settings, ui=False, extra_conf={"spark.sql.warehouse.dir": warehouse_dir}
+        )
         tables = register_lake_tables(spark, settings)
         log.info("catalog rebuilt from the lake: %s", ", ".join(t.key for t in tables))
     try:

@@ -181,6 +181,16 @@ def read_silver(spark: SparkSession, settings: Settings, version: int | None = N
     return reader.load(SILVER.path(settings))
 
 
+def read_gold(
+    spark: SparkSession, settings: Settings, view: View, version: int | None = None
+) -> DataFrame:
+    """The view's table (as of a Delta version), in its declared columns."""
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return reader.load(gold_table(view).path(settings)).select(*view.schema.fieldNames())
+
+
 def batch(
     spark: SparkSession,
     settings: Settings,

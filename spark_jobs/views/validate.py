@@ -72,15 +72,10 @@ def _examples(df: DataFrame) -> list[dict[str, Any]]:
 
 
 def _self_check(
-    spark: SparkSession, settings: Settings, view: View, path: str, found: tuple[int, int, str]
+    spark: SparkSession, settings: Settings, view: View, found: tuple[int, int, str]
 ) -> dict[str, Any]:
     gold_version, silver_version, source = found
-    have = (
-        spark.read.format("delta")
-        .option("versionAsOf", gold_version)
-        .load(path)
-        .select(*[f.name for f in view.schema.fields])
-    )
+    have = runner.read_gold(spark, settings, view, gold_version)
     want = runner.gold_rows(view, runner.read_silver(spark, settings, silver_version))
     want = want.localCheckpoint(eager=True)
     missing = want.exceptAll(have)
@@ -120,7 +115,7 @@ def validate(
         if found is None:
             check: dict[str, Any] = {"error": "no gold commit is tagged with a silver version"}
         else:
-            check = _self_check(spark, settings, view, path, found)
+            check = _self_check(spark, settings, view, found)
             log.info(
                 "%s v%d as of gold version %d = batch over silver version %d? "
                 "%d rows, %d missing, %d unexpected",
