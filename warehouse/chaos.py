@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from spark_jobs import contract, faults, generator, ingest, producer, views
-from spark_jobs.landing import fresh_seed, landing, score, wait_until_settled
+from spark_jobs.landing import Landing, fresh_seed, landing, score, wait_until_settled
 from spark_jobs.producer import GeneratedRun
 from spark_jobs.views import runner
 from warehouse import audit, ingest_ctl, registry
@@ -112,11 +112,14 @@ class Chaos:
     say: Callable[[str], None] = print
 
     # -- helpers ---------------------------------------------------------------------
-    def _judge(self, case: str, run: GeneratedRun, since: float, note: str) -> Outcome:
+    def _judge(
+        self, case: str, run: GeneratedRun, since: float, note: str
+    ) -> tuple[Outcome, Landing]:
+        """Wait until the run settles; its figures, and the lake as it was then."""
         got = wait_until_settled(self.spark, self.settings, run)
         recovery = time.monotonic() - since
         result = score(run, got)
-        return Outcome(
+        outcome = Outcome(
             case,
             result.produced,
             result.in_silver,
@@ -126,6 +129,7 @@ class Chaos:
             note,
             list(result.problems),
         )
+        return outcome, got
 
     @contextmanager
     def _producing(self, count: int, *, rate: float | None = None) -> Iterator[list[GeneratedRun]]:
@@ -172,7 +176,7 @@ class Chaos:
                 self.say(f"  kill -9 {k} of {kills}: ingest died during {where or 'its start'}")
                 restarted = time.monotonic()
                 ingest_ctl.start(self.settings, None)
-        return self._judge("ingest_kills", box[0], restarted, f"{kills} x kill -9 of ingest")
+        return self._judge("ingest_kills", box[0], restarted, f"{kills} x kill -9 of ingest")[0]
 
     def broker_stop(self, events: int) -> Outcome:
         ingest_ctl.start(self.settings, None)
@@ -188,7 +192,7 @@ class Chaos:
             time.sleep(BROKER_DOWN_S)
             kafka.start()
             restarted = time.monotonic()
-        outcome = self._judge("broker_stop", box[0], restarted, "broker kill -9, restart")
+        outcome, _ = self._judge("broker_stop", box[0], restarted, "broker kill -9, restart")
         if ingest_ctl.daemon(self.settings).pid() is None:
             outcome.problems.append("ingest exited instead of riding out the broker's absence")
         return outcome
@@ -208,8 +212,7 @@ class Chaos:
                 seed + n, max(100, events // 20), producer_clock=now + skew, now=now
             )
             run = run + producer.produce_run(self.settings, seed, skewed)
-        outcome = self._judge("bad_input", run, time.monotonic(), "")
-        got = landing(self.spark, self.settings, run)
+        outcome, got = self._judge("bad_input", run, time.monotonic(), "")
         reasons = set(got.quarantine.values())
         missing = set(contract.REASONS) - reasons
         if missing:
@@ -244,7 +247,7 @@ class Chaos:
         self.say(f"  kill -9 {view.name}_v{view.version} during live processing")
         restarted = time.monotonic()
         _view_job(logfile, "stream", wait=True)
-        outcome = self._judge("view_kills", first + second, restarted, "")
+        outcome, _ = self._judge("view_kills", first + second, restarted, "")
         lost, doubled = self._view_against_code(view)
         outcome.lost += lost
         outcome.doubled += doubled
@@ -261,7 +264,7 @@ class Chaos:
         self.say("  silver died after its Delta commits, before its checkpoint commit")
         restarted = time.monotonic()
         ingest.run_once(self.spark, self.settings)  # must skip the crashed batch's appends
-        outcome = self._judge("commit_crash", run, restarted, "")
+        outcome, _ = self._judge("commit_crash", run, restarted, "")
         view = views.get(*VIEW)
         if not runner.has_checkpoint(self.settings, view):
             runner.replay(self.spark, self.settings, view)
@@ -305,7 +308,7 @@ class Chaos:
         ingest.run_once(self.spark, self.settings, accept_data_loss=True)  # the operator's call
         after = producer.produce_generated(self.settings, seed=fresh_seed(), count=events)
         ingest.run_once(self.spark, self.settings)
-        outcome = self._judge("retention", after, restarted, "")
+        outcome, _ = self._judge("retention", after, restarted, "")
         gone = landing(self.spark, self.settings, doomed)
         if gone.bronze or gone.silver:
             problems.append("records Kafka deleted before ingest read them are in the lake")
@@ -326,9 +329,7 @@ class Chaos:
 
     def _view_against_code(self, view: views.View) -> tuple[int, int]:
         """(rows the view's code gives that gold lacks, rows gold has that it does not)."""
-        gold: DataFrame = self.spark.read.format("delta").load(
-            runner.gold_table(view).path(self.settings)
-        )
+        gold = runner.read_gold(self.spark, self.settings, view)
         want = runner.gold_rows(view, runner.read_silver(self.spark, self.settings))
         return want.exceptAll(gold).count(), gold.exceptAll(want).count()
 

@@ -441,11 +441,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from warehouse import audit, trino_client
 
     s = settings_mod.get()
-    checks = set(args.checks.split(",")) if args.checks else set(audit.CHECKS)
-    unknown = checks - set(audit.CHECKS)
-    if unknown:
-        print(f"regauge: unknown checks {sorted(unknown)}; known: {audit.CHECKS}", file=sys.stderr)
-        return 2
+    checks = args.checks or audit.CHECKS
     from spark_jobs.session import build_session
 
     spark = build_session("regauge-audit", s, ui=False)
@@ -458,19 +454,30 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0 if run.passed else 1
 
 
-def _chaos_cases() -> tuple[str, ...]:
-    # Kept here so `--help` does not import Spark; test_cli holds it equal to chaos.CASES.
-    return ("ingest_kills", "broker_stop", "bad_input", "view_kills", "commit_crash", "retention")
+# Spelled here so `--help` imports neither Spark nor Trino; tests/warehouse/test_chaos.py
+# holds them equal to chaos.CASES and audit.CHECKS.
+CHAOS_CASES = (
+    "ingest_kills",
+    "broker_stop",
+    "bad_input",
+    "view_kills",
+    "commit_crash",
+    "retention",
+)
+AUDIT_CHECKS = ("kafka_bronze", "bronze_silver", "silver_gold", "routing")
 
 
-def _cases(text: str) -> tuple[str, ...]:
-    chosen = tuple(c.strip() for c in text.split(",") if c.strip())
-    unknown = [c for c in chosen if c not in _chaos_cases()]
-    if unknown or not chosen:
-        raise argparse.ArgumentTypeError(
-            f"unknown cases {unknown}; choose from {','.join(_chaos_cases())}"
-        )
-    return chosen
+def _subset(known: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
+    """An argparse type for a comma-separated, non-empty subset of `known`."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        chosen = tuple(c.strip() for c in text.split(",") if c.strip())
+        unknown = [c for c in chosen if c not in known]
+        if unknown or not chosen:
+            raise argparse.ArgumentTypeError(f"unknown {unknown}; choose from {','.join(known)}")
+        return chosen
+
+    return parse
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
@@ -718,8 +725,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--checks",
+        type=_subset(AUDIT_CHECKS),
         default=None,
-        help="comma-separated subset of kafka_bronze,bronze_silver,silver_gold,routing",
+        help="comma-separated subset of " + ",".join(AUDIT_CHECKS) + " (default: all)",
     )
 
     p = add(
@@ -739,9 +747,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kills", type=_positive_int, default=5, help="kill -9s of ingest (default 5)")
     p.add_argument(
         "--cases",
-        type=_cases,
+        type=_subset(CHAOS_CASES),
         default=None,
-        help="comma-separated subset of " + ",".join(_chaos_cases()) + " (default: all)",
+        help="comma-separated subset of " + ",".join(CHAOS_CASES) + " (default: all)",
     )
     p.add_argument("--seed", type=int, default=None, help="seed the fault timing, to repeat it")
 

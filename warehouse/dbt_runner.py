@@ -1,4 +1,4 @@
-"""`regauge-dbt ARGS…`: dbt-spark (session method) in this process, on the lake.
+"""`regauge dbt ARGS…`: dbt-spark (session method) in this process, on the lake.
 
 Why no metastore: Spark's default catalog for dbt would be a Hive metastore in
 an embedded Derby database, which one JVM at a time may open. A dbt run would
@@ -26,18 +26,22 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from warehouse import registry
 from warehouse.settings import REPO_ROOT, Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
 DBT_DIR = REPO_ROOT / "dbt"
 PROFILE = "regauge"
 TARGET = "lake"
-# dbt commands that never run SQL: no Spark session, so `dbt ls` (which
-# astronomer-cosmos runs to render the DAG) stays quick.
-NO_SQL = {"ls", "list", "parse", "deps", "clean", "debug", "--help", "-h", "--version"}
+HELP = {"--help", "-h", "--version"}
+# dbt commands that never run SQL get no Spark session, so `regauge dbt ls` stays quick.
+NO_SQL = {"ls", "list", "parse", "deps", "clean", "debug", *HELP}
 BUILDS = {"build", "run", "seed", "snapshot"}
 
 
@@ -90,13 +94,10 @@ def lake_tables(settings: Settings) -> list[registry.Table]:
     return found
 
 
-def register_lake_tables(spark: object, settings: Settings) -> list[registry.Table]:
+def register_lake_tables(spark: SparkSession, settings: Settings) -> list[registry.Table]:
     """Spark's in-memory catalog, rebuilt from the lake's layout (see the module doc)."""
-    from pyspark.sql import SparkSession
-
     from warehouse.sqlnames import check_identifier, quote_location
 
-    assert isinstance(spark, SparkSession)
     tables = lake_tables(settings)
     for schema in {"silver", *registry.DBT_SCHEMAS}:
         spark.sql(f"CREATE DATABASE IF NOT EXISTS `{check_identifier(schema, 'schema')}`")
@@ -112,7 +113,7 @@ def register_lake_tables(spark: object, settings: Settings) -> list[registry.Tab
 def dbt_args(settings: Settings, args: Sequence[str], profiles: Path) -> list[str]:
     """The caller's args, plus the project, profile and lake unless the caller set them."""
     out = list(args)
-    if not out or out[0] in ("--help", "-h", "--version"):
+    if not out or out[0] in HELP:
         return out
     if "--project-dir" not in out:
         out += ["--project-dir", str(DBT_DIR)]

@@ -24,8 +24,19 @@ def test_the_summary_table_lines_up_and_says_what_failed():
 
 
 def test_the_cli_knows_every_case_and_refuses_others():
-    assert cli._chaos_cases() == chaos.CASES
+    assert cli.CHAOS_CASES == chaos.CASES
     args = cli.build_parser().parse_args(["chaos", "--cases", "retention,bad_input"])
     assert args.cases == ("retention", "bad_input")
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["chaos", "--cases", "meteor"])
+
+
+def test_the_cli_knows_every_audit_check_and_refuses_others():
+    from warehouse import audit
+
+    assert cli.AUDIT_CHECKS == audit.CHECKS
+    args = cli.build_parser().parse_args(["audit", "--checks", "routing,kafka_bronze"])
+    assert args.checks == ("routing", "kafka_bronze")
+    for bad in ("meteor", "routing,meteor", ","):
+        with pytest.raises(SystemExit):
+            cli.build_parser().parse_args(["audit", "--checks", bad])
