@@ -162,7 +162,7 @@ def run(settings: Settings, args: Sequence[str]) -> int:
         if spark is not None:
             spark.stop()
     if result.exception is not None:
-        print(f"regauge-dbt: {result.exception}", file=sys.stderr)
+        print(f"regauge dbt: {result.exception}", file=sys.stderr)
         return 2
     if not result.success:
         return 1
