@@ -86,6 +86,7 @@ def read_kafka(
         # A gap in the log (retention passed before we read it) must stop the
         # pipeline loudly, never skip silently.
         .option("failOnDataLoss", str(not accept_data_loss).lower())
+        .option("maxOffsetsPerTrigger", settings.ingest_max_records_per_batch)
         .load()
     )
 

@@ -12,9 +12,11 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from warehouse import settings as settings_mod
+from warehouse.settings import REPO_ROOT
 
 log = logging.getLogger("regauge")
 
@@ -505,6 +507,23 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from warehouse import bench
+
+    sizes = bench.Sizes(
+        events=args.events,
+        load_rate=args.load_rate,
+        freshness_s=args.freshness_seconds,
+        queries=args.queries,
+    )
+    report = bench.run(settings_mod.get(), sizes, args.out, None if args.no_doc else bench.DOC)
+    print("\n" + bench.table(report))
+    missed = [name for name, _, _, _, ok in bench.verdicts(report.figures) if ok is False]
+    # A missed target is news, not a failure: the run itself succeeded.
+    print(f"\nbench: {'missed ' + ', '.join(missed) if missed else 'every target met'}")
+    return 0
+
+
 def cmd_dbt(args: argparse.Namespace) -> int:
     from warehouse import dbt_runner
 
@@ -752,6 +771,47 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated subset of " + ",".join(CHAOS_CASES) + " (default: all)",
     )
     p.add_argument("--seed", type=int, default=None, help="seed the fault timing, to repeat it")
+
+    p = add(
+        "bench",
+        cmd_bench,
+        "measure the pipeline on this machine, each figure beside a baseline from the same "
+        "run (producer vs a bare confluent-kafka loop, ingest vs a bare consumer, the replay "
+        "of every view vs DuckDB, freshness vs the trigger interval, a serving query vs "
+        "SELECT 1, peak memory); writes JSON and a PNG and appends to docs/BENCHMARKS.md. "
+        "Sends real traffic to the local stack; what `make bench` runs",
+    )
+    p.add_argument(
+        "--events",
+        type=_positive_int,
+        default=1_000_000,
+        help="records produced, ingested and replayed (default 1000000; the replay also "
+        "covers whatever silver held before)",
+    )
+    p.add_argument(
+        "--load-rate",
+        type=_positive_int,
+        default=2_000,
+        help="events/s of steady load while freshness is probed (default 2000)",
+    )
+    p.add_argument(
+        "--freshness-seconds",
+        type=_positive_int,
+        default=60,
+        help="how long freshness is probed, one probe every 2 s (default 60)",
+    )
+    p.add_argument(
+        "--queries", type=_positive_int, default=30, help="runs of each timed query (default 30)"
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=REPO_ROOT / "docs" / "bench",
+        help="where the run's JSON and PNG go (default docs/bench)",
+    )
+    p.add_argument(
+        "--no-doc", action="store_true", help="do not append the run to docs/BENCHMARKS.md"
+    )
 
     p = add(
         "dbt",

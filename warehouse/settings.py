@@ -59,6 +59,9 @@ class Settings:
     airflow_db: str
     airflow_port: int
     trigger_interval: str
+    # Kafka records per bronze micro-batch at most: a backlog (after an outage, or a
+    # first start on a long topic) is read in bounded batches, not one that outgrows memory.
+    ingest_max_records_per_batch: int = 250_000
     versions: Versions = field(default_factory=Versions)
 
     @property
@@ -154,6 +157,7 @@ OVERRIDES: dict[str, tuple[str, type]] = {
     "REGAUGE_POSTGRES_PASSWORD": ("postgres_password", str),
     "REGAUGE_AIRFLOW_PORT": ("airflow_port", int),
     "REGAUGE_TRIGGER_INTERVAL": ("trigger_interval", str),
+    "REGAUGE_INGEST_MAX_RECORDS_PER_BATCH": ("ingest_max_records_per_batch", int),
 }
 
 
