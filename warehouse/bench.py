@@ -589,11 +589,11 @@ class Bench:
             f"SELECT DISTINCT window_start FROM {serving.trino_name(PROBE_VIEW)} "
             "WHERE window_start >= ? AND window_start < ?"
         )
-        span = [base.replace(tzinfo=None), (base + timedelta(hours=100)).replace(tzinfo=None)]
+        span = [base, base + timedelta(hours=100)]
 
         def visible() -> set[int]:
             rows = trino_client.query(self.settings, sql, span).rows
-            return {int((r[0] - span[0]).total_seconds() // 3600) for r in rows}
+            return {int((_utc(r[0]) - base).total_seconds() // 3600) for r in rows}
 
         # The streams may still be catching up with the ingest phase; the first
         # probe, unmeasured, waits for that.
@@ -665,7 +665,7 @@ class Bench:
         from warehouse import registry, trino_client
 
         used = {
-            r[0]
+            _utc(r[0])
             for r in trino_client.query(
                 self.settings,
                 "SELECT DISTINCT date_trunc('hour', event_time) FROM "
@@ -675,7 +675,7 @@ class Bench:
         }
         base = probe_base(datetime.now(UTC))
         for _ in range(87):
-            hours = {(base + timedelta(hours=h)).replace(tzinfo=None) for h in range(100)}
+            hours = {base + timedelta(hours=h) for h in range(100)}
             if not hours & used:
                 return base
             base = PROBE_YEAR + timedelta(hours=(base - PROBE_YEAR).total_seconds() // 3600 + 100)
@@ -763,6 +763,11 @@ def _batch_listener(batches: list[Batch]) -> Any:
     return Listener()
 
 
+def _utc(moment: datetime) -> datetime:
+    """Trino's timestamps come back with or without a zone; the bench compares in UTC."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
 def _chunks(total: int, size: int) -> list[int]:
     return [min(size, total - start) for start in range(0, total, size)]
 
@@ -836,6 +841,8 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
                 extra_conf={
                     "spark.eventLog.enabled": "true",
                     "spark.eventLog.dir": str(events_dir),
+                    # Plain JSON lines, so jq or a few lines of Python can read them.
+                    "spark.eventLog.compress": "false",
                 },
             )
             spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "1000")
