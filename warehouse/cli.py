@@ -781,27 +781,34 @@ def build_parser() -> argparse.ArgumentParser:
         "SELECT 1, peak memory); writes JSON and a PNG and appends to docs/BENCHMARKS.md. "
         "Sends real traffic to the local stack; what `make bench` runs",
     )
+    from warehouse.bench import Sizes  # light: no Spark, no Trino
+
+    sizes = Sizes()
     p.add_argument(
         "--events",
         type=_positive_int,
-        default=1_000_000,
-        help="records produced, ingested and replayed (default 1000000; the replay also "
-        "covers whatever silver held before)",
+        default=sizes.events,
+        help=f"records produced, ingested and replayed (default {sizes.events}; the replay "
+        "also covers whatever silver held before)",
     )
     p.add_argument(
         "--load-rate",
         type=_positive_int,
-        default=2_000,
-        help="events/s of steady load while freshness is probed (default 2000)",
+        default=int(sizes.load_rate),
+        help=f"events/s of steady load while freshness is probed (default {sizes.load_rate:g})",
     )
     p.add_argument(
         "--freshness-seconds",
         type=_positive_int,
-        default=60,
-        help="how long freshness is probed, one probe every 2 s (default 60)",
+        default=int(sizes.freshness_s),
+        help=f"how long freshness is probed, one probe every {sizes.probe_every_s:g} s "
+        f"(default {sizes.freshness_s:g})",
     )
     p.add_argument(
-        "--queries", type=_positive_int, default=30, help="runs of each timed query (default 30)"
+        "--queries",
+        type=_positive_int,
+        default=sizes.queries,
+        help=f"runs of each timed query (default {sizes.queries})",
     )
     p.add_argument(
         "--out",
