@@ -84,6 +84,9 @@ class Client:
                     raise
             time.sleep(2)
 
+    def is_paused(self, dag_id: str) -> bool:
+        return bool(self._get(f"/dags/{dag_id}").get("is_paused"))
+
     def pause(self, dag_id: str, paused: bool) -> None:
         resp = self.session.patch(
             f"{self.base}/api/v2/dags/{dag_id}", json={"is_paused": paused}, timeout=30
