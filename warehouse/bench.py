@@ -911,6 +911,9 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
             airflow.pause(dag, paused)
         if not ingest_was_running:
             ingest_ctl.stop(settings)
+        for s in streams.known(settings):
+            if s.pid and (s.view, s.version) not in running_streams:
+                streams.stop(settings, s.view, s.version)
         for view, version in running_streams:
             streams.start(settings, view, version)
     report.seconds = time.monotonic() - began
