@@ -234,34 +234,6 @@ def query_latency(settings: Settings, sql: str, runs: int, warmup: int = 3) -> l
     return out
 
 
-def _descendants(pid: int) -> list[int]:
-    """Processes started under pid that stayed in its process group (the daemons it
-    starts, ingest and view streams, have groups of their own and are counted there)."""
-    children: dict[int, list[int]] = {}
-    group = os.getpgid(pid)
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == group:
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], list(children.get(pid, []))
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
-
-
-def _rss(pid: int) -> int:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0
-    return int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
-
-
 class PeakMemory:
     """Samples the whole stack's resident memory every second; `peak` in bytes.
 
@@ -292,7 +264,7 @@ class PeakMemory:
         parts["view streams"] = sum(
             process.group_rss_bytes(s.pid) for s in streams.known(self.settings) if s.pid
         )
-        parts["bench spark"] = sum(_rss(p) for p in _descendants(os.getpid()))
+        parts["bench spark"] = process.descendants_rss_bytes(os.getpid())
         return parts
 
     def _run(self) -> None:

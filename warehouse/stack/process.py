@@ -15,7 +15,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -164,16 +164,48 @@ def wait_until(
     return check()
 
 
-def group_rss_bytes(pgid: int) -> int:
-    """Resident memory of every process in a process group (a service and its children)."""
+@dataclass(frozen=True)
+class ProcStat:
+    pid: int
+    ppid: int
+    pgrp: int
+    rss_bytes: int
+
+
+def proc_stats() -> Iterator[ProcStat]:
+    """Every live process's parent, group and resident memory, from /proc."""
     page = os.sysconf("SC_PAGE_SIZE")
-    total = 0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
-            continue
+            continue  # ended while we looked
         # After the command name: state, ppid, pgrp, ... rss is the 22nd field.
-        if int(fields[2]) == pgid:
-            total += int(fields[21]) * page
+        yield ProcStat(
+            int(stat.parent.name), int(fields[1]), int(fields[2]), int(fields[21]) * page
+        )
+
+
+def group_rss_bytes(pgid: int) -> int:
+    """Resident memory of every process in a process group (a service and its children)."""
+    return sum(p.rss_bytes for p in proc_stats() if p.pgrp == pgid)
+
+
+def descendants_rss_bytes(pid: int) -> int:
+    """Resident memory of the processes started under pid that stayed in its group.
+
+    Daemons it launched in sessions of their own are left out: they are
+    counted by their own group.
+    """
+    stats = list(proc_stats())
+    group = next((p.pgrp for p in stats if p.pid == pid), None)
+    children: dict[int, list[ProcStat]] = {}
+    for p in stats:
+        if p.pgrp == group:
+            children.setdefault(p.ppid, []).append(p)
+    total, todo = 0, list(children.get(pid, []))
+    while todo:
+        p = todo.pop()
+        total += p.rss_bytes
+        todo.extend(children.get(p.pid, []))
     return total

@@ -6,8 +6,10 @@ import time
 from warehouse.stack.process import (
     PidFile,
     Proc,
+    descendants_rss_bytes,
     group_rss_bytes,
     port_taken,
+    proc_stats,
     spawn,
     stop_group,
 )
@@ -55,3 +57,30 @@ def test_port_taken_sees_a_listener():
         port = sock.getsockname()[1]
         assert port_taken(port)
     assert not port_taken(port)
+
+
+def test_descendants_count_only_children_that_stayed_in_the_group():
+    """The bench counts its own Spark JVM this way, and daemons it starts by their group."""
+    import os
+
+    script = "import time; time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", script])
+    daemon = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    try:
+        time.sleep(0.5)
+        rss = {p.pid: p.rss_bytes for p in proc_stats()}
+        assert rss[child.pid] > 1_000_000 and rss[daemon.pid] > 1_000_000
+        mine = descendants_rss_bytes(os.getpid())
+        others = sum(
+            p.rss_bytes
+            for p in proc_stats()
+            if p.ppid == os.getpid() and p.pid not in (child.pid, daemon.pid)
+        )
+        # The child is in; the daemon (its own session) is out.
+        assert rss[child.pid] <= mine < rss[child.pid] + others + rss[daemon.pid] // 2
+        assert descendants_rss_bytes(daemon.pid) == 0
+    finally:
+        child.kill()
+        daemon.kill()
+        child.wait()
+        daemon.wait()
