@@ -160,12 +160,8 @@ def probe_event(run: str, k: int, hour: datetime) -> dict[str, Any]:
 
 
 def probe_base(now: datetime) -> datetime:
-    """The first probe hour of a run: a different stretch of 2001 for each minute.
-
-    A year has 8,760 hours and a run uses fewer than 100, so runs less than
-    about two months of minutes apart (8760 // 100 * 60 // 60 ...) rarely meet; `free_probe_base`
-    checks anyway.
-    """
+    """The first probe hour of a run: one of 87 stretches of 100 hours in 2001, a
+    different one each minute, so runs rarely meet (`Bench._free_probe_base` checks anyway)."""
     slot = int(now.timestamp() // 60) % 87
     return PROBE_YEAR + timedelta(hours=slot * 100)
 
