@@ -298,8 +298,10 @@ class Bench:
 
         from spark_jobs import generator, producer
         from warehouse import registry
+        from warehouse.stack import services
 
-        self._bench_topic()
+        # The baseline's own topic, shaped like the real one, so the lake never sees it.
+        services.ensure_topic(self.settings, BENCH_TOPIC)
         before = self._end_offsets(registry.TOPIC)
         ours = bare = 0.0
         sent = valid = 0
@@ -341,18 +343,6 @@ class Bench:
             f"{b['producer_baseline_events_per_s']:,.0f} events/s"
         )
         return before, after, valid
-
-    def _bench_topic(self) -> None:
-        """The baseline's own topic, shaped like the real one, so the lake never sees it."""
-        from confluent_kafka.admin import NewTopic
-
-        from warehouse.stack import services
-
-        admin = services.kafka_admin(self.settings)
-        if BENCH_TOPIC not in admin.list_topics(timeout=30).topics:
-            topic = NewTopic(BENCH_TOPIC, self.settings.kafka_partitions, 1)
-            for future in admin.create_topics([topic]).values():
-                future.result(timeout=30)
 
     def _end_offsets(self, topic: str) -> dict[int, int]:
         from confluent_kafka import Consumer, TopicPartition
