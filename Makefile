@@ -34,7 +34,7 @@ lint:  ## ruff and mypy
 	@.venv/bin/ruff check spark_jobs warehouse tests dags
 	@.venv/bin/mypy
 
-bench: up  ## speed and memory, each beside a baseline from the same run (~15 min); BENCH_ARGS="--events N ..."
+bench: up  ## speed and memory, each beside a baseline from the same run (~10 min); BENCH_ARGS="--events N ..."
 	@$(REGAUGE) bench $(BENCH_ARGS)
 
 chaos: up  ## faults injected into the running pipeline (200k events, 5 kill -9s...); prints a table

@@ -67,7 +67,7 @@ DOC = REPO_ROOT / "docs" / "BENCHMARKS.md"
 
 @dataclass(frozen=True)
 class Sizes:
-    """What one run measures; the defaults take about 12 minutes on 2 cores."""
+    """What one run measures; the defaults take about 10 minutes on 2 cores."""
 
     events: int = 1_000_000
     chunk: int = 250_000
