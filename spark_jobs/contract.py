@@ -410,9 +410,7 @@ def validate(records: DataFrame) -> DataFrame:
     variant = Json(F.col("_v"))
     known = {
         (path, kind): f"_known{i}"
-        for i, (path, kind) in enumerate(
-            [(p, KIND) for p in KIND_PATHS] + [(p, t) for p, t in TYPED_PATHS]
-        )
+        for i, (path, kind) in enumerate([(p, KIND) for p in KIND_PATHS] + TYPED_PATHS)
     }
     parsed = parsed.select(
         "*",

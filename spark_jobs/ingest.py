@@ -79,19 +79,21 @@ DATA_LOSS_HELP = (
 
 
 # -- progress --------------------------------------------------------------------------
+def kafka_offsets(source: dict[str, Any], field: str) -> dict[str, int]:
+    """A Kafka source's offsets per partition from its progress (field: startOffset,
+    endOffset or latestOffset); empty for any other source."""
+    raw = source.get(field)
+    if not raw:
+        return {}
+    parsed = json.loads(raw) if isinstance(raw, str) else raw
+    if not all(isinstance(t, dict) for t in parsed.values()):
+        return {}  # not a Kafka source (a Delta source's offset is one position)
+    return {p: int(o) for topic in parsed.values() for p, o in topic.items()}
+
+
 def kafka_lag(source: dict[str, Any]) -> dict[str, int]:
     """Records behind the newest offset, per partition, from a Kafka source's progress."""
-
-    def offsets(field: str) -> dict[str, int]:
-        raw = source.get(field)
-        if not raw:
-            return {}
-        parsed = json.loads(raw) if isinstance(raw, str) else raw
-        if not all(isinstance(t, dict) for t in parsed.values()):
-            return {}  # not a Kafka source (a Delta source's offset is one position)
-        return {p: int(o) for topic in parsed.values() for p, o in topic.items()}
-
-    end, latest = offsets("endOffset"), offsets("latestOffset")
+    end, latest = kafka_offsets(source, "endOffset"), kafka_offsets(source, "latestOffset")
     return {p: max(0, latest[p] - end.get(p, 0)) for p in sorted(latest, key=int)}
 
 

@@ -297,12 +297,11 @@ class Bench:
         from confluent_kafka import Producer
 
         from spark_jobs import generator, producer
-        from warehouse import registry
         from warehouse.stack import services
 
         # The baseline's own topic, shaped like the real one, so the lake never sees it.
         services.ensure_topic(self.settings, BENCH_TOPIC)
-        before = self._end_offsets(registry.TOPIC)
+        before = _end_offsets(self.settings)
         ours = bare = 0.0
         sent = valid = 0
         seed = int(self.run_id) % 10**9
@@ -333,7 +332,7 @@ class Bench:
                 raise RuntimeError("the bare producer loop could not deliver within 60 s")
             bare += time.monotonic() - started
             self.say(f"  producer: {sent:,} of {self.sizes.events:,} sent")
-        after = self._end_offsets(registry.TOPIC)
+        after = _end_offsets(self.settings)
         f, b = self.report.figures, self.report.baselines
         f["producer_events_per_s"] = sent / ours
         b["producer_baseline_events_per_s"] = sent / bare
@@ -343,20 +342,6 @@ class Bench:
             f"{b['producer_baseline_events_per_s']:,.0f} events/s"
         )
         return before, after, valid
-
-    def _end_offsets(self, topic: str) -> dict[int, int]:
-        from confluent_kafka import Consumer, TopicPartition
-
-        consumer = Consumer(
-            {"bootstrap.servers": self.settings.kafka_bootstrap, "group.id": "regauge-bench"}
-        )
-        try:
-            return {
-                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-                for p in range(self.settings.kafka_partitions)
-            }
-        finally:
-            consumer.close()
 
     # -- ingest ----------------------------------------------------------------------------
     def bare_consumer(self, before: dict[int, int], after: dict[int, int]) -> None:
@@ -551,6 +536,7 @@ class Bench:
         Trino shows its window through lakehouse.serving.revenue_hourly."""
         from spark_jobs import generator, producer
         from warehouse import serving, trino_client
+        from warehouse.stack import process
 
         base = self._free_probe_base()
         sql = (
@@ -566,7 +552,8 @@ class Bench:
         # The streams may still be catching up with the ingest phase; the first
         # probe, unmeasured, waits for that.
         self._probe(base, 0)
-        self._until(lambda: 0 in visible(), 900, "the warm-up probe never became visible")
+        if not process.wait_until(lambda: 0 in visible(), 900):
+            raise RuntimeError("the warm-up probe never became visible in 15 min")
         load = generator.records(
             int(self.run_id) % 10**9 + 500,
             int(self.sizes.load_rate * (self.sizes.freshness_s + 15)),
@@ -651,14 +638,6 @@ class Bench:
                 base = PROBE_YEAR
         raise RuntimeError(f"every stretch of {PROBE_YEAR.year} has probes; run `make clean`")
 
-    @staticmethod
-    def _until(check: Callable[[], bool], timeout: float, message: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not check():
-            if time.monotonic() > deadline:
-                raise RuntimeError(message)
-            time.sleep(0.5)
-
     # -- serving queries -------------------------------------------------------------------
     def queries(self) -> None:
         from warehouse import serving
@@ -691,6 +670,8 @@ def _batch_listener(batches: list[Batch]) -> Any:
     """
     from pyspark.sql.streaming import StreamingQueryListener
 
+    from spark_jobs import ingest
+
     class Listener(StreamingQueryListener):
         def __init__(self) -> None:
             self.names: dict[str, str] = {}
@@ -708,10 +689,9 @@ def _batch_listener(batches: list[Batch]) -> Any:
             rows = int(p.get("numInputRows") or 0)
             batches.append(Batch(p.get("name") or "?", started, seconds, rows))
             if p.get("name") == "bronze":
-                end = (p.get("sources") or [{}])[0].get("endOffset")
-                parsed = json.loads(end) if isinstance(end, str) else end or {}
-                for offsets in parsed.values():
-                    self.bronze_end = {int(k): int(v) for k, v in offsets.items()}
+                source = (p.get("sources") or [{}])[0]
+                end = ingest.kafka_offsets(source, "endOffset")
+                self.bronze_end = {int(part): o for part, o in end.items()} or self.bronze_end
                 if rows:
                     self.bronze_done_at = started + seconds
             elif p.get("name") == "silver" and not rows:
@@ -729,6 +709,13 @@ def _batch_listener(batches: list[Batch]) -> Any:
             return reached and self.silver_idle_at > self.bronze_done_at + 2.0
 
     return Listener()
+
+
+def _end_offsets(settings: Settings) -> dict[int, int]:
+    """The event topic's next offset per partition."""
+    from warehouse import audit
+
+    return {p: high for p, (_, high) in audit.kafka_watermarks(settings).items()}
 
 
 def _utc(moment: datetime) -> datetime:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from warehouse import settings as settings_mod
-from warehouse.settings import REPO_ROOT
 
 log = logging.getLogger("regauge")
 
@@ -781,7 +780,7 @@ def build_parser() -> argparse.ArgumentParser:
         "SELECT 1, peak memory); writes JSON and a PNG and appends to docs/BENCHMARKS.md. "
         "Sends real traffic to the local stack; what `make bench` runs",
     )
-    from warehouse.bench import Sizes  # light: no Spark, no Trino
+    from warehouse.bench import DEFAULT_OUT, Sizes  # light: no Spark, no Trino
 
     sizes = Sizes()
     p.add_argument(
@@ -813,7 +812,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out",
         type=Path,
-        default=REPO_ROOT / "docs" / "bench",
+        default=DEFAULT_OUT,
         help="where the run's JSON and PNG go (default docs/bench)",
     )
     p.add_argument(
