@@ -6,13 +6,20 @@ environment variable, quoted where it is used, never pasted into the command
 text, and each param is already held to a strict schema by Airflow before
 the run exists: unknown views, versions below 1, percents outside 0-100 and
 names that are not plain identifiers are refused with HTTP 400.
+
+Every DAG shows its file's docstring in the UI (`dag_args(__doc__)`), every
+task retries once unless its failure is a verdict, and every task that fails
+for good says so in one ERROR line (`log_failure`).
 """
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.sdk import Param
@@ -25,14 +32,71 @@ _VIEW_FILE = re.compile(r"(?P<name>[a-z][a-z0-9_]*)_v(?P<version>[1-9][0-9]*)\.p
 # Not "$": a JSON-schema pattern is searched, and "$" also matches before a final newline.
 USER_PATTERN = r"^[a-z][a-z0-9_.@-]{0,63}(?![\s\S])"
 
-DEFAULT_ARGS = {"owner": "regauge", "retries": 0, "execution_timeout": timedelta(hours=2)}
+log = logging.getLogger("regauge.dags")
+
+
+def log_failure(context: Mapping[str, Any]) -> None:
+    """Every task's on_failure_callback: one ERROR line naming the run, the task,
+    the try and the exception, so a failure stands out in the task's log.
+
+    Airflow calls it in the task's own process once the task has failed for good
+    (not on a try that will be retried), and in the DAG processor for a task that
+    died without reporting (heartbeat timeout). Standard library only: the DAG
+    processor must not import PySpark or the pipeline's packages.
+    """
+    ti = context.get("ti") or context.get("task_instance")
+    max_tries = getattr(ti, "max_tries", None)
+    exc = context.get("exception")
+    log.error(
+        "REGAUGE TASK FAILED: dag_id=%s task_id=%s run_id=%s try=%s of %s: %s",
+        getattr(ti, "dag_id", None),
+        getattr(ti, "task_id", None),
+        getattr(ti, "run_id", None),
+        getattr(ti, "try_number", None),
+        # max_tries counts the retries: a task with retries=1 has 2 tries.
+        max_tries + 1 if isinstance(max_tries, int) else None,
+        f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, BaseException)
+        else exc or "no exception reported (the task died or was killed)",
+    )
+
+
+# Every task is idempotent (it looks at the registry first), so one retry costs
+# nothing but time and rides out a transient fault: a JVM that died on this
+# 2-core box, PostgreSQL or Trino restarting. 30 s is long enough for a
+# restarting service to answer again and short beside the tasks themselves
+# (a replay or a dbt build takes minutes). One retry, not more: the CLI exits 2
+# for a refusal and for an unreachable service alike, so Airflow cannot tell a
+# fault from a deterministic failure, and a deterministic one would repeat a
+# whole replay for every extra retry.
+# Tasks whose failure is a verdict, not a fault, are wrapped in `no_retry` where
+# they are declared, with the reason: a retry would only delay the same answer.
+# The end-to-end tests wait on exactly those (a second reprocess refused at
+# `register`, a retire refused while users are routed), so they see the failed
+# run as soon as before, and no test slows down.
+RETRIES = 1
+RETRY_DELAY = timedelta(seconds=30)
+DEFAULT_ARGS: dict[str, Any] = {
+    "owner": "regauge",
+    "retries": RETRIES,
+    "retry_delay": RETRY_DELAY,
+    "execution_timeout": timedelta(hours=2),
+    "on_failure_callback": log_failure,
+}
 # What every regauge DAG shares: one run at a time, no backfill of missed intervals.
-DAG_ARGS = {
+DAG_ARGS: dict[str, Any] = {
     "catchup": False,
     "max_active_runs": 1,
     "default_args": DEFAULT_ARGS,
     "tags": ["regauge"],
 }
+
+
+def dag_args(doc: str | None) -> dict[str, Any]:
+    """DAG_ARGS plus `doc_md`: pass the DAG file's `__doc__`, which the UI then shows."""
+    if not doc or not doc.strip():
+        raise ValueError("a regauge DAG file starts with a docstring: it is the DAG's doc_md")
+    return {**DAG_ARGS, "doc_md": doc}
 
 
 def known_views() -> list[str]:
@@ -61,3 +125,9 @@ def regauge(task_id: str, args: str, **env: str) -> BashOperator:
         env=env,
         append_env=True,
     )
+
+
+def no_retry(task: BashOperator) -> BashOperator:
+    """`task` without DEFAULT_ARGS' retry: for a task whose failure is a verdict."""
+    task.retries = 0
+    return task

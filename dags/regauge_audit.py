@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from _regauge import DEFAULT_ARGS, regauge
+from _regauge import dag_args, no_retry, regauge
 from airflow.sdk import DAG
 
 with DAG(
@@ -16,9 +16,8 @@ with DAG(
     description="the integrity audit: trust, but verify",
     schedule=timedelta(hours=1),
     start_date=datetime(2026, 1, 1),
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    tags=["regauge"],
+    **dag_args(__doc__),
 ) as dag:
-    regauge("audit", "audit")
+    # No retry: a mismatch is the audit's verdict (exit 1) and would only be found
+    # again; the next hourly run is its retry.
+    no_retry(regauge("audit", "audit"))

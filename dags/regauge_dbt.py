@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from _regauge import DAG_ARGS, regauge
+from _regauge import dag_args, regauge
 from airflow.sdk import DAG, Param
 
 # Names, graph operators and method selectors; no quotes, `$`, `;` or newlines.
@@ -34,6 +34,6 @@ with DAG(
             description="dbt node selection, e.g. fct_orders+ (empty: the whole project)",
         )
     },
-    **DAG_ARGS,
+    **dag_args(__doc__),
 ) as dag:
     regauge("dbt_build", 'dbt build ${SELECT:+--select "$SELECT"}', SELECT="{{ params.select }}")

@@ -9,7 +9,7 @@ first, and the replay rebuilds from scratch.
 
 from __future__ import annotations
 
-from _regauge import DAG_ARGS, regauge, version_param, view_param
+from _regauge import dag_args, no_retry, regauge, version_param, view_param
 from airflow.sdk import DAG, Param
 
 ARGS = '"$VIEW" "$VERSION"'
@@ -28,7 +28,7 @@ with DAG(
             description="bronze: all history (via silver); kafka: what Kafka still holds",
         ),
     },
-    **DAG_ARGS,
+    **dag_args(__doc__),
 ) as dag:
     env = {
         "VIEW": "{{ params.view }}",
@@ -36,10 +36,14 @@ with DAG(
         "SOURCE": "{{ params.source }}",
     }
     (
-        regauge("register", f'versions register {ARGS} --source "$SOURCE"', **env)
+        # No retry for register: its refusal ("already built", "was retired") is the
+        # verdict the caller waits for, and nothing has been done yet when it fails.
+        no_retry(regauge("register", f'versions register {ARGS} --source "$SOURCE"', **env))
         >> regauge("replay", f'versions build {ARGS} --source "$SOURCE"', **env)
         >> regauge("go_live", f"versions go-live {ARGS}", **env)
-        >> regauge("validate", f"versions validate {ARGS}", **env)
+        # No retry for the gate: a failed validation marks the version failed, and
+        # a second try would only be refused ("is failed; nothing to validate").
+        >> no_retry(regauge("validate", f"versions validate {ARGS}", **env))
         >> regauge("publish", f"versions publish {ARGS}", **env)
         >> regauge("mark_ready", f"versions ready {ARGS}", **env)
     )

@@ -5,7 +5,7 @@ Refused while anyone is routed to it (the current version, a candidate above
 
 from __future__ import annotations
 
-from _regauge import DAG_ARGS, regauge, version_param, view_param
+from _regauge import dag_args, no_retry, regauge, version_param, view_param
 from airflow.sdk import DAG
 
 with DAG(
@@ -13,11 +13,15 @@ with DAG(
     description="retire a view version: stream stopped, dropped from Trino, table archived",
     schedule=None,
     params={"view": view_param(), "version": version_param()},
-    **DAG_ARGS,
+    **dag_args(__doc__),
 ) as dag:
-    regauge(
-        "retire",
-        'retire "$VIEW" "$VERSION"',
-        VIEW="{{ params.view }}",
-        VERSION="{{ params.version }}",
+    # No retry: the refusal while users are routed to the version is a verdict
+    # (CONTRACT.md §5); re-running by hand finishes whatever a failed run left.
+    no_retry(
+        regauge(
+            "retire",
+            'retire "$VIEW" "$VERSION"',
+            VIEW="{{ params.view }}",
+            VERSION="{{ params.version }}",
+        )
     )

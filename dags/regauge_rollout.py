@@ -3,7 +3,7 @@ back from a version. Takes effect on the next query; can be undone until retirem
 
 from __future__ import annotations
 
-from _regauge import DAG_ARGS, USER_PATTERN, regauge, version_param, view_param
+from _regauge import USER_PATTERN, dag_args, regauge, version_param, view_param
 from airflow.sdk import DAG, Param
 
 with DAG(
@@ -27,7 +27,7 @@ with DAG(
             description="remove this user's pin",
         ),
     },
-    **DAG_ARGS,
+    **dag_args(__doc__),
 ) as dag:
     regauge(
         "rollout",

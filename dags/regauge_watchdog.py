@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from _regauge import DAG_ARGS, regauge
+from _regauge import dag_args, regauge
 from airflow.sdk import DAG
 
 with DAG(
@@ -14,6 +14,6 @@ with DAG(
     schedule=timedelta(minutes=1),
     start_date=datetime(2026, 1, 1),
     dagrun_timeout=timedelta(minutes=10),
-    **DAG_ARGS,
+    **dag_args(__doc__),
 ) as dag:
     regauge("ensure_streams", "streams ensure")

@@ -1,12 +1,15 @@
 """The DAG files as Airflow itself loads them (in Airflow's own virtualenv).
 
 Checks that every file parses, that the DAG ids and params are the contract's
-(CONTRACT.md §5), that each param schema refuses what it must, and that tasks
-run the pipeline's CLI with params passed only through the environment.
+(CONTRACT.md §5), that each param schema refuses what it must, that tasks
+run the pipeline's CLI with params passed only through the environment, and
+that every DAG shows its file's docstring and every task retries (unless its
+failure is a verdict) and logs its failure.
 """
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
 import os
@@ -20,11 +23,13 @@ REPO = Path(__file__).resolve().parents[2]
 AIRFLOW_PYTHON = REPO / ".venv-airflow" / "bin" / "python"
 
 PROBE = r"""
-import json, sys
+import io, json, logging, sys, types
 sys.path.insert(0, sys.argv[1])  # as the DAG processor does with its DAG folder
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder=sys.argv[1])
 out = {"errors": {k: str(v)[-500:] for k, v in bag.import_errors.items()}, "dags": {}}
+def name(f):
+    return f"{f.__module__}.{f.__qualname__}"
 for dag_id, dag in bag.dags.items():
     out["dags"][dag_id] = {
         "params": {k: dag.params.get_param(k).schema for k in dag.params},
@@ -32,11 +37,37 @@ for dag_id, dag in bag.dags.items():
                      if dag.params.get_param(k).has_value},
         "tasks": {t.task_id: {"command": getattr(t, "bash_command", None),
                               "env": getattr(t, "env", None),
-                              "upstream": sorted(t.upstream_task_ids)} for t in dag.tasks},
+                              "upstream": sorted(t.upstream_task_ids),
+                              "retries": t.retries,
+                              "retry_delay_s": t.retry_delay.total_seconds(),
+                              "on_failure": [name(f) for f in t.on_failure_callback]}
+                  for t in dag.tasks},
         "schedule": str(dag.schedule),
+        "doc_md": dag.doc_md,
+        "fileloc": dag.fileloc,
     }
+# What the failure callback logs, for a task on its second and last try.
+import _regauge
+buf = io.StringIO()
+handler = logging.StreamHandler(buf)
+handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+_regauge.log.addHandler(handler)
+ti = types.SimpleNamespace(dag_id="regauge_x", task_id="t_1", run_id="manual__1", try_number=2,
+                           max_tries=1)
+_regauge.log_failure({"ti": ti, "exception": RuntimeError("exit code 2")})
+out["failure_log"] = buf.getvalue()
 print(json.dumps(out, default=str))
 """
+
+# Tasks whose failure is a verdict, not a fault: they never retry (see dags/_regauge.py).
+NO_RETRY = {
+    ("regauge_reprocess", "register"),
+    ("regauge_reprocess", "validate"),
+    ("regauge_retire", "retire"),
+    ("regauge_audit", "audit"),
+}
+RETRIES = 1
+RETRY_DELAY_S = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -139,3 +170,32 @@ def test_tasks_call_the_cli_and_take_params_only_from_the_environment(loaded):
 
 def test_the_watchdog_runs_every_minute(loaded):
     assert "0:01:00" in loaded["dags"]["regauge_watchdog"]["schedule"]
+
+
+def test_every_dag_shows_its_files_docstring(loaded):
+    for dag_id, dag in loaded["dags"].items():
+        path = Path(dag["fileloc"])
+        assert path.parent == REPO / "dags", dag_id
+        docstring = ast.get_docstring(ast.parse(path.read_text()), clean=False)
+        assert docstring and docstring.strip(), f"{path.name} has no docstring"
+        assert dag["doc_md"] == docstring, dag_id
+
+
+def test_every_task_retries_unless_its_failure_is_a_verdict(loaded):
+    dags = loaded["dags"]
+    assert {(dag_id, t) for dag_id, dag in dags.items() for t in dag["tasks"]} >= NO_RETRY
+    for dag_id, dag in dags.items():
+        for task_id, task in dag["tasks"].items():
+            want = 0 if (dag_id, task_id) in NO_RETRY else RETRIES
+            assert task["retries"] == want, (dag_id, task_id)
+            assert task["retry_delay_s"] == RETRY_DELAY_S, (dag_id, task_id)
+
+
+def test_every_task_logs_its_failure(loaded):
+    for dag_id, dag in loaded["dags"].items():
+        for task_id, task in dag["tasks"].items():
+            assert task["on_failure"] == ["_regauge.log_failure"], (dag_id, task_id)
+    assert loaded["failure_log"] == (
+        "ERROR regauge.dags REGAUGE TASK FAILED: dag_id=regauge_x task_id=t_1 "
+        "run_id=manual__1 try=2 of 2: RuntimeError: exit code 2\n"
+    )
