@@ -1,4 +1,5 @@
--- v2: net of cancellations attributed to the order's day, as revenue_hourly v2 means it.
+-- v2: net of cancellations attributed to the order's day, as revenue_hourly v2
+-- means it.
 with
 
 orders as (
@@ -16,7 +17,9 @@ final as (
         count_if(is_cancelled) as orders_cancelled,
         cast(sum(order_total) as decimal(18, 2)) as gross_revenue,
         cast(sum(cancelled_total) as decimal(18, 2)) as cancelled_revenue,
-        cast(sum(order_total) - sum(cancelled_total) as decimal(18, 2)) as net_revenue
+        cast(
+            sum(order_total) - sum(cancelled_total) as decimal(18, 2)
+        ) as net_revenue
 
     from orders
     group by placed_date, currency

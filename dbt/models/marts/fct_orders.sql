@@ -15,7 +15,7 @@ orders as (
 
 ),
 
-final as (
+order_facts as (
 
     select
         order_key,
@@ -25,8 +25,9 @@ final as (
         item_count,
         cast(order_total as decimal(18, 2)) as order_total,
         cast(amount_paid as decimal(18, 2)) as amount_paid,
-        cast(case when is_cancelled then order_total else 0 end as decimal(18, 2))
-            as cancelled_total,
+        cast(
+            case when is_cancelled then order_total else 0 end as decimal(18, 2)
+        ) as cancelled_total,
         is_paid,
         is_cancelled,
         placed_at,
@@ -36,31 +37,26 @@ final as (
 
     from orders
 
-)
-
-{% if is_incremental() %}
+),
 
 -- A payment or cancellation may arrive any time after its order, so every order
--- is recomputed; only new orders and orders whose status changed are merged,
--- and a rerun on unchanged silver merges nothing.
-, changed as (
+-- is recomputed; on an incremental run only new orders and orders whose status
+-- changed are merged, and a rerun on unchanged silver merges nothing.
+final as (
 
-    select final.*
-    from final
-    left anti join {{ this }} as current
-        on final.order_key = current.order_key
-        and final.is_paid <=> current.is_paid
-        and final.is_cancelled <=> current.is_cancelled
-        and final.amount_paid <=> current.amount_paid
-        and final.paid_at <=> current.paid_at
-        and final.cancelled_at <=> current.cancelled_at
+    select order_facts.*
+
+    from order_facts
+    {% if is_incremental() %}
+    left anti join {{ this }} as previous
+        on order_facts.order_key = previous.order_key
+        and order_facts.is_paid <=> previous.is_paid
+        and order_facts.is_cancelled <=> previous.is_cancelled
+        and order_facts.amount_paid <=> previous.amount_paid
+        and order_facts.paid_at <=> previous.paid_at
+        and order_facts.cancelled_at <=> previous.cancelled_at
+    {% endif %}
 
 )
 
-select * from changed
-
-{% else %}
-
 select * from final
-
-{% endif %}

@@ -13,7 +13,10 @@ renamed as (
         event_id as cart_event_id,
         customer_id,
         product_id,
-        case event_type when 'cart_item_added' then 'added' else 'removed' end as action,
+        case event_type
+            when 'cart_item_added' then 'added'
+            else 'removed'
+        end as action,
         quantity,
         event_time as occurred_at
 
