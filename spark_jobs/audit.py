@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -23,12 +26,34 @@ from pyspark.sql.types import BooleanType, StringType, StructField, StructType, 
 from spark_jobs import lake, views
 from spark_jobs.views import runner
 from spark_jobs.views.base import View
-from warehouse import catalog, registry
-from warehouse.audit import MAX_KEYS, Finding, Run
-from warehouse.settings import Settings
-from warehouse.versions import Version
+from warehouse.base import registry
+from warehouse.base.settings import Settings
 
 log = logging.getLogger(__name__)
+
+# At most this many exact keys are kept per finding: enough to act on.
+MAX_KEYS = 20
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    subject: str
+    passed: bool
+    summary: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Run:
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(f.passed for f in self.findings)
+
 
 AUDIT_RUNS = registry.GOLD_AUDIT_RUNS
 AUDIT_RUNS_SCHEMA = StructType(
@@ -133,22 +158,26 @@ def check_version(
 
 
 def check_silver_gold(
-    spark: SparkSession, settings: Settings, live: Sequence[Version], sample: float | None
+    spark: SparkSession,
+    settings: Settings,
+    live: Sequence[tuple[str, int]],
+    sample: float | None,
 ) -> list[Finding]:
+    """Check each live (view, version) against its own code."""
     found = []
-    for v in live:
+    for name, version in live:
         try:
-            view = views.get(v.view_name, v.version)
+            view = views.get(name, version)
         except KeyError as exc:
-            found.append(Finding("silver_gold", v.label, False, exc.args[0]))
+            found.append(Finding("silver_gold", f"{name} v{version}", False, exc.args[0]))
             continue
-        log.info("audit: %s against its own code", v.label)
+        log.info("audit: %s v%d against its own code", name, version)
         found.append(check_version(spark, settings, view, sample))
     return found
 
 
 def record(spark: SparkSession, settings: Settings, run: Run) -> None:
-    """Append the run's findings to gold.audit_runs (and publish it to Trino)."""
+    """Append the run's findings to gold.audit_runs (the caller publishes it to Trino)."""
     path = AUDIT_RUNS.path(settings)
     lake.ensure_table(spark, path, AUDIT_RUNS_SCHEMA)
     finished = datetime.now(UTC)
@@ -166,4 +195,3 @@ def record(spark: SparkSession, settings: Settings, run: Run) -> None:
         for f in run.findings
     ]
     spark.createDataFrame(rows, AUDIT_RUNS_SCHEMA).write.format("delta").mode("append").save(path)
-    catalog.publish(AUDIT_RUNS, settings)

@@ -23,8 +23,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from warehouse import catalog, registry
-from warehouse.settings import Settings
+from warehouse.base import registry
+from warehouse.base.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -128,10 +128,9 @@ def start(
 
 
 def run_once(spark: SparkSession, settings: Settings) -> int:
-    """Copy everything new in Kafka into bronze, publish it to Trino, return its row count."""
+    """Copy everything new in Kafka into bronze; return its row count."""
     query = start(spark, settings, available_now=True)
     query.awaitTermination()
     if query.exception() is not None:
         raise RuntimeError(f"bronze ingest failed: {query.exception()}")
-    catalog.publish(BRONZE, settings)
     return spark.read.format("delta").load(BRONZE.path(settings)).count()

@@ -23,13 +23,14 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from spark_jobs import bronze, lake, silver
-from warehouse import catalog, registry
-from warehouse.settings import Settings
+from warehouse.base import registry
+from warehouse.base.settings import Settings
 
 log = logging.getLogger(__name__)
 
 QUERIES = ("bronze", "silver")
-PUBLISHED = (
+# The tables ingest writes (its callers publish them to Trino).
+TABLES = (
     registry.BRONZE_EVENTS,
     registry.SILVER_EVENTS,
     registry.SILVER_QUARANTINE,
@@ -40,12 +41,6 @@ MAX_BACKOFF_S = 30.0
 
 class DataLossError(RuntimeError):
     """The log has a gap bronze cannot fill: stop, say so, never skip."""
-
-
-def status_path(settings: Settings) -> Path:
-    from warehouse import ingest_ctl
-
-    return ingest_ctl.daemon(settings).status_file
 
 
 def is_data_loss(error: str) -> bool:
@@ -169,11 +164,9 @@ def _now() -> str:
 
 # -- queries ---------------------------------------------------------------------------
 def prepare(spark: SparkSession, settings: Settings) -> None:
-    """Create the tables (silver streams from bronze, so bronze must exist) and publish them."""
+    """Create the tables (silver streams from bronze, so bronze must exist)."""
     lake.ensure_table(spark, registry.BRONZE_EVENTS.path(settings), bronze.BRONZE_SCHEMA)
     silver.ensure_tables(spark, settings)
-    for table in PUBLISHED:
-        catalog.publish(table, settings)
 
 
 def _starter(
@@ -227,7 +220,7 @@ def run_once(
 
 def counts(spark: SparkSession, settings: Settings) -> dict[str, int]:
     read = spark.read.format("delta").load
-    return {t.key: read(t.path(settings)).count() for t in (*PUBLISHED, registry.SILVER_LEDGER)}
+    return {t.key: read(t.path(settings)).count() for t in TABLES}
 
 
 def run(
@@ -236,10 +229,14 @@ def run(
     stop: threading.Event,
     *,
     trigger: str | None = None,
+    status_file: Path,
 ) -> None:
-    """Run both queries until `stop` is set, restarting any that dies (except on data loss)."""
+    """Run both queries until `stop` is set, restarting any that dies (except on data loss).
+
+    Each query's progress goes to `status_file`, which `regauge ingest status` reads.
+    """
     trigger = trigger or settings.trigger_interval
-    listener = ProgressLog(status_path(settings))
+    listener = ProgressLog(status_file)
     spark.streams.addListener(listener)
     prepare(spark, settings)
     queries: dict[str, StreamingQuery] = {}

@@ -23,8 +23,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from spark_jobs import generator
-from warehouse import registry
-from warehouse.settings import Settings
+from warehouse.base import registry
+from warehouse.base.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -275,14 +275,13 @@ def produce_generated(
     start: datetime = generator.DEFAULT_START,
     days: float = 7.0,
     progress: bool = False,
-    seed_reference: bool = True,
 ) -> GeneratedRun:
-    """Generate `count` records for `seed`, seed the reference data, send, and report."""
-    from warehouse import reference
+    """Generate `count` records for `seed`, send, and report.
 
+    The customers and products they name are the caller's to seed into the
+    reference data (`warehouse.ops.pipeline.produce` does both).
+    """
     records = generator.records(seed, count, chaos=chaos, start=start, days=days)
-    if seed_reference:
-        reference.seed(settings, generator.customers_for(count), generator.products())
     log.info(
         "producing %d %s records (seed %d) to %s",
         count,

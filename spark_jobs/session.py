@@ -6,9 +6,9 @@ import os
 
 from pyspark.sql import SparkSession
 
-from warehouse.settings import REPO_ROOT, Settings
-from warehouse.settings import get as get_settings
-from warehouse.stack import artifacts
+from warehouse.base import jvm
+from warehouse.base.settings import REPO_ROOT, Settings
+from warehouse.base.settings import get as get_settings
 
 LOG_CONFIG = REPO_ROOT / "infra" / "spark" / "log4j2.properties"
 
@@ -28,11 +28,11 @@ def build_session(
     s = settings or get_settings()
     if s.is_local:
         # Spark 4.2 needs Java 17's jdk.incubator.vector; never pick up another JVM.
-        os.environ["JAVA_HOME"] = artifacts.java17_home()
+        os.environ["JAVA_HOME"] = jvm.java17_home()
     conf = {
         "spark.master": s.spark_master,
         "spark.driver.memory": s.spark_driver_memory,
-        "spark.jars": ",".join(artifacts.spark_jars(s)),
+        "spark.jars": ",".join(jvm.spark_jars(s)),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",

@@ -43,9 +43,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs import contract, faults, lake
-from warehouse import registry
-from warehouse.settings import Settings
+from spark_jobs import contract, lake
+from spark_jobs.testing import faults
+from warehouse.base import registry
+from warehouse.base.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark_jobs.session import build_session
-from warehouse import settings as settings_mod
-from warehouse.settings import Settings
+from warehouse.base import settings as settings_mod
+from warehouse.base.settings import Settings
 
 
 @pytest.fixture(scope="session")

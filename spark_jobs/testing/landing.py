@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 
 from spark_jobs.producer import GeneratedRun
-from warehouse import registry
-from warehouse.settings import Settings
+from warehouse.base import registry
+from warehouse.base.settings import Settings
 
 Position = tuple[int, int]
 

@@ -32,11 +32,12 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs import bronze, faults, lake
+from spark_jobs import bronze, lake
 from spark_jobs import silver as silver_mod
+from spark_jobs.testing import faults
 from spark_jobs.views.base import View
-from warehouse import catalog, registry
-from warehouse.settings import Settings
+from warehouse.base import registry
+from warehouse.base.settings import Settings
 
 SILVER = registry.SILVER_EVENTS
 
@@ -45,6 +46,10 @@ log = logging.getLogger(__name__)
 
 # The columns a change-feed row carries besides silver's own.
 CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+# What a replay or batch reads (CONTRACT.md §5 names them): "bronze" is all of
+# history as the lake keeps it (bronze, validated and deduplicated into silver);
+# "kafka" is every record Kafka still holds, validated and deduplicated on the fly.
+SOURCES = ("bronze", "kafka")
 
 
 def ensure_gold(spark: SparkSession, path: str, view: View) -> None:
@@ -197,10 +202,10 @@ def batch(
     view: View,
     *,
     as_of: int | None = None,
-    source: str = "silver",
+    source: str = "bronze",
 ) -> int:
-    """Recompute the whole view into its gold table, from silver (as of a version) or
-    from every record Kafka still holds (`source="kafka"`).
+    """Recompute the whole view into its gold table, from the lake's history (silver as
+    of a version, `source="bronze"`) or from every record Kafka still holds (`"kafka"`).
 
     Returns the silver version a stream should follow on from. From Kafka, that
     is silver's newest commit when the read began: every later change is
@@ -212,10 +217,10 @@ def batch(
         silver = silver_mod.from_records(
             bronze.to_bronze_rows(bronze.read_kafka_batch(spark, settings))
         ).localCheckpoint(eager=True)
-    elif source == "silver":
+    elif source == "bronze":
         silver = read_silver(spark, settings, version)
     else:
-        raise ValueError(f"unknown replay source {source!r}: use silver or kafka")
+        raise ValueError(f"unknown replay source {source!r}: use {' or '.join(SOURCES)}")
     events = silver.where(F.col("event_type").isin(*view.event_types)).count()
     answer = gold_rows(view, silver)
     with Progress(spark, f"replay {view.table_name}", events) as progress:
@@ -226,7 +231,6 @@ def batch(
             .option("userMetadata", tag(version, source))
             .save(table.path(settings))
         )
-    catalog.publish(table, settings)
     log.info(
         "%s: recomputed from %s (silver version %d): %s",
         table.trino_name,
@@ -259,7 +263,6 @@ def stream(
     table = gold_table(view)
     path = table.path(settings)
     ensure_gold(spark, path, view)
-    catalog.publish(table, settings)
     checkpoint = table.checkpoint(settings)
     floor = replayed_through(settings, view)
     # A change feed cannot start at a version that does not exist yet, so the
@@ -316,16 +319,6 @@ def has_checkpoint(settings: Settings, view: View) -> bool:
     return (Path(gold_table(view).checkpoint(settings)) / "offsets").is_dir()
 
 
-def catch_up(spark: SparkSession, settings: Settings, view: View) -> str:
-    """Bring the view's gold table up to date with silver, once; say how."""
-    if has_checkpoint(settings, view):
-        stream(spark, settings, view, available_now=True).awaitTermination()
-        return "caught up from its change feed"
-    after = replay(spark, settings, view)
-    stream(spark, settings, view, available_now=True).awaitTermination()
-    return f"replayed from silver up to version {after}"
-
-
 def _marker(settings: Settings, view: View) -> Path:
     return Path(gold_table(view).checkpoint(settings)) / "regauge_replayed_through"
 
@@ -336,7 +329,7 @@ def replayed_through(settings: Settings, view: View) -> int:
     return int(marker.read_text()) if marker.exists() else -1
 
 
-def replay(spark: SparkSession, settings: Settings, view: View, source: str = "silver") -> int:
+def replay(spark: SparkSession, settings: Settings, view: View, source: str = "bronze") -> int:
     """Rebuild the view from all of silver up to its newest commit; return that position.
 
     Clears the view's stream checkpoint and leaves the position beside it, so
@@ -429,7 +422,6 @@ def restatements(
 
 def ensure_restatements(spark: SparkSession, settings: Settings) -> None:
     lake.ensure_table(spark, RESTATEMENTS.path(settings), RESTATEMENTS_SCHEMA)
-    catalog.publish(RESTATEMENTS, settings)
 
 
 def record_restatements(

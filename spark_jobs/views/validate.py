@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.views import runner
 from spark_jobs.views.base import View
-from warehouse.settings import Settings
+from warehouse.base.settings import Settings
 
 log = logging.getLogger(__name__)
 

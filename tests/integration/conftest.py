@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from warehouse.settings import Settings
-from warehouse.stack import services
+from warehouse.base.settings import Settings
+from warehouse.ops.stack import services
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

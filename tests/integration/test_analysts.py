@@ -19,13 +19,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from trino.exceptions import TrinoUserError
 
-from spark_jobs import ingest, producer
-from spark_jobs.landing import fresh_seed
-from spark_jobs.views import runner
-from warehouse import registry, versions
-from warehouse.examples import analyst_examples
-from warehouse.settings import Settings
-from warehouse.trino_client import query
+from spark_jobs.testing.landing import fresh_seed
+from warehouse.base import registry
+from warehouse.base.settings import Settings
+from warehouse.ops import pipeline
+from warehouse.sql import versions
+from warehouse.sql.trino_client import query
+from warehouse.tools.examples import analyst_examples
 
 ANALYST = "analyst.alice"
 EXAMPLES = analyst_examples()
@@ -34,10 +34,10 @@ EXAMPLES = analyst_examples()
 @pytest.fixture(scope="module")
 def lake(stack, settings: Settings, spark: SparkSession) -> SparkSession:
     """Some traffic in silver, and reference data for every customer and product in it."""
-    producer.produce_generated(settings, seed=fresh_seed(), count=3000, chaos=True)
-    ingest.run_once(spark, settings)
+    pipeline.produce(settings, seed=fresh_seed(), count=3000, chaos=True)
+    pipeline.ingest_once(spark, settings)
     # Gold has a table even on a fresh lake where no view has run yet.
-    runner.ensure_restatements(spark, settings)
+    pipeline.ensure_restatements(spark, settings)
     return spark
 
 
@@ -237,7 +237,7 @@ def test_an_engineer_reads_everything_and_a_stranger_nothing(settings, lake):
         ["retire", 'revenue_hourly"; drop table y', "1"],
         ["versions", "show", "revenue_h\u043eurly", "1"],  # a Cyrillic o
         ["query", "SELECT 1", "--user", "x'; drop table y"],
-        ["streams", "start", "../../etc", "--version", "1"],
+        ["streams", "start", "../../etc", "1"],
     ],
 )
 def test_injected_names_are_refused_before_any_sql_is_sent(settings, stack, argv):

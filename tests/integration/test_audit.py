@@ -16,11 +16,13 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from spark_jobs import audit as spark_audit
-from spark_jobs import ingest, producer, views
-from spark_jobs.landing import assert_exact, fresh_seed, landing
+from spark_jobs import views
+from spark_jobs.testing.landing import assert_exact, fresh_seed, landing
 from spark_jobs.views import runner
-from warehouse import airflow_client, audit, registry, serving, trino_client, versions
-from warehouse.settings import Settings
+from warehouse.base import registry
+from warehouse.base.settings import Settings
+from warehouse.ops import airflow_client, audit, pipeline
+from warehouse.sql import serving, trino_client, versions
 
 VIEW, VERSION = "cart_sessions", 1
 
@@ -43,9 +45,9 @@ def honest(stack, settings: Settings, spark: SparkSession) -> Iterator[SparkSess
     airflow = airflow_client.Client(settings)
     airflow.wait_for_dag("regauge_watchdog")
     airflow.pause("regauge_watchdog", True)
-    producer.produce_generated(settings, seed=fresh_seed(), count=2000, chaos=True)
-    ingest.run_once(spark, settings)
-    runner.replay(spark, settings, views.get(VIEW, VERSION))
+    pipeline.produce(settings, seed=fresh_seed(), count=2000, chaos=True)
+    pipeline.ingest_once(spark, settings)
+    pipeline.replay(spark, settings, views.get(VIEW, VERSION))
     with psycopg.connect(settings.postgres_dsn()) as conn:
         conn.execute("DELETE FROM control.view_pins WHERE view_name = %s", [VIEW])
         conn.execute("DELETE FROM control.view_versions WHERE view_name = %s", [VIEW])
@@ -188,7 +190,7 @@ def test_the_cli_fails_loudly_on_a_mismatch(settings, honest):
 
 def test_silver_rides_over_a_rewritten_bronze(settings, honest):
     """The tampering above rewrote bronze twice (DELETE, RESTORE); ingest goes on."""
-    run = producer.produce_generated(settings, seed=fresh_seed(), count=500, chaos=True)
-    ingest.run_once(honest, settings)
+    run = pipeline.produce(settings, seed=fresh_seed(), count=500, chaos=True)
+    pipeline.ingest_once(honest, settings)
     assert_exact(run, landing(honest, settings, run))
     assert audit.check_bronze_silver(settings, attempts=1)[-1].passed

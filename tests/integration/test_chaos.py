@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from warehouse import chaos, ingest_ctl
+from warehouse.ops import ingest_ctl, pipeline
+from warehouse.tools import chaos
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +67,7 @@ def test_kafka_deleting_unread_records_stops_ingest_until_accepted(faults):
 
 
 def test_the_audit_passes_after_the_faults(faults):
-    from spark_jobs import ingest
 
-    ingest.run_once(faults.spark, faults.settings)
+    pipeline.ingest_once(faults.spark, faults.settings)
     out = report(faults.audit())
     assert out.note.endswith("checks passed") and not out.problems

@@ -16,12 +16,13 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs import ingest, producer, views
-from spark_jobs.landing import fresh_seed
+from spark_jobs import views
+from spark_jobs.testing.landing import fresh_seed
 from spark_jobs.views import runner
-from warehouse import airflow_client, ingest_ctl, registry
-from warehouse.settings import REPO_ROOT, Settings
-from warehouse.trino_client import query
+from warehouse.base import registry
+from warehouse.base.settings import REPO_ROOT, Settings
+from warehouse.ops import airflow_client, ingest_ctl, pipeline
+from warehouse.sql.trino_client import query
 
 ANALYST = "analyst.dana"
 MARTS = ("fct_orders", "fct_daily_revenue_v1", "fct_daily_revenue_v2", "dim_customers")
@@ -32,8 +33,8 @@ Day = dict[tuple[object, str], tuple[object, ...]]
 def built(stack, settings: Settings, spark: SparkSession) -> Iterator[str]:
     """A chaos run ingested, then `regauge dbt build` as an engineer runs it."""
     ingest_ctl.stop(settings)  # silver must hold still while the marts are compared
-    producer.produce_generated(settings, seed=fresh_seed(), count=10_000, chaos=True)
-    ingest.run_once(spark, settings)
+    pipeline.produce(settings, seed=fresh_seed(), count=10_000, chaos=True)
+    pipeline.ingest_once(spark, settings)
     proc = subprocess.run(
         [sys.executable, "-m", "warehouse.cli", "dbt", "build"],
         capture_output=True,
@@ -172,7 +173,7 @@ def test_a_bad_select_is_refused_before_a_run_exists(stack, settings):
 
 
 def test_the_readme_mart_example_runs_as_an_analyst(built, settings):
-    from warehouse.examples import analyst_examples
+    from warehouse.tools.examples import analyst_examples
 
     sql = analyst_examples()["Daily net revenue, from the dbt mart"]
     got = query(settings, sql, user=ANALYST).rows

@@ -7,19 +7,20 @@ lake to it, after a chaos mix, after kill -9, and across a broker restart.
 
 from __future__ import annotations
 
-from spark_jobs import ingest, producer
+from spark_jobs import producer
 from spark_jobs.generator import id_checksum
-from spark_jobs.landing import assert_exact, fresh_seed, landing
-from warehouse import accounting, trino_client
-from warehouse.registry import SILVER_EVENTS
+from spark_jobs.testing.landing import assert_exact, fresh_seed, landing
+from warehouse.base.registry import SILVER_EVENTS
+from warehouse.ops import pipeline
+from warehouse.sql import accounting, trino_client
 
 
 def test_a_chaos_mix_lands_exactly_once(stack, settings, spark):
     seed = fresh_seed()
-    run = producer.produce_generated(settings, seed=seed, count=50_000, chaos=True)
+    run = pipeline.produce(settings, seed=seed, count=50_000, chaos=True)
     assert run.summary.ok, run.summary.errors
 
-    ingest.run_once(spark, settings)
+    pipeline.ingest_once(spark, settings)
 
     assert_exact(run, landing(spark, settings, run))
     # Every quarantine reason was injected and found.

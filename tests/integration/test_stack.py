@@ -5,8 +5,9 @@ import urllib.request
 
 from confluent_kafka.admin import AdminClient
 
-from warehouse import registry, trino_client
-from warehouse.stack import services
+from warehouse.base import registry
+from warehouse.ops.stack import services
+from warehouse.sql import trino_client
 
 
 def _by_name(stack):

@@ -18,12 +18,13 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs import producer
-from spark_jobs.landing import fresh_seed
+from spark_jobs.testing.landing import fresh_seed
 from spark_jobs.views import revenue_hourly_v2, runner
-from warehouse import airflow_client, catalog, ingest_ctl, lifecycle, registry, streams, versions
-from warehouse.settings import Settings
-from warehouse.trino_client import query
+from warehouse.base import registry
+from warehouse.base.settings import Settings
+from warehouse.ops import airflow_client, ingest_ctl, lifecycle, pipeline, streams
+from warehouse.sql import catalog, versions
+from warehouse.sql.trino_client import query
 
 VIEW = "revenue_hourly"
 # Enough users that 10 % routes some of them and not others.
@@ -47,7 +48,7 @@ def flowing(stack, settings: Settings) -> Iterator[threading.Event]:
 
     def produce() -> None:
         while not stop.is_set():
-            producer.produce_generated(settings, seed=fresh_seed(), count=150, chaos=True)
+            pipeline.produce(settings, seed=fresh_seed(), count=150, chaos=True)
             stop.wait(30)
 
     thread = threading.Thread(target=produce, daemon=True)
@@ -236,7 +237,7 @@ def test_reprocess_roll_out_and_retire_while_events_flow(
     assert sorted(got) == sorted(tuple(r) for r in expected)
 
     # The README's serving-view example, as an analyst, equals v2's table read by Spark.
-    from warehouse.examples import analyst_examples
+    from warehouse.tools.examples import analyst_examples
 
     example = analyst_examples()["Hourly revenue as you see it"]
     shown = query(settings, example, user=USERS[1]).rows

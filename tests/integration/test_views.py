@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from spark_jobs import ingest, producer, views
-from spark_jobs.landing import fresh_seed
+from spark_jobs import producer, views
+from spark_jobs.testing.landing import fresh_seed
 from spark_jobs.views import runner
-from warehouse import trino_client
-from warehouse.registry import GOLD_RESTATEMENTS as RESTATEMENTS
-from warehouse.registry import SILVER_EVENTS
+from warehouse.base.registry import GOLD_RESTATEMENTS as RESTATEMENTS
+from warehouse.base.registry import SILVER_EVENTS
+from warehouse.ops import pipeline
+from warehouse.sql import trino_client
 
 GAP = timedelta(minutes=30)
 
@@ -132,24 +133,24 @@ def two_runs(stack, settings, spark):
     in the same week (all of it late), applied live through the views' streams."""
     seed = fresh_seed()
     start = datetime(2001, 1, 1, tzinfo=UTC) + timedelta(days=seed % 8000)
-    first = producer.produce_generated(
+    first = pipeline.produce(
         settings, seed=seed, count=4000, chaos=True, start=start, days=1
     )
-    ingest.run_once(spark, settings)
+    pipeline.ingest_once(spark, settings)
     for view in views.discover().values():
-        runner.replay(spark, settings, view)
-        runner.stream(spark, settings, view, available_now=True).awaitTermination()
+        pipeline.replay(spark, settings, view)
+        pipeline.stream(spark, settings, view, available_now=True).awaitTermination()
 
     newest_order = trino_client.scalar(
         settings,
         f"SELECT max(event_time) FROM {SILVER_EVENTS.trino_name} WHERE event_type = 'order_placed'",
     )
-    second = producer.produce_generated(
+    second = pipeline.produce(
         settings, seed=fresh_seed(), count=2000, chaos=True, start=start, days=1
     )
-    ingest.run_once(spark, settings)
+    pipeline.ingest_once(spark, settings)
     for view in views.discover().values():
-        runner.stream(spark, settings, view, available_now=True).awaitTermination()
+        pipeline.stream(spark, settings, view, available_now=True).awaitTermination()
     return start, accepted_events(first, second), first, second, newest_order
 
 
@@ -191,10 +192,10 @@ def test_a_replay_straight_from_kafka_gives_the_same_answer(settings, spark, two
     start, events, *_ = two_runs
     view = views.get("revenue_hourly", 1)
     try:
-        runner.replay(spark, settings, view, source="kafka")
+        pipeline.replay(spark, settings, view, source="kafka")
         got = _gold_through_trino(settings, view, "window_start", start, start + timedelta(days=10))
         assert got == expected_revenue_v1(events)
     finally:
         # Back to the default source, for whatever reads v1 next.
-        runner.replay(spark, settings, view)
-        runner.stream(spark, settings, view, available_now=True).awaitTermination()
+        pipeline.replay(spark, settings, view)
+        pipeline.stream(spark, settings, view, available_now=True).awaitTermination()

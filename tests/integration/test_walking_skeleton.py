@@ -2,9 +2,10 @@
 
 import uuid
 
-from spark_jobs import bronze, producer
-from warehouse import trino_client
-from warehouse.registry import BRONZE_EVENTS
+from spark_jobs import producer
+from warehouse.base.registry import BRONZE_EVENTS
+from warehouse.ops import pipeline
+from warehouse.sql import trino_client
 
 
 def _count_tagged(settings, run_id):
@@ -20,7 +21,7 @@ def test_produced_events_reach_trino_through_bronze(stack, settings, spark):
     sent = producer.produce_sample(settings, 500, first)
     assert (sent.produced, sent.failed) == (500, 0)
 
-    total = bronze.run_once(spark, settings)
+    total = pipeline.bronze_once(spark, settings)
     assert _count_tagged(settings, first) == 500
     assert (
         trino_client.scalar(settings, f"SELECT count(*) FROM {BRONZE_EVENTS.trino_name}") == total
@@ -36,9 +37,9 @@ def test_produced_events_reach_trino_through_bronze(stack, settings, spark):
     # A new Delta commit is visible to the very next Trino query.
     second = f"it-{uuid.uuid4().hex[:8]}"
     producer.produce_sample(settings, 300, second)
-    assert bronze.run_once(spark, settings) == total + 300
+    assert pipeline.bronze_once(spark, settings) == total + 300
     assert _count_tagged(settings, second) == 300
 
     # Ingesting again with nothing new in Kafka adds nothing (exactly once).
-    assert bronze.run_once(spark, settings) == total + 300
+    assert pipeline.bronze_once(spark, settings) == total + 300
     assert _count_tagged(settings, first) == 500

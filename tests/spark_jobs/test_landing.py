@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import Counter
 
 from spark_jobs import generator
-from spark_jobs.landing import Landing, score
 from spark_jobs.producer import GeneratedRun, ProduceSummary
+from spark_jobs.testing.landing import Landing, score
 
 
 def _run() -> GeneratedRun:

@@ -13,7 +13,7 @@ from pyspark.sql.types import BooleanType, StructField, StructType
 
 from spark_jobs import silver
 from spark_jobs.bronze import BRONZE_SCHEMA
-from warehouse import registry
+from warehouse.base import registry
 
 KAFKA_TS = datetime(2026, 1, 1, 12, 0, 0)
 

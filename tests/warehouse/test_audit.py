@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from warehouse.audit import gaps, routed_versions
-from warehouse.serving import Column, view_sql
+from warehouse.ops.audit import gaps, routed_versions
+from warehouse.sql.serving import Column, view_sql
 
 
 def test_no_gap_when_runs_cover_the_range():

@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from warehouse import bench, bench_chart
+from warehouse.tools import bench
+from warehouse.tools.bench import chart as bench_chart
 
 
 def test_each_target_is_met_missed_or_not_measured():

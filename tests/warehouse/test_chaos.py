@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from warehouse import chaos, cli
+from warehouse.cli import parser as cli
+from warehouse.tools import chaos
 
 
 def test_the_summary_table_lines_up_and_says_what_failed():
@@ -32,7 +33,7 @@ def test_the_cli_knows_every_case_and_refuses_others():
 
 
 def test_the_cli_knows_every_audit_check_and_refuses_others():
-    from warehouse import audit
+    from warehouse.ops import audit
 
     assert cli.AUDIT_CHECKS == audit.CHECKS
     args = cli.build_parser().parse_args(["audit", "--checks", "routing,kafka_bronze"])

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from warehouse import dbt_runner, registry
-from warehouse.settings import Settings
+from warehouse.base import registry
+from warehouse.base.settings import Settings
+from warehouse.ops import dbt_runner
 
 
 def test_project_profile_and_lake_are_added_unless_given(settings: Settings):

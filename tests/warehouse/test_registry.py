@@ -1,7 +1,7 @@
 import pytest
 
-from warehouse import registry
-from warehouse.settings import load
+from warehouse.base import registry
+from warehouse.base.settings import load
 
 
 def test_tables_live_under_the_lake_root_by_schema_and_name():

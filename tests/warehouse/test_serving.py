@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from warehouse.serving import Column, union_columns, view_sql
-from warehouse.sqlnames import UnsafeNameError
-from warehouse.versions import VersionError
+from warehouse.base.sqlnames import UnsafeNameError
+from warehouse.sql.serving import Column, union_columns, view_sql
+from warehouse.sql.versions import VersionError
 
 V1 = [
     Column("window_start", "timestamp(3) with time zone"),

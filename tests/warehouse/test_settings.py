@@ -1,6 +1,6 @@
 import pytest
 
-from warehouse.settings import SettingsError, load
+from warehouse.base.settings import SettingsError, load
 
 CLUSTER_ENV = {
     "REGAUGE_PROFILE": "cluster",

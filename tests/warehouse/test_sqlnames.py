@@ -1,6 +1,6 @@
 import pytest
 
-from warehouse.sqlnames import (
+from warehouse.base.sqlnames import (
     UnsafeNameError,
     check_identifier,
     quote_identifier,

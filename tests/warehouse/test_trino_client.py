@@ -8,7 +8,7 @@ import json
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from warehouse.trino_client import FORMATS, Result, format_csv, format_json, format_table
+from warehouse.sql.trino_client import FORMATS, Result, format_csv, format_json, format_table
 
 RESULT = Result(
     ["segment", "country", "net_revenue", "at"],
@@ -47,7 +47,7 @@ def test_the_table_says_null_and_counts_rows():
 
 
 def test_the_cli_offers_exactly_the_formats_there_are():
-    from warehouse.cli import build_parser
+    from warehouse.cli.parser import build_parser
 
     query = build_parser()._subparsers._group_actions[0].choices["query"]
     choices = next(a.choices for a in query._actions if a.dest == "format")

@@ -6,8 +6,8 @@ import hashlib
 
 import pytest
 
-from warehouse.sqlnames import UnsafeNameError, check_user
-from warehouse.versions import (
+from warehouse.base.sqlnames import UnsafeNameError, check_user
+from warehouse.sql.versions import (
     Version,
     VersionError,
     cohort,

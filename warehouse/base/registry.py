@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from warehouse.settings import Settings
+from warehouse.base.settings import Settings
 
 TOPIC = "shop.events"
 TRINO_LAKE_CATALOG = "lakehouse"

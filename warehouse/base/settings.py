@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 PROFILES = ("local", "cluster")
 

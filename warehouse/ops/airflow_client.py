@@ -14,7 +14,7 @@ from typing import Any
 
 import requests
 
-from warehouse.settings import Settings
+from warehouse.base.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class Refused(AirflowError):
 
 class Client:
     def __init__(self, settings: Settings, user: str = "admin") -> None:
-        from warehouse.stack.services import Airflow
+        from warehouse.ops.stack.services import Airflow
 
         self.base = settings.airflow_url
         password = Airflow(settings).admin_password()

@@ -19,15 +19,15 @@ import json
 import logging
 import re
 import time
-import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from warehouse import registry, serving, trino_client, versions
-from warehouse.accounting import PER_PARTITION_SQL
-from warehouse.settings import Settings
+from spark_jobs import audit as spark_audit
+from spark_jobs.audit import MAX_KEYS, Finding, Run
+from warehouse.base import registry
+from warehouse.base.settings import Settings
+from warehouse.sql import catalog, serving, trino_client, versions
+from warehouse.sql.accounting import PER_PARTITION_SQL
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,29 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHECKS = ("kafka_bronze", "bronze_silver", "silver_gold", "routing")
-# At most this many exact keys are kept per finding: enough to act on.
-MAX_KEYS = 20
 BRONZE = registry.BRONZE_EVENTS.trino_name
-
-
-@dataclass(frozen=True)
-class Finding:
-    check: str
-    subject: str
-    passed: bool
-    summary: str
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Run:
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-    findings: list[Finding] = field(default_factory=list)
-
-    @property
-    def passed(self) -> bool:
-        return all(f.passed for f in self.findings)
 
 
 # -- kafka -> bronze ---------------------------------------------------------------------
@@ -334,8 +312,6 @@ def run(
     sample: float | None = None,
 ) -> Run:
     """Run the chosen checks and record their findings in `gold.audit_runs`."""
-    from spark_jobs import audit as spark_audit
-
     wanted = set(checks)
     result = Run()
     if "kafka_bronze" in wanted:
@@ -345,9 +321,10 @@ def run(
     if "routing" in wanted:
         result.findings += check_routing(settings)
     if "silver_gold" in wanted:
-        live = [v for v in versions.versions(settings) if v.live]
+        live = [(v.view_name, v.version) for v in versions.versions(settings) if v.live]
         result.findings += spark_audit.check_silver_gold(spark, settings, live, sample)
     spark_audit.record(spark, settings, result)
+    catalog.publish(spark_audit.AUDIT_RUNS, settings)
     return result
 
 

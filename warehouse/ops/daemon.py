@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from warehouse.stack import process
-from warehouse.stack.process import PidFile, Proc, ServiceError
+from warehouse.ops.stack import process
+from warehouse.ops.stack.process import PidFile, Proc, ServiceError
 
 
 @dataclass(frozen=True)

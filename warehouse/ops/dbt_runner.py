@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from warehouse import registry
-from warehouse.settings import REPO_ROOT, Settings
+from warehouse.base import registry
+from warehouse.base.settings import REPO_ROOT, Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -96,7 +96,7 @@ def lake_tables(settings: Settings) -> list[registry.Table]:
 
 def register_lake_tables(spark: SparkSession, settings: Settings) -> list[registry.Table]:
     """Spark's in-memory catalog, rebuilt from the lake's layout (see the module doc)."""
-    from warehouse.sqlnames import check_identifier, quote_location
+    from warehouse.base.sqlnames import check_identifier, quote_location
 
     tables = lake_tables(settings)
     for schema in {"silver", *registry.DBT_SCHEMAS}:
@@ -126,7 +126,7 @@ def dbt_args(settings: Settings, args: Sequence[str], profiles: Path) -> list[st
 
 def publish_marts(settings: Settings) -> list[str]:
     """Register every mart in Trino (a no-op for those it knows already)."""
-    from warehouse import catalog
+    from warehouse.sql import catalog
 
     marts = [t for t in lake_tables(settings) if t.schema == registry.MARTS_SCHEMA]
     for t in marts:

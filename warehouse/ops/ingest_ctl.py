@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from warehouse.daemon import Daemon
-from warehouse.settings import Settings
+from warehouse.base.settings import Settings
+from warehouse.ops.daemon import Daemon
 
 
 def daemon(settings: Settings, trigger: str | None = None) -> Daemon:

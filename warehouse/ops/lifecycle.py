@@ -2,7 +2,7 @@
 
 Each function is one step that Airflow's DAGs run as a task (through the
 CLI), and each can be re-run without harm: it looks at the registry first and
-does only what is left. The registry (`warehouse.versions`) says who may do
+does only what is left. The registry (`warehouse.sql.versions`) says who may do
 what; this module also moves the lake, the streams and Trino along with it.
 """
 
@@ -14,9 +14,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from warehouse import catalog, registry, serving, streams, versions
-from warehouse.settings import Settings
-from warehouse.versions import VersionError
+from warehouse.base import registry
+from warehouse.base.settings import Settings
+from warehouse.ops import streams
+from warehouse.sql import catalog, serving, versions
+from warehouse.sql.versions import VersionError
 
 if TYPE_CHECKING:
     from spark_jobs.views.base import View
@@ -49,6 +51,7 @@ def build(settings: Settings, view: str, version: int, source: str) -> str:
     so a build killed halfway is simply run again)."""
     from spark_jobs.session import build_session
     from spark_jobs.views import runner
+    from warehouse.ops import pipeline
 
     code = view_code(view, version)
     row = versions.get(settings, view, version)
@@ -58,9 +61,7 @@ def build(settings: Settings, view: str, version: int, source: str) -> str:
     log.info(streams.stop(settings, view, version))
     spark = build_session(f"regauge-build-{code.table_name}", settings, ui=False)
     try:
-        through = runner.replay(
-            spark, settings, code, source="kafka" if source == "kafka" else "silver"
-        )
+        through = pipeline.replay(spark, settings, code, source=source)
     finally:
         spark.stop()
     position = f"silver@{through}" if source != "kafka" else f"kafka, live from silver@{through}"

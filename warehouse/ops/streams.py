@@ -1,6 +1,6 @@
 """Each live view version's stream as a daemon, and the watchdog that keeps them up.
 
-A version's stream (`regauge views run VIEW --version N --mode stream`)
+A version's stream (`regauge views run VIEW VERSION --mode stream`)
 starts when its reprocess hands over from the replay, runs while the version
 is building, ready or serving, and stops when it fails validation or is
 retired. `ensure` is the watchdog: Airflow's `regauge_watchdog` calls it every
@@ -13,10 +13,10 @@ import logging
 import re
 from dataclasses import dataclass
 
-from warehouse import versions
-from warehouse.daemon import Daemon
-from warehouse.settings import Settings
-from warehouse.sqlnames import check_identifier
+from warehouse.base.settings import Settings
+from warehouse.base.sqlnames import check_identifier
+from warehouse.ops.daemon import Daemon
+from warehouse.sql import versions
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def daemon(settings: Settings, view: str, version: int) -> Daemon:
     return Daemon(
         f"{view}_v{int(version)}",
         settings.state_dir / "streams",
-        ("views", "run", view, "--version", str(int(version)), "--mode", "stream"),
+        ("views", "run", view, str(int(version)), "--mode", "stream"),
     )
 
 

@@ -8,8 +8,9 @@ and the audit.
 
 from __future__ import annotations
 
-from warehouse import registry, trino_client
-from warehouse.settings import Settings
+from warehouse.base import registry
+from warehouse.base.settings import Settings
+from warehouse.sql import trino_client
 
 BRONZE = registry.BRONZE_EVENTS.trino_name
 SILVER = registry.SILVER_EVENTS.trino_name

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 
-from warehouse import registry, trino_client
-from warehouse.registry import Table
-from warehouse.settings import Settings
-from warehouse.sqlnames import check_identifier, quote_identifier, quote_location
+from warehouse.base import registry
+from warehouse.base.registry import Table
+from warehouse.base.settings import Settings
+from warehouse.base.sqlnames import check_identifier, quote_identifier, quote_location
+from warehouse.sql import trino_client
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import psycopg
 
 from spark_jobs.generator import Customer, Product
-from warehouse.settings import Settings
+from warehouse.base.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,11 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from warehouse import registry, trino_client, versions
-from warehouse.settings import Settings
-from warehouse.sqlnames import UnsafeNameError, check_identifier, quote_identifier
-from warehouse.versions import Version, VersionError
+from warehouse.base import registry
+from warehouse.base.settings import Settings
+from warehouse.base.sqlnames import UnsafeNameError, check_identifier, quote_identifier
+from warehouse.sql import trino_client, versions
+from warehouse.sql.versions import Version, VersionError
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import trino
 
-from warehouse.settings import Settings
+from warehouse.base.settings import Settings
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from warehouse import migrations
-from warehouse.settings import Settings
-from warehouse.sqlnames import check_identifier, check_user
+from warehouse.base.settings import Settings
+from warehouse.base.sqlnames import check_identifier, check_user
+from warehouse.sql import migrations
 
 log = logging.getLogger(__name__)
 

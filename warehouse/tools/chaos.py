@@ -41,13 +41,15 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from spark_jobs import contract, faults, generator, ingest, producer, views
-from spark_jobs.landing import Landing, fresh_seed, landing, score, wait_until_settled
+from spark_jobs import contract, generator, ingest, producer, views
 from spark_jobs.producer import GeneratedRun
+from spark_jobs.testing import faults
+from spark_jobs.testing.landing import Landing, fresh_seed, landing, score, wait_until_settled
 from spark_jobs.views import runner
-from warehouse import audit, ingest_ctl, registry
-from warehouse.settings import REPO_ROOT, Settings
-from warehouse.stack import process, services
+from warehouse.base import registry
+from warehouse.base.settings import REPO_ROOT, Settings
+from warehouse.ops import audit, ingest_ctl, pipeline
+from warehouse.ops.stack import process, services
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +140,7 @@ class Chaos:
         seed = fresh_seed()
         sender = threading.Thread(
             target=lambda: box.append(
-                producer.produce_generated(
+                pipeline.produce(
                     self.settings, seed=seed, count=count, chaos=True, rate=rate
                 )
             ),
@@ -200,7 +202,7 @@ class Chaos:
     def bad_input(self, events: int) -> Outcome:
         ingest_ctl.start(self.settings, None)
         seed = fresh_seed()
-        run = producer.produce_generated(self.settings, seed=seed, count=events, chaos=True)
+        run = pipeline.produce(self.settings, seed=seed, count=events, chaos=True)
         # Exact re-sends by another producer: a new idempotence session, so the broker
         # stores them again at new offsets and only silver's dedup can catch them.
         valid = [r for r in run.records if r.expect == generator.VALID]
@@ -228,19 +230,19 @@ class Chaos:
         view = views.get(*VIEW)
         logfile = self.settings.state_dir / "chaos" / "view.log"
         logfile.parent.mkdir(parents=True, exist_ok=True)
-        first = producer.produce_generated(
+        first = pipeline.produce(
             self.settings, seed=fresh_seed(), count=events, chaos=True
         )
-        ingest.run_once(self.spark, self.settings)
+        pipeline.ingest_once(self.spark, self.settings)
         _kill_when(
             _view_job(logfile, "replay"), logfile, "events to process", self.rng.uniform(0, 4)
         )
         self.say(f"  kill -9 {view.name}_v{view.version} during its replay")
         _view_job(logfile, "replay", wait=True)
-        second = producer.produce_generated(
+        second = pipeline.produce(
             self.settings, seed=fresh_seed(), count=events // 2, chaos=True
         )
-        ingest.run_once(self.spark, self.settings)
+        pipeline.ingest_once(self.spark, self.settings)
         job = _view_job(logfile, "stream")
         # The table name is logged when the stream starts applying new events.
         _kill_when(job, logfile, f"{view.name}_v{view.version}", self.rng.uniform(5, 20))
@@ -257,28 +259,28 @@ class Chaos:
         return outcome
 
     def commit_crash(self, events: int) -> Outcome:
-        run = producer.produce_generated(self.settings, seed=fresh_seed(), count=events, chaos=True)
+        run = pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
         problems = _crash_between_commit_and_checkpoint(
             registry.SILVER_EVENTS.checkpoint(self.settings), "silver_after_commit", ["ingest-once"]
         )
         self.say("  silver died after its Delta commits, before its checkpoint commit")
         restarted = time.monotonic()
-        ingest.run_once(self.spark, self.settings)  # must skip the crashed batch's appends
+        pipeline.ingest_once(self.spark, self.settings)  # must skip the crashed batch's appends
         outcome, _ = self._judge("commit_crash", run, restarted, "")
         view = views.get(*VIEW)
         if not runner.has_checkpoint(self.settings, view):
-            runner.replay(self.spark, self.settings, view)
-            runner.stream(self.spark, self.settings, view, available_now=True).awaitTermination()
-        producer.produce_generated(self.settings, seed=fresh_seed(), count=events, chaos=True)
-        ingest.run_once(self.spark, self.settings)
-        argv = ["views", "run", view.name, "--version", str(view.version)]
+            pipeline.replay(self.spark, self.settings, view)
+            pipeline.stream(self.spark, self.settings, view, available_now=True).awaitTermination()
+        pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
+        pipeline.ingest_once(self.spark, self.settings)
+        argv = ["views", "run", view.name, str(view.version)]
         problems += _crash_between_commit_and_checkpoint(
             runner.gold_table(view).checkpoint(self.settings),
             "view_after_commit",
             [*argv, "--mode", "stream", "--until-caught-up"],
         )
         self.say(f"  {view.name}_v{view.version} died after its commit, before its checkpoint")
-        runner.stream(self.spark, self.settings, view, available_now=True).awaitTermination()
+        pipeline.stream(self.spark, self.settings, view, available_now=True).awaitTermination()
         lost, doubled = self._view_against_code(view)
         outcome.lost += lost
         outcome.doubled += doubled
@@ -289,8 +291,8 @@ class Chaos:
     def retention(self, events: int) -> Outcome:
         from confluent_kafka import TopicPartition
 
-        ingest.run_once(self.spark, self.settings)  # bronze has everything so far
-        doomed = producer.produce_generated(self.settings, seed=fresh_seed(), count=events)
+        pipeline.ingest_once(self.spark, self.settings)  # bronze has everything so far
+        doomed = pipeline.produce(self.settings, seed=fresh_seed(), count=events)
         # Retention "expires" the new records before ingest copies them.
         admin = services.kafka_admin(self.settings)
         partitions = [
@@ -300,14 +302,15 @@ class Chaos:
             future.result(timeout=30)
         problems = []
         try:
-            ingest.run_once(self.spark, self.settings)
+            pipeline.ingest_once(self.spark, self.settings)
             problems.append("ingest went on past records Kafka had deleted")
         except ingest.DataLossError as exc:
             self.say(f"  ingest stopped: {str(exc).splitlines()[0][:160]}")
         restarted = time.monotonic()
-        ingest.run_once(self.spark, self.settings, accept_data_loss=True)  # the operator's call
-        after = producer.produce_generated(self.settings, seed=fresh_seed(), count=events)
-        ingest.run_once(self.spark, self.settings)
+        # The operator's call:
+        pipeline.ingest_once(self.spark, self.settings, accept_data_loss=True)
+        after = pipeline.produce(self.settings, seed=fresh_seed(), count=events)
+        pipeline.ingest_once(self.spark, self.settings)
         outcome, _ = self._judge("retention", after, restarted, "")
         gone = landing(self.spark, self.settings, doomed)
         if gone.bronze or gone.silver:
@@ -341,7 +344,7 @@ def _view_job(log: Path, mode: str, wait: bool = False) -> subprocess.Popen[byte
         job = subprocess.Popen(
             [
                 *(sys.executable, "-m", "warehouse.cli", "views", "run", name),
-                *("--version", str(version), "--mode", mode, "--until-caught-up"),
+                *(str(version), "--mode", mode, "--until-caught-up"),
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -430,7 +433,7 @@ def run(
                 print(f"  problem: {p}")
             outcomes.append(outcome)
         ingest_ctl.stop(settings)
-        ingest.run_once(spark, settings)  # the audit compares caught-up layers
+        pipeline.ingest_once(spark, settings)  # the audit compares caught-up layers
         print("chaos: audit")
         outcomes.append(chaos.audit())
     finally:

@@ -14,20 +14,13 @@ import threading
 import time
 from datetime import datetime
 
-from warehouse import (
-    accounting,
-    airflow_client,
-    ingest_ctl,
-    lifecycle,
-    registry,
-    serving,
-    trino_client,
-    versions,
-)
-from warehouse.examples import analyst_examples
-from warehouse.registry import SILVER_EVENTS
-from warehouse.settings import Settings
-from warehouse.stack import services
+from warehouse.base import registry
+from warehouse.base.registry import SILVER_EVENTS
+from warehouse.base.settings import Settings
+from warehouse.ops import airflow_client, ingest_ctl, lifecycle, pipeline
+from warehouse.ops.stack import services
+from warehouse.sql import accounting, serving, trino_client, versions
+from warehouse.tools.examples import analyst_examples
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +69,6 @@ def _who_sees_what(settings: Settings, hour: datetime | None) -> None:
 
 
 def run(settings: Settings, events: int) -> int:
-    from spark_jobs import producer
     from spark_jobs.generator import id_checksum
 
     _step("starting the local stack (PostgreSQL, Kafka, Trino, Airflow)")
@@ -90,7 +82,7 @@ def run(settings: Settings, events: int) -> int:
     # A new seed per demo: its event ids are new, so what it expects is exact.
     seed = int(time.time())
     _step(f"producing {events:,} records of shop traffic with chaos (seed {seed})")
-    sent = producer.produce_generated(settings, seed=seed, count=events, chaos=True)
+    sent = pipeline.produce(settings, seed=seed, count=events, chaos=True)
     print(sent.summary.describe())
     expected = sent.expected()
     reasons = ", ".join(f"{r}={n}" for r, n in sorted(expected.by_reason().items()))
@@ -114,13 +106,13 @@ def run(settings: Settings, events: int) -> int:
     stop = threading.Event()
     background = [0]
     # One line at the end instead of two per batch among the steps.
-    quiet = [logging.getLogger(n) for n in ("spark_jobs.producer", "warehouse.reference")]
+    quiet = [logging.getLogger(n) for n in ("spark_jobs.producer", "warehouse.sql.reference")]
     for logger in quiet:
         logger.setLevel(logging.WARNING)
 
     def keep_producing() -> None:
         while not stop.is_set():
-            producer.produce_generated(
+            pipeline.produce(
                 settings, seed=int(time.time() * 1000) % 10**9, count=200, chaos=True
             )
             background[0] += 200

@@ -3,8 +3,9 @@ import tarfile
 
 import pytest
 
-from warehouse.stack import artifacts
-from warehouse.stack.artifacts import SetupError
+from warehouse.base import jvm
+from warehouse.base.jvm import SetupError
+from warehouse.ops.stack import artifacts
 
 
 @pytest.mark.parametrize(
@@ -22,7 +23,7 @@ def test_artifact_names_ignore_versions(jar, name):
 
 
 def test_spark_gets_delta_and_kafka_but_never_a_second_copy_of_a_pyspark_jar(settings):
-    jars = [p.rsplit("/", 1)[1] for p in artifacts.spark_jars(settings)]
+    jars = [p.rsplit("/", 1)[1] for p in jvm.spark_jars(settings)]
     assert any(j.startswith("delta-spark_4.2_2.13-") for j in jars)
     assert any(j.startswith("spark-sql-kafka-0-10_2.13-") for j in jars)
     shipped = artifacts._pyspark_jar_names()
@@ -31,7 +32,7 @@ def test_spark_gets_delta_and_kafka_but_never_a_second_copy_of_a_pyspark_jar(set
 
 def test_missing_java_17_says_what_to_do(tmp_path):
     with pytest.raises(SetupError, match=r"Java 17 not found under .*run `make setup`"):
-        artifacts.java17(tmp_path)
+        jvm.java17(tmp_path)
 
 
 def test_too_little_disk_is_one_clear_line(tmp_path, monkeypatch):

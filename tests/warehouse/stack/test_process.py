@@ -3,7 +3,7 @@ import subprocess
 import sys
 import time
 
-from warehouse.stack.process import (
+from warehouse.ops.stack.process import (
     PidFile,
     Proc,
     descendants_rss_bytes,

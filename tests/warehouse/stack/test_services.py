@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from warehouse.stack import services
-from warehouse.stack.process import Proc, ServiceError, port_open
+from warehouse.ops.stack import services
+from warehouse.ops.stack.process import Proc, ServiceError, port_open
 
 
 @pytest.fixture

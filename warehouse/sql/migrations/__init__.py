@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psycopg
 
-from warehouse.settings import Settings
+from warehouse.base.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from warehouse.settings import REPO_ROOT, Settings
+from warehouse.base.settings import REPO_ROOT, Settings
+from warehouse.tools.bench.sizes import Sizes
 
 log = logging.getLogger(__name__)
 
@@ -63,18 +64,6 @@ QUIET_DAGS = ("regauge_watchdog", "regauge_audit")
 POLL_S = 0.5
 DEFAULT_OUT = REPO_ROOT / "docs" / "bench"
 DOC = REPO_ROOT / "docs" / "BENCHMARKS.md"
-
-
-@dataclass(frozen=True)
-class Sizes:
-    """What one run measures; the defaults take about 10 minutes on 2 cores."""
-
-    events: int = 1_000_000
-    chunk: int = 250_000
-    load_rate: float = 200.0
-    freshness_s: float = 60.0
-    probe_every_s: float = 2.0
-    queries: int = 30
 
 
 @dataclass
@@ -219,7 +208,7 @@ def _met(ok: bool | None) -> str:
 # -- measurements (need the stack) --------------------------------------------------------
 def query_latency(settings: Settings, sql: str, runs: int, warmup: int = 3) -> list[float]:
     """Wall-clock milliseconds of `runs` executions of sql through the trino client."""
-    from warehouse import trino_client
+    from warehouse.sql import trino_client
 
     out = []
     for i in range(warmup + runs):
@@ -248,8 +237,8 @@ class PeakMemory:
 
     def sample(self) -> dict[str, int]:
         """Resident bytes now, per part of the stack."""
-        from warehouse import ingest_ctl, streams
-        from warehouse.stack import process, services
+        from warehouse.ops import ingest_ctl, streams
+        from warehouse.ops.stack import process, services
 
         parts: dict[str, int] = {}
         for svc in services.services(self.settings):
@@ -297,7 +286,7 @@ class Bench:
         from confluent_kafka import Producer
 
         from spark_jobs import generator, producer
-        from warehouse.stack import services
+        from warehouse.ops.stack import services
 
         # The baseline's own topic, shaped like the real one, so the lake never sees it.
         services.ensure_topic(self.settings, BENCH_TOPIC)
@@ -348,7 +337,7 @@ class Bench:
         """A confluent-kafka consumer reading the same records and doing nothing with them."""
         from confluent_kafka import Consumer, TopicPartition
 
-        from warehouse import registry
+        from warehouse.base import registry
 
         consumer = Consumer(
             {
@@ -376,8 +365,8 @@ class Bench:
         """Ingest as in production (both queries, processing-time trigger) through the backlog."""
         from pyspark.sql import functions as F
 
-        from spark_jobs import ingest
-        from warehouse import registry
+        from warehouse.base import registry
+        from warehouse.ops import ingest_ctl, pipeline
 
         batches: list[Batch] = []
         listener = _batch_listener(batches)
@@ -387,7 +376,12 @@ class Bench:
 
         def work() -> None:
             try:
-                ingest.run(spark, self.settings, stop)
+                pipeline.run_ingest(
+                    spark,
+                    self.settings,
+                    stop,
+                    status_file=ingest_ctl.daemon(self.settings).status_file,
+                )
             except BaseException as exc:
                 failure.append(exc)
                 stop.set()
@@ -484,7 +478,7 @@ class Bench:
         import duckdb
         from deltalake import DeltaTable, write_deltalake
 
-        from warehouse import registry
+        from warehouse.base import registry
 
         started = time.monotonic()
         silver = DeltaTable(registry.SILVER_EVENTS.path(self.settings), version=version)
@@ -520,7 +514,8 @@ class Bench:
     # -- freshness -------------------------------------------------------------------------
     def ensure_serving(self) -> None:
         """A live revenue_hourly version with its stream, and ingest running, as in production."""
-        from warehouse import airflow_client, ingest_ctl, streams, versions
+        from warehouse.ops import airflow_client, ingest_ctl, streams
+        from warehouse.sql import versions
 
         if not any(v.live for v in versions.versions(self.settings, PROBE_VIEW)):
             self.say(f"  no live {PROBE_VIEW} version: building v1 through regauge_reprocess")
@@ -535,8 +530,8 @@ class Bench:
         """Probe orders sent every few seconds under steady load; each one's time until
         Trino shows its window through lakehouse.serving.revenue_hourly."""
         from spark_jobs import generator, producer
-        from warehouse import serving, trino_client
-        from warehouse.stack import process
+        from warehouse.ops.stack import process
+        from warehouse.sql import serving, trino_client
 
         base = self._free_probe_base()
         sql = (
@@ -605,7 +600,7 @@ class Bench:
         from confluent_kafka import Producer
 
         from spark_jobs import producer
-        from warehouse import registry
+        from warehouse.base import registry
 
         send = Producer({**producer.producer_config(self.settings), "linger.ms": 0})
         event = probe_event(self.run_id, k, base + timedelta(hours=k))
@@ -617,7 +612,8 @@ class Bench:
 
     def _free_probe_base(self) -> datetime:
         """A stretch of 100 probe hours no earlier run used."""
-        from warehouse import registry, trino_client
+        from warehouse.base import registry
+        from warehouse.sql import trino_client
 
         used = {
             _utc(r[0])
@@ -640,7 +636,7 @@ class Bench:
 
     # -- serving queries -------------------------------------------------------------------
     def queries(self) -> None:
-        from warehouse import serving
+        from warehouse.sql import serving
 
         runs = self.sizes.queries
         one = query_latency(self.settings, "SELECT 1", runs)
@@ -713,7 +709,7 @@ def _batch_listener(batches: list[Batch]) -> Any:
 
 def _end_offsets(settings: Settings) -> dict[int, int]:
     """The event topic's next offset per partition."""
-    from warehouse import audit
+    from warehouse.ops import audit
 
     return {p: high for p, (_, high) in audit.kafka_watermarks(settings).items()}
 
@@ -787,9 +783,9 @@ def _cpu_model() -> str:
 
 def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC) -> Report:
     """Every phase, then the JSON, the chart and (unless doc is None) BENCHMARKS.md."""
-    from spark_jobs import ingest
     from spark_jobs.session import build_session
-    from warehouse import airflow_client, ingest_ctl, streams, trino_client
+    from warehouse.ops import airflow_client, ingest_ctl, pipeline, streams
+    from warehouse.sql import trino_client
 
     report = Report(sizes=asdict(sizes), started_at=datetime.now(UTC).isoformat(timespec="seconds"))
     began = time.monotonic()
@@ -831,7 +827,7 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
                 "bench: settling what ingest had not copied yet, so the phases measure only "
                 "the bench's records"
             )
-            ingest.run_once(spark, settings)
+            pipeline.ingest_once(spark, settings)
             print(f"bench: producer ({sizes.events:,} records)")
             before, after, valid = bench.producer()
             print("bench: ingest (a bare consumer first, then Kafka -> bronze -> silver)")
@@ -868,7 +864,7 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
 
 def save(report: Report, out_dir: Path, doc: Path | None) -> tuple[Path, Path]:
     """The run's JSON and chart in out_dir; its table appended to doc."""
-    from warehouse import bench_chart
+    from warehouse.tools.bench import chart as bench_chart
 
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = report.started_at.replace(":", "").replace("-", "")[:15]

@@ -1,0 +1,33 @@
+"""`regauge audit|dbt|query`: verify the layers, build the dbt project, ask Trino."""
+
+from __future__ import annotations
+
+import argparse
+
+from spark_jobs.session import build_session
+from warehouse.base import settings as settings_mod
+from warehouse.ops import audit as audit_mod
+from warehouse.ops import dbt_runner
+from warehouse.sql import trino_client
+
+
+def audit(args: argparse.Namespace) -> int:
+    s = settings_mod.get()
+    spark = build_session("regauge-audit", s, ui=False)
+    try:
+        run = audit_mod.run(s, spark, args.checks or audit_mod.CHECKS, args.sample)
+    finally:
+        spark.stop()
+    print(trino_client.format_table(audit_mod.describe(run)))
+    print(audit_mod.verdict(run))
+    return 0 if run.passed else 1
+
+
+def dbt(args: argparse.Namespace) -> int:
+    return dbt_runner.run(settings_mod.get(), args.dbt_args or ["--help"])
+
+
+def query(args: argparse.Namespace) -> int:
+    result = trino_client.query(settings_mod.get(), args.sql, user=args.user)
+    print(trino_client.FORMATS[args.format](result))
+    return 0

@@ -1,0 +1,443 @@
+"""`regauge`'s arguments: every command, its options and its help, and nothing else.
+
+This module imports only the base layer, so `regauge --help` and a usage error
+answer at once, without Spark or Trino. Each command names its handler as
+"module:function" in this package; `warehouse.cli.main` imports that module
+only when the command runs.
+
+Every command that names a view version takes `VIEW VERSION` as two
+positional arguments, and every replay names its source `bronze` (all of
+history, the default) or `kafka` (CONTRACT.md §5).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from warehouse.base import settings as settings_mod
+from warehouse.base.sqlnames import UnsafeNameError, check_identifier, check_user
+
+# The choices below are spelled here so `--help` imports no Spark or Trino; fast
+# tests hold each equal to the module that owns it.
+SOURCES = ("bronze", "kafka")  # spark_jobs.views.runner.SOURCES
+AUDIT_CHECKS = ("kafka_bronze", "bronze_silver", "silver_gold", "routing")  # ops.audit.CHECKS
+CHAOS_CASES = (  # tools.chaos.CASES
+    "ingest_kills",
+    "broker_stop",
+    "bad_input",
+    "view_kills",
+    "commit_crash",
+    "retention",
+)
+QUERY_FORMATS = ("table", "csv", "json")  # sql.trino_client.FORMATS
+GENERATOR_START = datetime(2026, 1, 1, tzinfo=UTC)  # spark_jobs.generator.DEFAULT_START
+BENCH_OUT = settings_mod.REPO_ROOT / "docs" / "bench"  # tools.bench.DEFAULT_OUT
+
+
+# -- argument types: a bad value is a usage error naming what is wrong ---------------------
+def subset(known: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
+    """An argparse type for a comma-separated, non-empty subset of `known`."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        chosen = tuple(c.strip() for c in text.split(",") if c.strip())
+        unknown = [c for c in chosen if c not in known]
+        if unknown or not chosen:
+            raise argparse.ArgumentTypeError(f"unknown {unknown}; choose from {','.join(known)}")
+        return chosen
+
+    return parse
+
+
+def timestamp(text: str) -> datetime | None:
+    """RFC 3339 with an offset, or 'now' (None: the traffic ends now)."""
+    if text == "now":
+        return None
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a timestamp like 2026-01-01T00:00:00Z"
+        ) from None
+    if parsed.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} needs an offset or Z")
+    return parsed
+
+
+def _name(check: Callable[[str], str]) -> Callable[[str], str]:
+    """An argparse type from a sqlnames check: a refused name is a usage error."""
+
+    def parse(text: str) -> str:
+        try:
+            return check(text)
+        except UnsafeNameError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+identifier = _name(lambda t: check_identifier(t, "view"))
+user = _name(check_user)
+
+
+def whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def percent(text: str) -> int:
+    value = whole(text)
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"{value} is not a percent from 0 to 100")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = whole(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _view_version(p: argparse.ArgumentParser, *, optional: bool = False) -> None:
+    """VIEW VERSION, the same two positional arguments on every command."""
+    nargs = "?" if optional else None
+    p.add_argument("view", nargs=nargs, type=identifier, help="view name, e.g. revenue_hourly")
+    p.add_argument("version", nargs=nargs, type=positive_int, help="view version, e.g. 2")
+
+
+def _source(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--source",
+        choices=SOURCES,
+        default="bronze",
+        help=f"what {what} reads: bronze (all of history, through silver; default) or "
+        "kafka (every record Kafka still holds, validated and deduplicated on the fly)",
+    )
+
+
+# -- the commands ------------------------------------------------------------------------------
+def build_parser(version: str = "unknown") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="regauge",
+        description=(
+            "Keep a lakehouse's derived tables correct while the code that derives them "
+            "changes. Settings come from REGAUGE_PROFILE (local|cluster) and REGAUGE_* "
+            "variables; see `regauge settings`."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"regauge {version}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, handler: str, help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_)
+        p.set_defaults(handler=handler)
+        return p
+
+    _stack(add)
+    _pipeline(add)
+    _versions(add)
+    _checks(add)
+    _tools(add)
+    return parser
+
+
+Add = Callable[[str, str, str], argparse.ArgumentParser]
+
+
+def _stack(add: Add) -> None:
+    add("setup", "stack:setup", "fetch and unpack the JVM artifacts into the cache (idempotent)")
+    for name, text in (
+        ("up", "start services (all, or the ones named) and wait until healthy"),
+        ("down", "stop services this project started (all, or the ones named)"),
+        ("status", "show each service's state, port, pid and log file"),
+    ):
+        p = add(name, f"stack:{name}", text)
+        p.add_argument(
+            "services",
+            nargs="*",
+            metavar="SERVICE",
+            help="postgres, kafka, trino, airflow (default: all)",
+        )
+        if name == "status":
+            p.add_argument("--check", action="store_true", help="exit 1 unless all are up")
+    add(
+        "settings",
+        "stack:settings",
+        "print the active settings and the variables that change them",
+    )
+
+
+def _pipeline(add: Add) -> None:
+    p = add(
+        "produce",
+        "ingest:produce",
+        "generate deterministic shop traffic for a seed, seed the reference data in "
+        "PostgreSQL, and produce it to the shop.events topic",
+    )
+    p.add_argument(
+        "--count", type=positive_int, default=10_000, help="records to send (default 10000)"
+    )
+    p.add_argument("--seed", type=int, default=1, help="same seed, same records (default 1)")
+    p.add_argument(
+        "--chaos",
+        action="store_true",
+        help="mix in re-sends, conflicting duplicates, out-of-order and very late events, "
+        "and records of every quarantine reason",
+    )
+    p.add_argument(
+        "--rate", type=positive_int, default=None, help="events per second (default: max)"
+    )
+    p.add_argument(
+        "--start",
+        type=timestamp,
+        default=GENERATOR_START,
+        help="event time of the first event: RFC 3339, or 'now' for the last --days "
+        "(default 2026-01-01T00:00:00Z)",
+    )
+    p.add_argument("--days", type=float, default=7.0, help="days the traffic spans (default 7)")
+
+    p = add(
+        "ingest",
+        "ingest:ingest_",
+        "run Kafka -> bronze -> silver: run (foreground), start (background), stop, status",
+    )
+    p.add_argument("action", choices=("run", "start", "stop", "status"))
+    p.add_argument(
+        "--trigger",
+        default=None,
+        help="micro-batch interval, e.g. '1 second' (default: REGAUGE_TRIGGER_INTERVAL)",
+    )
+    p = add(
+        "ingest-once",
+        "ingest:ingest_once",
+        "copy everything new from Kafka to bronze and settle it into silver, then stop",
+    )
+    p.add_argument(
+        "--accept-data-loss",
+        action="store_true",
+        help="skip a gap in the log (records Kafka deleted before bronze copied them) "
+        "instead of stopping; only after deciding the loss is acceptable",
+    )
+    add("bronze", "ingest:bronze_", "copy everything new in Kafka into the bronze table, then stop")
+
+    p = add(
+        "views",
+        "views:views",
+        "list view versions, or run one into lakehouse.gold.<view>_v<N>: batch (recompute "
+        "once), replay (rebuild from all of history, then continue live), stream (continue)",
+    )
+    p.add_argument("action", choices=("list", "run"))
+    _view_version(p, optional=True)
+    p.add_argument("--mode", choices=("stream", "replay", "batch"), default="stream")
+    _source(p, "a replay or batch")
+    p.add_argument("--trigger", default=None, help="micro-batch interval (default 1 second)")
+    p.add_argument(
+        "--until-caught-up",
+        action="store_true",
+        help="stop once the stream has processed everything in silver",
+    )
+
+    p = add(
+        "streams",
+        "views:streams_",
+        "live view streams: list, start/stop VIEW VERSION, ensure (start every live "
+        "version's stream that is not running; what regauge_watchdog runs)",
+    )
+    p.add_argument("action", choices=("list", "start", "stop", "ensure"))
+    _view_version(p, optional=True)
+
+
+def _versions(add: Add) -> None:
+    p = add(
+        "versions",
+        "versions:versions",
+        "the version registry: list, show VIEW VERSION; the steps of a reprocess "
+        "(register, build, go-live, validate, publish, ready), as regauge_reprocess runs "
+        "them; forget VIEW --yes starts a view's history over",
+    )
+    p.add_argument(
+        "action",
+        choices=(
+            "list",
+            "show",
+            "register",
+            "build",
+            "go-live",
+            "validate",
+            "publish",
+            "ready",
+            "forget",
+        ),
+    )
+    _view_version(p, optional=True)
+    _source(p, "the replay")
+    p.add_argument("--yes", action="store_true", help="confirm `forget`")
+
+    p = add(
+        "rollout",
+        "versions:rollout",
+        "route PERCENT of users to VERSION (the rest see the other live version); "
+        "100 makes it the current version; every step can be undone until retirement",
+    )
+    _view_version(p)
+    p.add_argument("percent", type=percent, help="0-100")
+    p.add_argument(
+        "--pin", metavar="USER", type=user, help="also pin USER to VERSION, whatever the percent"
+    )
+    p.add_argument("--unpin", metavar="USER", type=user, help="remove USER's pin")
+
+    p = add(
+        "retire",
+        "versions:retire",
+        "retire a version no user is routed to: stop its stream, drop it from Trino, "
+        "archive its table",
+    )
+    _view_version(p)
+
+    p = add(
+        "trigger",
+        "versions:trigger",
+        "trigger an Airflow DAG through its REST API and follow it, e.g. "
+        "`regauge trigger regauge_reprocess view=revenue_hourly version=2`",
+    )
+    p.add_argument("dag_id")
+    p.add_argument("conf", nargs="*", metavar="KEY=VALUE", help="the run's params")
+    p.add_argument("--no-wait", action="store_true", help="return once the run exists")
+
+
+def _checks(add: Add) -> None:
+    p = add(
+        "audit",
+        "checks:audit",
+        "check every layer against the one it derives from (Kafka -> bronze -> silver -> "
+        "gold, and routing); exit 1 on any mismatch; results in lakehouse.gold.audit_runs",
+    )
+    p.add_argument(
+        "--sample",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="check a random FRACTION (0-1) of each view's windows instead of all of them",
+    )
+    p.add_argument(
+        "--checks",
+        type=subset(AUDIT_CHECKS),
+        default=None,
+        help="comma-separated subset of " + ",".join(AUDIT_CHECKS) + " (default: all)",
+    )
+
+    p = add(
+        "dbt",
+        "checks:dbt",
+        "run dbt on silver in this process (dbt-spark, session method), e.g. "
+        "`regauge dbt build --select fct_orders+`; the profile comes from the settings, "
+        "and after build/run every mart is published to Trino as lakehouse.marts.<model>",
+    )
+    p.add_argument("dbt_args", nargs=argparse.REMAINDER, help="dbt's own arguments")
+
+    p = add("query", "checks:query", "run SQL through Trino and print the result as a table")
+    p.add_argument("sql", help="the SQL statement")
+    p.add_argument(
+        "--user",
+        type=user,
+        default="regauge",
+        help="Trino user name, e.g. analyst.alice: what it may read follows "
+        "infra/trino/rules.json (default regauge, the pipeline: full access)",
+    )
+    p.add_argument(
+        "--format",
+        choices=QUERY_FORMATS,
+        default="table",
+        help="table (default), csv (with a header) or json (one object per row)",
+    )
+
+
+def _tools(add: Add) -> None:
+    p = add(
+        "chaos",
+        "tools:chaos",
+        "inject real faults into the running pipeline (kill -9 ingest, a broker, views; "
+        "crashes between commit and checkpoint; poison pills, re-sends, clock skew; "
+        "Kafka deleting unread data), prove nothing was lost or doubled, then audit; "
+        "what `make chaos` runs",
+    )
+    p.add_argument(
+        "--events",
+        type=positive_int,
+        default=200_000,
+        help="size of the kill -9 run; the other cases use a tenth (default 200000)",
+    )
+    p.add_argument("--kills", type=positive_int, default=5, help="kill -9s of ingest (default 5)")
+    p.add_argument(
+        "--cases",
+        type=subset(CHAOS_CASES),
+        default=None,
+        help="comma-separated subset of " + ",".join(CHAOS_CASES) + " (default: all)",
+    )
+    p.add_argument("--seed", type=int, default=None, help="seed the fault timing, to repeat it")
+
+    # The defaults live in tools.bench.sizes, which imports nothing heavy.
+    from warehouse.tools.bench.sizes import Sizes
+
+    sizes = Sizes()
+    p = add(
+        "bench",
+        "tools:bench",
+        "measure the pipeline on this machine, each figure beside a baseline from the same "
+        "run (producer vs a bare confluent-kafka loop, ingest vs a bare consumer, the replay "
+        "of every view vs DuckDB, freshness vs the trigger interval, a serving query vs "
+        "SELECT 1, peak memory); writes JSON and a PNG and appends to docs/BENCHMARKS.md. "
+        "Sends real traffic to the local stack; what `make bench` runs",
+    )
+    p.add_argument(
+        "--events",
+        type=positive_int,
+        default=sizes.events,
+        help=f"records produced, ingested and replayed (default {sizes.events}; the replay "
+        "also covers whatever silver held before)",
+    )
+    p.add_argument(
+        "--load-rate",
+        type=positive_int,
+        default=int(sizes.load_rate),
+        help=f"events/s of steady load while freshness is probed (default {sizes.load_rate:g})",
+    )
+    p.add_argument(
+        "--freshness-seconds",
+        type=positive_int,
+        default=int(sizes.freshness_s),
+        help=f"how long freshness is probed, one probe every {sizes.probe_every_s:g} s "
+        f"(default {sizes.freshness_s:g})",
+    )
+    p.add_argument(
+        "--queries",
+        type=positive_int,
+        default=sizes.queries,
+        help=f"runs of each timed query (default {sizes.queries})",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=BENCH_OUT,
+        help="where the run's JSON and PNG go (default docs/bench)",
+    )
+    p.add_argument(
+        "--no-doc", action="store_true", help="do not append the run to docs/BENCHMARKS.md"
+    )
+
+    p = add(
+        "demo",
+        "tools:demo",
+        "the pipeline end to end: a chaos mix -> Kafka -> bronze -> silver + quarantine; "
+        "revenue_hourly v1 serving, v2 reprocessed through Airflow while events flow, "
+        "rolled out to 10/50/100 %% of analysts, v1 retired; then the numbers from Trino",
+    )
+    p.add_argument(
+        "--events", type=positive_int, default=20_000, help="records to produce (default 20000)"
+    )

@@ -1,0 +1,77 @@
+"""`regauge setup|up|down|status|settings`: the local stack."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from rich.console import Console
+from rich.table import Table
+
+from warehouse.base import settings as settings_mod
+from warehouse.ops import ingest_ctl, streams
+from warehouse.ops.stack import artifacts, services
+
+
+def setup(args: argparse.Namespace) -> int:
+    where = artifacts.fetch_all(settings_mod.get())
+    for what, path in where.items():
+        print(f"{what:<11} {path}")
+    return 0
+
+
+def up(args: argparse.Namespace) -> int:
+    services.up(settings_mod.get(), args.services)
+    return status(args)
+
+
+def down(args: argparse.Namespace) -> int:
+    s = settings_mod.get()
+    if not args.services:
+        # Airflow first, so its watchdog cannot restart a stream stopped next; then
+        # the pipeline's own daemons, which would fail once Kafka is gone.
+        services.down(s, ["airflow"])
+        for st in streams.known(s):
+            if st.pid:
+                print(streams.stop(s, st.view, st.version))
+        if ingest_ctl.stop(s):
+            print("ingest stopped")
+    services.down(s, args.services)
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    s = settings_mod.get()
+    table = Table(title=f"regauge stack ({s.profile} profile, state in {s.state_dir})")
+    for col in ("service", "state", "port", "pid", "memory", "log", "where"):
+        table.add_column(col)
+    all_up = True
+    total_rss = 0
+    for svc in services.services(s, getattr(args, "services", ())):
+        st = svc.status()
+        state = "up" if st.healthy else ("starting/unhealthy" if st.running else "down")
+        all_up &= st.healthy
+        for i, proc in enumerate(st.procs):
+            total_rss += proc.rss_bytes
+            table.add_row(
+                st.service if i == 0 else "",
+                state if i == 0 else "",
+                ",".join(map(str, st.ports)) if i == 0 else "",
+                str(proc.pid or "-"),
+                f"{proc.rss_bytes / 2**20:,.0f} MiB" if proc.pid else "-",
+                str(proc.log),
+                st.note if i == 0 else "",
+            )
+    Console(width=220).print(table)
+    print(f"resident memory of the services above: {total_rss / 2**30:.2f} GiB")
+    return 0 if all_up or not getattr(args, "check", False) else 1
+
+
+def settings(args: argparse.Namespace) -> int:
+    s = settings_mod.get()
+    for f in dataclasses.fields(s):
+        print(f"{f.name:<26} {getattr(s, f.name)}")
+    print("\nOverride any value with its variable:")
+    for var, (attr, _) in settings_mod.OVERRIDES.items():
+        print(f"  {var:<32} -> {attr}")
+    return 0

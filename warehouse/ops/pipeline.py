@@ -1,0 +1,127 @@
+"""The Spark core's steps as operators run them: the Spark work, then what it made
+published to Trino (and, for generated traffic, the reference data it names
+seeded into PostgreSQL).
+
+The Spark core (`spark_jobs`) never calls Trino or PostgreSQL: it sits below
+them in the layers (pyproject.toml's import-linter contract). Whoever runs a
+core step and wants analysts to see the result calls it through here.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from spark_jobs import bronze, generator, ingest, producer
+from spark_jobs.views import runner
+from spark_jobs.views.base import View
+from warehouse.base.settings import Settings
+from warehouse.sql import catalog, reference
+
+
+def produce(
+    settings: Settings,
+    *,
+    seed: int,
+    count: int,
+    chaos: bool = False,
+    rate: float | None = None,
+    start: datetime = generator.DEFAULT_START,
+    days: float = 7.0,
+    progress: bool = False,
+) -> producer.GeneratedRun:
+    """Seed the customers and products `count` generated records name, then send them."""
+    reference.seed(settings, generator.customers_for(count), generator.products())
+    return producer.produce_generated(
+        settings,
+        seed=seed,
+        count=count,
+        chaos=chaos,
+        rate=rate,
+        start=start,
+        days=days,
+        progress=progress,
+    )
+
+
+def publish_ingest_tables(settings: Settings) -> None:
+    for table in ingest.TABLES:
+        catalog.publish(table, settings)
+
+
+def prepare_ingest(spark: SparkSession, settings: Settings) -> None:
+    """Create bronze, silver, the quarantine and the ledger, and publish them."""
+    ingest.prepare(spark, settings)
+    publish_ingest_tables(settings)
+
+
+def bronze_once(spark: SparkSession, settings: Settings) -> int:
+    """Copy everything new in Kafka into bronze and publish it; return its row count."""
+    rows = bronze.run_once(spark, settings)
+    catalog.publish(bronze.BRONZE, settings)
+    return rows
+
+
+def ingest_once(
+    spark: SparkSession, settings: Settings, *, accept_data_loss: bool = False
+) -> dict[str, int]:
+    """Catch up Kafka -> bronze -> silver once and publish the tables; return row counts."""
+    prepare_ingest(spark, settings)
+    return ingest.run_once(spark, settings, accept_data_loss=accept_data_loss)
+
+
+def run_ingest(
+    spark: SparkSession,
+    settings: Settings,
+    stop: threading.Event,
+    *,
+    status_file: Path,
+    trigger: str | None = None,
+) -> None:
+    """Run ingest until `stop` is set, its tables published before the first batch."""
+    prepare_ingest(spark, settings)
+    ingest.run(spark, settings, stop, trigger=trigger, status_file=status_file)
+
+
+def publish_view(settings: Settings, view: View) -> None:
+    """The view's gold table and the shared restatements table, in Trino."""
+    catalog.publish(runner.gold_table(view), settings)
+    catalog.publish(runner.RESTATEMENTS, settings)
+
+
+def ensure_restatements(spark: SparkSession, settings: Settings) -> None:
+    runner.ensure_restatements(spark, settings)
+    catalog.publish(runner.RESTATEMENTS, settings)
+
+
+def replay(spark: SparkSession, settings: Settings, view: View, source: str = "bronze") -> int:
+    """`runner.replay`, then the table published; returns the silver version it was built from."""
+    after = runner.replay(spark, settings, view, source=source)
+    publish_view(settings, view)
+    return after
+
+
+def batch(spark: SparkSession, settings: Settings, view: View, source: str = "bronze") -> int:
+    """`runner.batch`, then the table published; returns the silver version it read."""
+    version = runner.batch(spark, settings, view, source=source)
+    publish_view(settings, view)
+    return version
+
+
+def stream(
+    spark: SparkSession,
+    settings: Settings,
+    view: View,
+    *,
+    trigger: str | None = None,
+    available_now: bool = False,
+) -> StreamingQuery:
+    """`runner.stream` with its tables made and published before the first batch."""
+    runner.ensure_gold(spark, runner.gold_table(view).path(settings), view)
+    runner.ensure_restatements(spark, settings)
+    publish_view(settings, view)
+    return runner.stream(spark, settings, view, trigger=trigger, available_now=available_now)

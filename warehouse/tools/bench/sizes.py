@@ -1,0 +1,18 @@
+"""How much one `make bench` run measures. Light on purpose: `regauge --help` reads
+the defaults from here without importing Spark or Trino."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What one run measures; the defaults take about 10 minutes on 2 cores."""
+
+    events: int = 1_000_000
+    chunk: int = 250_000
+    load_rate: float = 200.0
+    freshness_s: float = 60.0
+    probe_every_s: float = 2.0
+    queries: int = 30
