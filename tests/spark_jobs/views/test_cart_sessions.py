@@ -5,7 +5,7 @@ from __future__ import annotations
 from chispa import assert_df_equality
 
 from spark_jobs.views import cart_sessions_v1
-from tests.spark_jobs.views.conftest import at, cart, order
+from tests.spark_jobs.conftest import at, cart, order
 
 
 def _sessions(spark, rows):

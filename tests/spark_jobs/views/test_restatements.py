@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from spark_jobs import views
 from spark_jobs.views import runner
-from tests.spark_jobs.views.conftest import at, cancel, cart, order
+from tests.spark_jobs.conftest import at, cancel, cart, order
 
 
 def _newest(spark, when):

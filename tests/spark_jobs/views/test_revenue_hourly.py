@@ -7,7 +7,7 @@ from decimal import Decimal
 from chispa import assert_df_equality
 
 from spark_jobs.views import revenue_hourly_v1, revenue_hourly_v2
-from tests.spark_jobs.views.conftest import at, cancel, order
+from tests.spark_jobs.conftest import at, cancel, order
 
 H10, H11, H12 = at(), at(hours=1), at(hours=2)
 

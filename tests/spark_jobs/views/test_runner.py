@@ -9,7 +9,7 @@ from chispa import assert_df_equality
 
 from spark_jobs import views
 from spark_jobs.views import runner
-from tests.spark_jobs.views.conftest import at, cancel, cart, order
+from tests.spark_jobs.conftest import at, cancel, cart, order
 
 LOG = [
     # two hours of orders in two currencies, with cancellations before, after and twice

@@ -9,8 +9,7 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 
 from spark_jobs.views import revenue_hourly_v1, revenue_hourly_v2, runner
 from spark_jobs.views.validate import disagreements, type_clashes
-
-from .conftest import at, cancel, order
+from tests.spark_jobs.conftest import at, cancel, order
 
 
 def test_v2_agrees_with_v1_on_what_they_share(spark, silver_df):

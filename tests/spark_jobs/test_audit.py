@@ -6,8 +6,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.audit import differing_keys, sample_scopes
 from spark_jobs.views import cart_sessions_v1, revenue_hourly_v1, runner
-
-from .conftest import at, cart, order
+from tests.spark_jobs.conftest import at, cart, order
 
 
 def test_differing_keys_names_changed_missing_and_extra_rows(spark, silver_df):

@@ -1,0 +1,87 @@
+"""The CLI's arguments, without the stack: choices that match their owners, one argument
+style for view versions, and a `--help` that loads no Spark."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from spark_jobs import generator
+from spark_jobs.views import runner
+from warehouse.cli import parser as cli
+from warehouse.ops import audit
+from warehouse.sql import trino_client
+from warehouse.tools import bench, chaos
+
+
+def test_the_choices_spelled_in_the_parser_are_their_owners():
+    assert cli.CHAOS_CASES == chaos.CASES
+    assert cli.AUDIT_CHECKS == audit.CHECKS
+    assert cli.SOURCES == runner.SOURCES
+    assert set(cli.QUERY_FORMATS) == set(trino_client.FORMATS)
+    assert cli.GENERATOR_START == generator.DEFAULT_START
+    assert cli.BENCH_OUT == bench.DEFAULT_OUT
+
+
+def test_the_cli_knows_every_case_and_refuses_others():
+    assert cli.CHAOS_CASES == chaos.CASES
+    args = cli.build_parser().parse_args(["chaos", "--cases", "retention,bad_input"])
+    assert args.cases == ("retention", "bad_input")
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["chaos", "--cases", "meteor"])
+
+
+def test_the_cli_knows_every_audit_check_and_refuses_others():
+    assert cli.AUDIT_CHECKS == audit.CHECKS
+    args = cli.build_parser().parse_args(["audit", "--checks", "routing,kafka_bronze"])
+    assert args.checks == ("routing", "kafka_bronze")
+    for bad in ("meteor", "routing,meteor", ","):
+        with pytest.raises(SystemExit):
+            cli.build_parser().parse_args(["audit", "--checks", bad])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["views", "run", "revenue_hourly", "2"],
+        ["streams", "start", "revenue_hourly", "2"],
+        ["versions", "build", "revenue_hourly", "2"],
+        ["retire", "revenue_hourly", "2"],
+        ["rollout", "revenue_hourly", "2", "10"],
+    ],
+)
+def test_every_command_takes_a_view_version_as_view_then_version(argv):
+    args = cli.build_parser().parse_args(argv)
+    assert (args.view, args.version) == ("revenue_hourly", 2)
+
+
+@pytest.mark.parametrize("command", ["views run", "versions build"])
+def test_every_replay_source_has_one_name(command):
+    argv = [*command.split(), "revenue_hourly", "2", "--source", "kafka"]
+    assert cli.build_parser().parse_args(argv).source == "kafka"
+    assert cli.build_parser().parse_args(argv[:-2]).source == "bronze"
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args([*argv[:-1], "silver"])
+
+
+def test_help_and_version_answer_without_loading_spark_or_trino():
+    probe = (
+        "import sys\n"
+        "from warehouse.cli import main\n"
+        "for argv in (['--help'], ['--version'], ['views', '--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit as exc:\n"
+        "        assert exc.code == 0, (argv, exc.code)\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('pyspark', 'py4j', 'delta', 'trino', 'psycopg', 'confluent_kafka'))\n"
+        "print('HEAVY', heavy)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert "usage: regauge" in out
+    assert "regauge 0." in out
+    assert out.strip().splitlines()[-1] == "HEAVY []"
