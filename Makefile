@@ -4,7 +4,7 @@ SHELL := /bin/bash
 REGAUGE := .venv/bin/regauge
 PYTEST := .venv/bin/pytest
 
-.PHONY: help setup up down status demo test test-fast lint bench chaos clean
+.PHONY: help setup up down status demo test test-fast lint format bench chaos clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -30,9 +30,17 @@ test: setup lint  ## every test: fast ones, then integration against the real se
 test-fast: setup  ## only the tests that need no services
 	@$(PYTEST) tests -m "not integration"
 
-lint:  ## ruff and mypy
+lint:  ## ruff, mypy, the layer contracts (import-linter) and sqlfluff on the dbt models
 	@.venv/bin/ruff check spark_jobs warehouse tests dags
+	@.venv/bin/ruff format --check --quiet spark_jobs warehouse tests dags
 	@.venv/bin/mypy
+	@.venv/bin/lint-imports --no-cache
+	@.venv/bin/sqlfluff lint dbt/models
+
+format:  ## rewrite the code as `make lint` wants it (ruff format and import order, sqlfluff fix)
+	@.venv/bin/ruff check --fix --quiet spark_jobs warehouse tests dags
+	@.venv/bin/ruff format --quiet spark_jobs warehouse tests dags
+	@.venv/bin/sqlfluff fix dbt/models
 
 bench: up  ## speed and memory, each beside a baseline from the same run (~10 min); BENCH_ARGS="--events N ..."
 	@$(REGAUGE) bench $(BENCH_ARGS)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from _regauge import dag_args, no_retry, regauge
 from airflow.sdk import DAG
+
+from _regauge import dag_args, no_retry, regauge
 
 with DAG(
     dag_id="regauge_audit",

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from _regauge import dag_args, regauge
 from airflow.sdk import DAG, Param
+
+from _regauge import dag_args, regauge
 
 # Names, graph operators and method selectors; no quotes, `$`, `;` or newlines.
 SELECT_PATTERN = r"^[A-Za-z0-9_.:+*@,/ -]{0,200}(?![\s\S])"

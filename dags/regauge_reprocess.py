@@ -9,8 +9,9 @@ first, and the replay rebuilds from scratch.
 
 from __future__ import annotations
 
-from _regauge import dag_args, no_retry, regauge, version_param, view_param
 from airflow.sdk import DAG, Param
+
+from _regauge import dag_args, no_retry, regauge, version_param, view_param
 
 ARGS = '"$VIEW" "$VERSION"'
 

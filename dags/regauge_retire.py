@@ -5,8 +5,9 @@ Refused while anyone is routed to it (the current version, a candidate above
 
 from __future__ import annotations
 
-from _regauge import dag_args, no_retry, regauge, version_param, view_param
 from airflow.sdk import DAG
+
+from _regauge import dag_args, no_retry, regauge, version_param, view_param
 
 with DAG(
     dag_id="regauge_retire",

@@ -3,8 +3,9 @@ back from a version. Takes effect on the next query; can be undone until retirem
 
 from __future__ import annotations
 
-from _regauge import USER_PATTERN, dag_args, regauge, version_param, view_param
 from airflow.sdk import DAG, Param
+
+from _regauge import USER_PATTERN, dag_args, regauge, version_param, view_param
 
 with DAG(
     dag_id="regauge_rollout",

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from _regauge import dag_args, regauge
 from airflow.sdk import DAG
+
+from _regauge import dag_args, regauge
 
 with DAG(
     dag_id="regauge_watchdog",

@@ -23,6 +23,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from spark_jobs import generator
+from spark_jobs.testing import expectations
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 
@@ -235,8 +236,8 @@ class GeneratedRun:
             self.seed, self.records + later.records, self.positions + later.positions, summary
         )
 
-    def expected(self) -> generator.Expected:
-        return generator.expected_outcome(
+    def expected(self) -> expectations.Expected:
+        return expectations.expected_outcome(
             (rec, *pos) for rec, pos in zip(self.records, self.positions, strict=True) if pos
         )
 
@@ -259,7 +260,7 @@ class GeneratedRun:
                 "silver": len(exp.silver),
                 "quarantine_by_reason": dict(sorted(exp.by_reason().items())),
                 "exact_duplicates": len(exp.duplicates),
-                "silver_event_id_checksum": generator.id_checksum(exp.silver),
+                "silver_event_id_checksum": expectations.id_checksum(exp.silver),
                 "per_partition": {str(p): n for p, n in sorted(exp.per_partition().items())},
             },
         }

@@ -71,7 +71,7 @@ def run_checks(spark: SparkSession, settings: Settings) -> audit.Run:
     run.findings += audit.check_kafka_bronze(settings)
     run.findings += audit.check_bronze_silver(settings, attempts=2, wait_s=5)
     run.findings += audit.check_routing(settings)
-    live = [v for v in versions.versions(settings) if v.live]
+    live = [(v.view_name, v.version) for v in versions.versions(settings) if v.live]
     run.findings += spark_audit.check_silver_gold(spark, settings, live, sample=None)
     return run
 

@@ -225,14 +225,13 @@ def test_reprocess_roll_out_and_retire_while_events_flow(
     flowing.set()
     through = wait_caught_up(spark, settings, revenue_hourly_v2.VIEW)
     want = runner.gold_rows(revenue_hourly_v2.VIEW, runner.read_silver(spark, settings, through))
-    columns = "currency, orders_placed, orders_cancelled, net_revenue"
+    served = "currency, orders_placed, orders_cancelled, net_revenue"
     got = query(
         settings,
-        f"SELECT CAST(to_unixtime(window_start) AS bigint), {columns} "
-        f"FROM lakehouse.serving.{VIEW}",
+        f"SELECT CAST(to_unixtime(window_start) AS bigint), {served} FROM lakehouse.serving.{VIEW}",
         user=USERS[0],
     ).rows
-    expected = want.selectExpr("unix_seconds(window_start)", *columns.split(", ")).collect()
+    expected = want.selectExpr("unix_seconds(window_start)", *served.split(", ")).collect()
     assert len(expected) > 10
     assert sorted(got) == sorted(tuple(r) for r in expected)
 

@@ -82,11 +82,12 @@ def expected_sessions(events: list[dict[str, Any]]) -> set[tuple]:
     for customer, evs in by_customer.items():
         evs.sort(key=lambda e: _utc(e["event_time"]))
         session: list[dict[str, Any]] = []
-        for e in [*evs, None]:
+        nxt: dict[str, Any] | None
+        for nxt in [*evs, None]:
             if session and (
-                e is None or _utc(e["event_time"]) - _utc(session[-1]["event_time"]) > GAP
+                nxt is None or _utc(nxt["event_time"]) - _utc(session[-1]["event_time"]) > GAP
             ):
-                qty = defaultdict(int)
+                qty: defaultdict[str, int] = defaultdict(int)
                 for s in session:
                     qty[s["event_type"]] += s["payload"].get("quantity", 0)
                 out.add(
@@ -101,8 +102,8 @@ def expected_sessions(events: list[dict[str, Any]]) -> set[tuple]:
                     )
                 )
                 session = []
-            if e is not None:
-                session.append(e)
+            if nxt is not None:
+                session.append(nxt)
     return out
 
 
@@ -133,9 +134,7 @@ def two_runs(stack, settings, spark):
     in the same week (all of it late), applied live through the views' streams."""
     seed = fresh_seed()
     start = datetime(2001, 1, 1, tzinfo=UTC) + timedelta(days=seed % 8000)
-    first = pipeline.produce(
-        settings, seed=seed, count=4000, chaos=True, start=start, days=1
-    )
+    first = pipeline.produce(settings, seed=seed, count=4000, chaos=True, start=start, days=1)
     pipeline.ingest_once(spark, settings)
     for view in views.discover().values():
         pipeline.replay(spark, settings, view)

@@ -49,7 +49,7 @@ def silver_df(spark):
     def make(rows: list[dict]):
         full = []
         for i, row in enumerate(rows):
-            base = {f.name: None for f in SILVER_SCHEMA.fields}
+            base: dict[str, Any] = {f.name: None for f in SILVER_SCHEMA.fields}
             base.update(
                 event_id=f"e{i}",
                 customer_id="cust-1",

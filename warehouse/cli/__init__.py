@@ -45,7 +45,7 @@ def _configure_logging(verbose: bool) -> None:
 
 
 def handler(name: str) -> Handler:
-    """"views:streams_" -> warehouse.cli.views.streams_, imported now."""
+    """The handler a command names, e.g. `views:streams_`, imported now."""
     module, _, function = name.partition(":")
     found: Handler = getattr(importlib.import_module(f"{__name__}.{module}"), function)
     return found

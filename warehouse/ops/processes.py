@@ -77,9 +77,10 @@ def run_view(
                 f"{table.trino_name}: replayed {source} (silver up to version {after}); "
                 "continuing live"
             )
-        elif not runner.has_checkpoint(settings, view) and runner.replayed_through(
-            settings, view
-        ) < 0:
+        elif (
+            not runner.has_checkpoint(settings, view)
+            and runner.replayed_through(settings, view) < 0
+        ):
             print(
                 f"regauge: {table.trino_name} has no stream yet; start it with --mode replay",
                 file=sys.stderr,

@@ -140,9 +140,7 @@ class Chaos:
         seed = fresh_seed()
         sender = threading.Thread(
             target=lambda: box.append(
-                pipeline.produce(
-                    self.settings, seed=seed, count=count, chaos=True, rate=rate
-                )
+                pipeline.produce(self.settings, seed=seed, count=count, chaos=True, rate=rate)
             ),
             name="chaos-producer",
         )
@@ -230,18 +228,14 @@ class Chaos:
         view = views.get(*VIEW)
         logfile = self.settings.state_dir / "chaos" / "view.log"
         logfile.parent.mkdir(parents=True, exist_ok=True)
-        first = pipeline.produce(
-            self.settings, seed=fresh_seed(), count=events, chaos=True
-        )
+        first = pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
         pipeline.ingest_once(self.spark, self.settings)
         _kill_when(
             _view_job(logfile, "replay"), logfile, "events to process", self.rng.uniform(0, 4)
         )
         self.say(f"  kill -9 {view.name}_v{view.version} during its replay")
         _view_job(logfile, "replay", wait=True)
-        second = pipeline.produce(
-            self.settings, seed=fresh_seed(), count=events // 2, chaos=True
-        )
+        second = pipeline.produce(self.settings, seed=fresh_seed(), count=events // 2, chaos=True)
         pipeline.ingest_once(self.spark, self.settings)
         job = _view_job(logfile, "stream")
         # The table name is logged when the stream starts applying new events.

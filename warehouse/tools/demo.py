@@ -69,7 +69,7 @@ def _who_sees_what(settings: Settings, hour: datetime | None) -> None:
 
 
 def run(settings: Settings, events: int) -> int:
-    from spark_jobs.generator import id_checksum
+    from spark_jobs.testing.expectations import id_checksum
 
     _step("starting the local stack (PostgreSQL, Kafka, Trino, Airflow)")
     services.up(settings)
@@ -112,9 +112,7 @@ def run(settings: Settings, events: int) -> int:
 
     def keep_producing() -> None:
         while not stop.is_set():
-            pipeline.produce(
-                settings, seed=int(time.time() * 1000) % 10**9, count=200, chaos=True
-            )
+            pipeline.produce(settings, seed=int(time.time() * 1000) % 10**9, count=200, chaos=True)
             background[0] += 200
             # Gentle: on 2 cores, ingest and two live streams already share the CPU.
             stop.wait(30)
