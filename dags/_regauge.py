@@ -28,7 +28,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 VIEWS_DIR = REPO_ROOT / "spark_jobs" / "views"
 # A view version is a module `<view>_v<N>.py` (spark_jobs/views/__init__.py).
 _VIEW_FILE = re.compile(r"(?P<name>[a-z][a-z0-9_]*)_v(?P<version>[1-9][0-9]*)\.py")
-# Trino user names: analyst.alice, engineer.bob (warehouse/versions.py holds the same).
+# Trino user names: analyst.alice, engineer.bob (warehouse/base/sqlnames.py holds the same).
 # Not "$": a JSON-schema pattern is searched, and "$" also matches before a final newline.
 USER_PATTERN = r"^[a-z][a-z0-9_.@-]{0,63}(?![\s\S])"
 

@@ -9,6 +9,9 @@ two decimals" and "money is never a float" are checked without rounding.
 `detail` and the typed event columns out. The first failing rule in the
 contract's order gives the reason; `reason` is null for an accepted event.
 Duplicates (`conflicting_duplicate`) need history and are decided by silver.
+
+Over 400 lines on purpose: the rules follow CONTRACT.md §1's precedence from
+top to bottom, and splitting them would hide which rule wins.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def write_profiles(settings: Settings) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     (target / "profiles.yml").write_text(
         # JSON is YAML, and needs no YAML library here.
-        "# Written by warehouse/dbt_runner.py from the settings; edits are overwritten.\n"
+        "# Written by warehouse/ops/dbt_runner.py from the settings; edits are overwritten.\n"
         + json.dumps(profile(settings), indent=2)
     )
     return target

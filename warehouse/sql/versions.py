@@ -7,6 +7,9 @@ one candidate (`ready`); unique indexes in the database hold that rule. The
 state changes themselves are pure functions (`plan_rollout`, `retire_refusal`)
 so they are tested without a database; the functions here own the IO, each
 in one transaction that locks the view's rows.
+
+Over 400 lines on purpose: each rule sits beside the one transaction that
+applies it, so a reader checks a state change and its locking in one place.
 """
 
 from __future__ import annotations

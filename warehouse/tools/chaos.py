@@ -1,7 +1,7 @@
 """`make chaos`: real faults injected into the running pipeline, each case judged exactly.
 
 Every case sends generator traffic whose fate the contract fixes in advance
-(`spark_jobs/landing.py` compares the lake with it), injects its fault into
+(`spark_jobs/testing/landing.py` compares the lake with it), injects its fault into
 the real processes, lets the pipeline recover by itself (or, for data Kafka
 deleted, waits for an operator's decision), and reports what it produced,
 what reached silver, what was lost or doubled, and how long recovery took.
@@ -21,6 +21,9 @@ in production; the others drive ingest themselves, so it is stopped there):
   checkpoint commit, in silver and in a view (REGAUGE_FAULT).
 - retention: Kafka deletes records ingest has not read; ingest must stop
   loudly, and move on only when an operator accepts the gap.
+
+Over 400 lines on purpose: one method per case, in the order above, so the
+fault table `make chaos` prints reads against one file.
 """
 
 from __future__ import annotations

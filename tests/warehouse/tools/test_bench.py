@@ -7,49 +7,51 @@ from datetime import UTC, datetime
 
 import pytest
 
-from warehouse.tools import bench
 from warehouse.tools.bench import chart as bench_chart
+from warehouse.tools.bench import latency, runner, throughput
+from warehouse.tools.bench import report as bench_report
 
 
 def test_each_target_is_met_missed_or_not_measured():
     rows = {
-        r[0]: r for r in bench.verdicts({"producer_events_per_s": 120_000, "freshness_p95_s": 12})
+        r[0]: r
+        for r in bench_report.verdicts({"producer_events_per_s": 120_000, "freshness_p95_s": 12})
     }
     assert rows["producer_events_per_s"][4] is True
     assert rows["freshness_p95_s"][4] is False  # a ceiling: 12 s is over 10 s
     assert rows["stack_peak_gib"][1] is None and rows["stack_peak_gib"][4] is None
-    assert [r[0] for r in bench.verdicts({})] == [t[0] for t in bench.TARGETS]
+    assert [r[0] for r in bench_report.verdicts({})] == [t[0] for t in bench_report.TARGETS]
 
 
 def test_percentiles_interpolate_and_refuse_nothing():
     samples = [float(x) for x in range(1, 101)]
-    assert bench.percentile(samples, 50) == pytest.approx(50.5)
-    assert bench.percentile(samples, 95) == pytest.approx(95.05)
-    assert bench.percentile([7.0], 95) == 7.0
+    assert bench_report.percentile(samples, 50) == pytest.approx(50.5)
+    assert bench_report.percentile(samples, 95) == pytest.approx(95.05)
+    assert bench_report.percentile([7.0], 95) == 7.0
     with pytest.raises(ValueError):
-        bench.percentile([], 50)
+        bench_report.percentile([], 50)
 
 
 def test_sustained_rate_spans_first_bronze_start_to_last_silver_end():
     batches = [
-        bench.Batch("bronze", 100.0, 4.0, 250_000),
-        bench.Batch("silver", 104.5, 6.0, 250_000),
-        bench.Batch("bronze", 104.0, 3.0, 150_000),
-        bench.Batch("silver", 110.5, 9.5, 150_000),  # ends at 120
-        bench.Batch("silver", 121.0, 0.1, 0),  # idle batches neither start nor end the span
-        bench.Batch("bronze", 90.0, 0.2, 0),
+        bench_report.Batch("bronze", 100.0, 4.0, 250_000),
+        bench_report.Batch("silver", 104.5, 6.0, 250_000),
+        bench_report.Batch("bronze", 104.0, 3.0, 150_000),
+        bench_report.Batch("silver", 110.5, 9.5, 150_000),  # ends at 120
+        bench_report.Batch("silver", 121.0, 0.1, 0),  # idle batches neither start nor end the span
+        bench_report.Batch("bronze", 90.0, 0.2, 0),
     ]
-    rate, p95_bronze, p95_silver = bench.sustained(batches, 400_000)
+    rate, p95_bronze, p95_silver = bench_report.sustained(batches, 400_000)
     assert rate == pytest.approx(400_000 / 20.0)
     assert p95_bronze == pytest.approx(3.95)
     assert p95_silver == pytest.approx(9.325)
     with pytest.raises(ValueError, match="no batch with rows"):
-        bench.sustained([bench.Batch("bronze", 1.0, 1.0, 5)], 5)
+        bench_report.sustained([bench_report.Batch("bronze", 1.0, 1.0, 5)], 5)
 
 
 def test_probe_is_a_valid_order_in_its_own_hour_of_the_probe_year():
     hour = datetime(2001, 3, 4, 5, tzinfo=UTC)
-    event = bench.probe_event("r1", 7, hour)
+    event = latency.probe_event("r1", 7, hour)
     assert event["event_time"] == "2001-03-04T05:00:00.000Z"
     assert event["event_type"] == "order_placed" and event["schema_version"] == 1
     items = event["payload"]["items"]
@@ -58,22 +60,22 @@ def test_probe_is_a_valid_order_in_its_own_hour_of_the_probe_year():
     assert len(json.dumps(event)) < 64 * 1024
     # Every minute of a run's start lands in a stretch of 100 hours inside 2001.
     for minute in range(0, 200):
-        base = bench.probe_base(datetime(2026, 11, 22, 0, minute % 60, tzinfo=UTC))
+        base = latency.probe_base(datetime(2026, 11, 22, 0, minute % 60, tzinfo=UTC))
         assert base.year == 2001
-        assert (base.replace(hour=0, day=1, month=1) - bench.PROBE_YEAR).days == 0
-        assert (bench.PROBE_YEAR.replace(year=2002) - base).total_seconds() >= 100 * 3600
+        assert (base.replace(hour=0, day=1, month=1) - latency.PROBE_YEAR).days == 0
+        assert (latency.PROBE_YEAR.replace(year=2002) - base).total_seconds() >= 100 * 3600
 
 
 def test_intervals_and_chunks():
-    assert bench._seconds("1 second") == 1.0
-    assert bench._seconds("500 milliseconds") == 0.5
-    assert bench._seconds("2 minutes") == 120.0
-    assert bench._chunks(250_000, 100_000) == [100_000, 100_000, 50_000]
-    assert bench._chunks(5, 100) == [5]
+    assert latency._seconds("1 second") == 1.0
+    assert latency._seconds("500 milliseconds") == 0.5
+    assert latency._seconds("2 minutes") == 120.0
+    assert throughput._chunks(250_000, 100_000) == [100_000, 100_000, 50_000]
+    assert throughput._chunks(5, 100) == [5]
 
 
-def _report() -> bench.Report:
-    return bench.Report(
+def _report() -> bench_report.Report:
+    return bench_report.Report(
         figures={
             "producer_events_per_s": 120_000.0,
             "producer_vs_baseline": 0.55,
@@ -96,12 +98,14 @@ def _report() -> bench.Report:
 
 def test_table_and_doc_section_say_what_was_missed(tmp_path):
     report = _report()
-    text = bench.table(report)
+    text = bench_report.table(report)
     assert "| producer | 120,000 | 218,000 | events/s | >= 100,000 | yes |" in text
     assert "| ingest | 21,000 | - | events/s | >= 30,000 | **missed** |" in text
     assert "| replay time / DuckDB time | 9.00 | | ratio | <= 3 | **missed** |" in text
     docs = tmp_path / "docs"
-    section = bench.section(report, docs / "bench" / "a.json", docs / "bench" / "a.png", docs)
+    section = bench_report.section(
+        report, docs / "bench" / "a.json", docs / "bench" / "a.png", docs
+    )
     assert "2 cores (x), 23.5 GiB; pyspark 4.2.0" in section
     assert "(bench/a.json)" in section and "![bench](bench/a.png)" in section
     assert "Missed: ingest_events_per_s, replay_events_per_s, replay_vs_duckdb_time." in section
@@ -110,7 +114,7 @@ def test_table_and_doc_section_say_what_was_missed(tmp_path):
 def test_save_writes_json_chart_and_appends_to_the_doc(tmp_path):
     doc = tmp_path / "BENCHMARKS.md"
     doc.write_text("# Benchmarks\n")
-    data, chart = bench.save(_report(), tmp_path / "bench", doc)
+    data, chart = runner.save(_report(), tmp_path / "bench", doc)
     saved = json.loads(data.read_text())
     assert saved["figures"]["ingest_events_per_s"] == 21_000.0
     assert {v["figure"]: v["met"] for v in saved["verdicts"]}["ingest_events_per_s"] is False

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from warehouse.tools.bench import Report
+from warehouse.tools.bench.report import TARGETS, Report
 
 # (title, unit, regauge figure, baseline figure, baseline label, target figure)
 PANELS = [
@@ -52,8 +50,6 @@ def draw(report: Report, path: Path) -> None:
 
     matplotlib.use("Agg")  # no display here or in CI
     import matplotlib.pyplot as plt
-
-    from warehouse.tools.bench import TARGETS
 
     bounds = {name: (op, bound) for name, op, bound in TARGETS}
     fig, axes = plt.subplots(2, 3, figsize=(12, 6.5))

@@ -1,0 +1,219 @@
+"""The latency phases: freshness (a probe order's time until Trino shows its window)
+under steady load, and serving queries beside `SELECT 1`, both through Trino."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from warehouse.base.settings import Settings
+from warehouse.tools.bench.context import Bench
+from warehouse.tools.bench.report import percentile
+
+PROBE_VIEW = "revenue_hourly"
+# Each run's probe orders fall in hours of 2001, a year no generated traffic uses, so
+# a window appearing there can only be a probe arriving.
+PROBE_YEAR = datetime(2001, 1, 1, tzinfo=UTC)
+PROBE_CUSTOMER = "bench-probe"
+# How often freshness asks Trino; each ask is a real query, so not too often.
+POLL_S = 0.5
+
+
+def probe_event(run: str, k: int, hour: datetime) -> dict[str, Any]:
+    """A valid order_placed whose event time opens hour `hour` in the probe year."""
+    return {
+        "event_id": f"bench-{run}-{k}",
+        "event_type": "order_placed",
+        "event_time": hour.strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+        "customer_id": PROBE_CUSTOMER,
+        "schema_version": 1,
+        "payload": {
+            "order_id": f"bench-{run}-{k}",
+            "currency": "GBP",
+            "items": [{"product_id": "bench-probe", "quantity": 1, "unit_price": 1.0}],
+            "total": 1.0,
+        },
+    }
+
+
+def probe_base(now: datetime) -> datetime:
+    """The first probe hour of a run: one of 87 stretches of 100 hours in 2001, a
+    different one each minute, so runs rarely meet (`_free_probe_base` checks anyway)."""
+    slot = int(now.timestamp() // 60) % 87
+    return PROBE_YEAR + timedelta(hours=slot * 100)
+
+
+def query_latency(settings: Settings, sql: str, runs: int, warmup: int = 3) -> list[float]:
+    """Wall-clock milliseconds of `runs` executions of sql through the trino client."""
+    from warehouse.sql import trino_client
+
+    out = []
+    for i in range(warmup + runs):
+        started = time.perf_counter()
+        trino_client.query(settings, sql)
+        if i >= warmup:
+            out.append((time.perf_counter() - started) * 1000)
+    return out
+
+
+def ensure_serving(bench: Bench) -> None:
+    """A live revenue_hourly version with its stream, and ingest running, as in production."""
+    from warehouse.ops import airflow_client, ingest_ctl, streams
+    from warehouse.sql import versions
+
+    if not any(v.live for v in versions.versions(bench.settings, PROBE_VIEW)):
+        bench.say(f"  no live {PROBE_VIEW} version: building v1 through regauge_reprocess")
+        airflow_client.Client(bench.settings).run(
+            "regauge_reprocess", {"view": PROBE_VIEW, "version": 1}
+        )
+    ingest_ctl.start(bench.settings, None)
+    for line in streams.ensure(bench.settings):
+        bench.say(f"  {line}")
+
+
+def freshness(bench: Bench) -> None:
+    """Probe orders sent every few seconds under steady load; each one's time until
+    Trino shows its window through lakehouse.serving.revenue_hourly."""
+    from spark_jobs import generator, producer
+    from warehouse.ops.stack import process
+    from warehouse.sql import serving, trino_client
+
+    base = _free_probe_base(bench)
+    sql = (
+        f"SELECT DISTINCT window_start FROM {serving.trino_name(PROBE_VIEW)} "
+        "WHERE window_start >= ? AND window_start < ?"
+    )
+    span = [base, base + timedelta(hours=100)]
+
+    def visible() -> set[int]:
+        rows = trino_client.query(bench.settings, sql, span).rows
+        return {int((_utc(r[0]) - base).total_seconds() // 3600) for r in rows}
+
+    # The streams may still be catching up with the ingest phase; the first
+    # probe, unmeasured, waits for that.
+    _probe(bench, base, 0)
+    if not process.wait_until(lambda: 0 in visible(), 900):
+        raise RuntimeError("the warm-up probe never became visible in 15 min")
+    load = generator.records(
+        int(bench.run_id) % 10**9 + 500,
+        int(bench.sizes.load_rate * (bench.sizes.freshness_s + 15)),
+    )
+    loader = threading.Thread(
+        target=lambda: producer.produce_run(bench.settings, 0, load, rate=bench.sizes.load_rate),
+        name="bench-load",
+        daemon=True,
+    )
+    loader.start()
+    sent: dict[int, float] = {}
+    seen: dict[int, float] = {}
+    k = 1
+    end = time.monotonic() + bench.sizes.freshness_s
+    next_probe = time.monotonic()
+    while time.monotonic() < end or (set(sent) - set(seen) and time.monotonic() < end + 120):
+        now = time.monotonic()
+        if now >= next_probe and now < end and k < 100:
+            sent[k] = _probe(bench, base, k)
+            k += 1
+            next_probe = now + bench.sizes.probe_every_s
+        found = visible()
+        at = time.monotonic()
+        for j in found:
+            if j in sent and j not in seen:
+                seen[j] = at
+        time.sleep(POLL_S)
+    loader.join(bench.sizes.freshness_s + 120)
+    lags = [seen[j] - sent[j] for j in sorted(seen)]
+    if not lags:
+        raise RuntimeError("no probe became visible through Trino within 2 minutes")
+    f = bench.report.figures
+    f["freshness_p50_s"] = percentile(lags, 50)
+    f["freshness_p95_s"] = percentile(lags, 95)
+    f["freshness_probes"] = len(sent)
+    f["freshness_never_seen"] = len(set(sent) - set(seen))
+    bench.report.baselines["trigger_interval_s"] = _seconds(bench.settings.trigger_interval)
+    bench.report.notes["freshness"] = (
+        f"{len(sent)} probes, one every {bench.sizes.probe_every_s:g} s, under "
+        f"{bench.sizes.load_rate:,.0f} events/s of load; Trino polled every {POLL_S:g} s"
+    )
+    bench.say(
+        f"freshness: p50 {f['freshness_p50_s']:.1f} s, p95 {f['freshness_p95_s']:.1f} s "
+        f"({len(lags)} of {len(sent)} probes seen); trigger interval "
+        f"{bench.settings.trigger_interval}"
+    )
+
+
+def _probe(bench: Bench, base: datetime, k: int) -> float:
+    from confluent_kafka import Producer
+
+    from spark_jobs import producer
+    from warehouse.base import registry
+
+    send = Producer({**producer.producer_config(bench.settings), "linger.ms": 0})
+    event = probe_event(bench.run_id, k, base + timedelta(hours=k))
+    at = time.monotonic()
+    send.produce(registry.TOPIC, key=PROBE_CUSTOMER, value=json.dumps(event))
+    if send.flush(30):
+        raise RuntimeError("a freshness probe was not acknowledged within 30 s")
+    return at
+
+
+def _free_probe_base(bench: Bench) -> datetime:
+    """A stretch of 100 probe hours no earlier run used."""
+    from warehouse.base import registry
+    from warehouse.sql import trino_client
+
+    used = {
+        _utc(r[0])
+        for r in trino_client.query(
+            bench.settings,
+            "SELECT DISTINCT date_trunc('hour', event_time) FROM "
+            f"{registry.SILVER_EVENTS.trino_name} WHERE customer_id = ?",
+            [PROBE_CUSTOMER],
+        ).rows
+    }
+    base = probe_base(datetime.now(UTC))
+    for _ in range(87):
+        hours = {base + timedelta(hours=h) for h in range(100)}
+        if not hours & used:
+            return base
+        base = PROBE_YEAR + timedelta(hours=(base - PROBE_YEAR).total_seconds() // 3600 + 100)
+        if base.year > PROBE_YEAR.year:
+            base = PROBE_YEAR
+    raise RuntimeError(f"every stretch of {PROBE_YEAR.year} has probes; run `make clean`")
+
+
+def queries(bench: Bench) -> None:
+    from warehouse.sql import serving
+
+    runs = bench.sizes.queries
+    one = query_latency(bench.settings, "SELECT 1", runs)
+    view = query_latency(
+        bench.settings,
+        f"SELECT * FROM {serving.trino_name(PROBE_VIEW)} WHERE currency = 'EUR' "
+        "ORDER BY window_start DESC LIMIT 24",
+        runs,
+    )
+    f, b = bench.report.figures, bench.report.baselines
+    f["serving_query_p50_ms"] = percentile(view, 50)
+    f["serving_query_p95_ms"] = percentile(view, 95)
+    b["select1_p50_ms"] = percentile(one, 50)
+    b["select1_p95_ms"] = percentile(one, 95)
+    bench.say(
+        f"serving query: p50 {f['serving_query_p50_ms']:.0f} ms, p95 "
+        f"{f['serving_query_p95_ms']:.0f} ms; SELECT 1 p50 {b['select1_p50_ms']:.0f} ms"
+    )
+
+
+def _utc(moment: datetime) -> datetime:
+    """Trino's timestamps come back with or without a zone; the bench compares in UTC."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _seconds(interval: str) -> float:
+    """'1 second', '500 milliseconds', '2 minutes' -> seconds."""
+    number, unit = interval.split()
+    scale = {"milli": 0.001, "second": 1.0, "minute": 60.0}
+    return float(number) * next(v for k, v in scale.items() if unit.startswith(k))

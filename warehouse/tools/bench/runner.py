@@ -1,0 +1,136 @@
+"""The whole run: the phases one after another under a memory sampler, with ingest,
+the view streams and the noisy DAGs quiet and left as they were found; then the
+JSON, the chart and the BENCHMARKS.md section."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from warehouse.base.settings import Settings
+from warehouse.tools.bench import chart as bench_chart
+from warehouse.tools.bench import latency, replay, throughput
+from warehouse.tools.bench.context import Bench
+from warehouse.tools.bench.memory import PeakMemory
+from warehouse.tools.bench.report import DOC, Report, machine, section
+from warehouse.tools.bench.sizes import Sizes
+
+QUIET_DAGS = ("regauge_watchdog", "regauge_audit")
+
+
+def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC) -> Report:
+    """Every phase, then the JSON, the chart and (unless doc is None) BENCHMARKS.md."""
+    from spark_jobs.session import build_session
+    from warehouse.ops import airflow_client, ingest_ctl, pipeline, streams
+    from warehouse.sql import trino_client
+
+    report = Report(sizes=asdict(sizes), started_at=datetime.now(UTC).isoformat(timespec="seconds"))
+    began = time.monotonic()
+    ingest_was_running = ingest_ctl.daemon(settings).pid() is not None
+    running_streams = [(s.view, s.version) for s in streams.known(settings) if s.pid]
+    airflow = airflow_client.Client(settings)
+    # The watchdog restarts live versions' streams every minute, and the hourly audit
+    # reads every layer: either would take cores from the phase being measured.
+    was_paused: dict[str, bool] = {}
+    for dag in QUIET_DAGS:
+        airflow.wait_for_dag(dag)
+        was_paused[dag] = airflow.is_paused(dag)
+        airflow.pause(dag, True)
+    bench = Bench(settings, sizes, report)
+    try:
+        with PeakMemory(settings) as memory:
+            ingest_ctl.stop(settings)
+            for view, version in running_streams:
+                streams.stop(settings, view, version)
+            # The event log is what to profile a slow phase with (Spark's history UI reads it).
+            events_dir = settings.state_dir / "bench" / "spark-events"
+            events_dir.mkdir(parents=True, exist_ok=True)
+            spark = build_session(
+                "regauge-bench",
+                settings,
+                extra_conf={
+                    "spark.eventLog.enabled": "true",
+                    "spark.eventLog.dir": str(events_dir),
+                    # Plain JSON lines, so jq or a few lines of Python can read them.
+                    "spark.eventLog.compress": "false",
+                },
+            )
+            spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "1000")
+            report.machine = machine(spark)
+            report.machine["trino"] = trino_client.scalar(
+                settings, "SELECT node_version FROM system.runtime.nodes LIMIT 1"
+            )
+            print(
+                "bench: settling what ingest had not copied yet, so the phases measure only "
+                "the bench's records"
+            )
+            pipeline.ingest_once(spark, settings)
+            print(f"bench: producer ({sizes.events:,} records)")
+            before, after, valid = throughput.producer(bench)
+            print("bench: ingest (a bare consumer first, then Kafka -> bronze -> silver)")
+            throughput.bare_consumer(bench, before, after)
+            throughput.ingest(bench, spark, before, after, valid)
+            print("bench: replay of every view from silver, and DuckDB")
+            replay.replay(bench, spark)
+            _stop_jvm(spark)
+            print("bench: freshness through Trino under steady load")
+            latency.ensure_serving(bench)
+            latency.freshness(bench)
+            print(f"bench: serving query latency ({sizes.queries} runs)")
+            latency.queries(bench)
+        report.figures["stack_peak_gib"] = memory.peak / 2**30
+        parts = ", ".join(
+            f"{name} {n / 2**30:.1f}" for name, n in sorted(memory.at_peak.items()) if n
+        )
+        report.notes["memory"] = f"at the peak, GiB: {parts}"
+        print(f"bench: stack peak resident memory {memory.peak / 2**30:.1f} GiB ({parts})")
+    finally:
+        for dag, paused in was_paused.items():
+            airflow.pause(dag, paused)
+        if not ingest_was_running:
+            ingest_ctl.stop(settings)
+        for s in streams.known(settings):
+            if s.pid and (s.view, s.version) not in running_streams:
+                streams.stop(settings, s.view, s.version)
+        for view, version in running_streams:
+            streams.start(settings, view, version)
+    report.seconds = time.monotonic() - began
+    save(report, out_dir, doc)
+    return report
+
+
+def save(report: Report, out_dir: Path, doc: Path | None) -> tuple[Path, Path]:
+    """The run's JSON and chart in out_dir; its table appended to doc."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = report.started_at.replace(":", "").replace("-", "")[:15]
+    data = out_dir / f"bench-{stamp}.json"
+    data.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    chart = out_dir / f"bench-{stamp}.png"
+    bench_chart.draw(report, chart)
+    if doc is not None:
+        with doc.open("a") as out:
+            out.write("\n" + section(report, data, chart, doc.parent) + "\n")
+    print(f"bench: wrote {data} and {chart}" + (f"; appended to {doc}" if doc else ""))
+    return data, chart
+
+
+def _stop_jvm(spark: Any) -> None:
+    """Stop Spark and its JVM: `spark.stop()` alone leaves the JVM's heap resident,
+    which the later phases would count as the stack's memory."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    spark.stop()
+    if gateway is None:
+        return
+    proc = getattr(gateway, "proc", None)
+    gateway.shutdown()
+    if proc is not None:
+        proc.terminate()
+        proc.wait(60)
+    SparkContext._gateway = None
+    SparkContext._jvm = None

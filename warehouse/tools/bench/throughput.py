@@ -1,0 +1,239 @@
+"""The throughput phases: regauge's producer beside a bare confluent-kafka loop, and
+ingest Kafka -> bronze -> silver beside a bare consumer, over the same records."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import datetime
+from typing import Any
+
+from warehouse.base.settings import Settings
+from warehouse.tools.bench.context import Bench
+from warehouse.tools.bench.report import Batch, sustained
+
+BENCH_TOPIC = "regauge.bench.baseline"
+
+
+def producer(bench: Bench) -> tuple[dict[int, int], dict[int, int], int]:
+    """regauge's producer and a bare loop over the same records, chunk by chunk.
+
+    Returns the topic's end offsets before and after, and how many records
+    the contract accepts (all of them: clean generator traffic).
+    """
+    from confluent_kafka import Producer
+
+    from spark_jobs import generator, producer
+    from warehouse.ops.stack import services
+
+    # The baseline's own topic, shaped like the real one, so the lake never sees it.
+    services.ensure_topic(bench.settings, BENCH_TOPIC)
+    before = _end_offsets(bench.settings)
+    ours = bare = 0.0
+    sent = valid = 0
+    seed = int(bench.run_id) % 10**9
+    for n, size in enumerate(_chunks(bench.sizes.events, bench.sizes.chunk)):
+        # Generating is not producing: only the sends are timed.
+        records = generator.records(seed + n, size)
+        valid += sum(1 for r in records if r.expect == generator.VALID)
+        run = producer.produce_run(bench.settings, seed + n, records)
+        if not run.summary.ok:
+            raise RuntimeError(f"the producer failed: {run.summary.errors[:3]}")
+        ours += run.summary.seconds
+        sent += run.summary.produced
+        # A producer per chunk, as produce_run makes one per call: both pay the
+        # same connection and idempotence handshake.
+        started = time.monotonic()
+        baseline = Producer(producer.producer_config(bench.settings))
+        for r in records:
+            while True:
+                try:
+                    baseline.produce(
+                        BENCH_TOPIC, key=r.key, value=r.value, timestamp=r.timestamp_ms or 0
+                    )
+                    break
+                except BufferError:
+                    baseline.poll(0.05)
+            baseline.poll(0)
+        if baseline.flush(60):
+            raise RuntimeError("the bare producer loop could not deliver within 60 s")
+        bare += time.monotonic() - started
+        bench.say(f"  producer: {sent:,} of {bench.sizes.events:,} sent")
+    after = _end_offsets(bench.settings)
+    f, b = bench.report.figures, bench.report.baselines
+    f["producer_events_per_s"] = sent / ours
+    b["producer_baseline_events_per_s"] = sent / bare
+    f["producer_vs_baseline"] = f["producer_events_per_s"] / b["producer_baseline_events_per_s"]
+    bench.say(
+        f"producer: {f['producer_events_per_s']:,.0f} events/s; bare confluent-kafka loop "
+        f"{b['producer_baseline_events_per_s']:,.0f} events/s"
+    )
+    return before, after, valid
+
+
+def bare_consumer(bench: Bench, before: dict[int, int], after: dict[int, int]) -> None:
+    """A confluent-kafka consumer reading the same records and doing nothing with them."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from warehouse.base import registry
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bench.settings.kafka_bootstrap,
+            "group.id": f"regauge-bench-{bench.run_id}",
+            "enable.auto.commit": False,
+        }
+    )
+    want = sum(after[p] - before[p] for p in after)
+    consumer.assign([TopicPartition(registry.TOPIC, p, before[p]) for p in after])
+    got = 0
+    started = time.monotonic()
+    deadline = started + 600
+    while got < want and time.monotonic() < deadline:
+        for msg in consumer.consume(num_messages=10_000, timeout=1.0):
+            if msg.error() is None:
+                got += 1
+    seconds = time.monotonic() - started
+    consumer.close()
+    if got < want:
+        raise RuntimeError(f"the bare consumer read {got:,} of {want:,} records in 600 s")
+    bench.report.baselines["ingest_baseline_events_per_s"] = want / seconds
+
+
+def ingest(
+    bench: Bench, spark: Any, before: dict[int, int], after: dict[int, int], valid: int
+) -> None:
+    """Ingest as in production (both queries, processing-time trigger) through the backlog."""
+    from pyspark.sql import functions as F
+
+    from warehouse.base import registry
+    from warehouse.ops import ingest_ctl, pipeline
+
+    batches: list[Batch] = []
+    listener = _batch_listener(batches)
+    spark.streams.addListener(listener)
+    stop = threading.Event()
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            pipeline.run_ingest(
+                spark,
+                bench.settings,
+                stop,
+                status_file=ingest_ctl.daemon(bench.settings).status_file,
+            )
+        except BaseException as exc:
+            failure.append(exc)
+            stop.set()
+
+    worker = threading.Thread(target=work, name="bench-ingest")
+    worker.start()
+    want = sum(after[p] - before[p] for p in after)
+    deadline = time.monotonic() + 1800
+    try:
+        while not stop.is_set() and time.monotonic() < deadline:
+            if listener.caught_up(after):
+                break
+            stop.wait(1.0)
+    finally:
+        stop.set()
+        worker.join(120)
+        spark.streams.removeListener(listener)
+    if failure:
+        raise RuntimeError(f"ingest failed during the bench: {failure[0]}")
+    if not listener.caught_up(after):
+        raise RuntimeError("ingest did not catch up with the bench's records in 30 min")
+    # The figures count only if every record landed exactly where the contract says.
+    ranges = F.lit(False)
+    for p in after:
+        ranges = ranges | (
+            (F.col("partition") == p)
+            & (F.col("offset") >= before[p])
+            & (F.col("offset") < after[p])
+        )
+    read = spark.read.format("delta").load
+    in_bronze = read(registry.BRONZE_EVENTS.path(bench.settings)).where(ranges).count()
+    in_silver = read(registry.SILVER_EVENTS.path(bench.settings)).where(ranges).count()
+    if (in_bronze, in_silver) != (want, valid):
+        raise RuntimeError(
+            f"ingest landed {in_bronze:,} in bronze and {in_silver:,} in silver; "
+            f"expected {want:,} and {valid:,}"
+        )
+    rate, p95_bronze, p95_silver = sustained(batches, want)
+    f = bench.report.figures
+    f["ingest_events_per_s"] = rate
+    f["ingest_batch_p95_s_bronze"] = p95_bronze
+    f["ingest_batch_p95_s_silver"] = p95_silver
+    f["ingest_vs_baseline"] = rate / bench.report.baselines["ingest_baseline_events_per_s"]
+    bench.report.notes["ingest"] = (
+        f"{want:,} records, {sum(1 for b in batches if b.rows)} micro-batches with rows, "
+        f"at most {bench.settings.ingest_max_records_per_batch:,} records per bronze batch"
+    )
+    bench.say(
+        f"ingest: {rate:,.0f} events/s (p95 batch: bronze {p95_bronze:.1f} s, silver "
+        f"{p95_silver:.1f} s); bare consumer "
+        f"{bench.report.baselines['ingest_baseline_events_per_s']:,.0f} events/s"
+    )
+
+
+def _batch_listener(batches: list[Batch]) -> Any:
+    """A StreamingQueryListener that collects every ingest micro-batch and knows when
+    bronze has read up to given offsets and silver has found nothing new since.
+
+    Made inside a function so this module imports without PySpark (its pure
+    parts are tested without a JVM).
+    """
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    from spark_jobs import ingest
+
+    class Listener(StreamingQueryListener):
+        def __init__(self) -> None:
+            self.names: dict[str, str] = {}
+            self.bronze_end: dict[int, int] = {}
+            self.bronze_done_at = 0.0
+            self.silver_idle_at = 0.0
+
+        def onQueryStarted(self, event: Any) -> None:
+            self.names[str(event.id)] = event.name
+
+        def onQueryProgress(self, event: Any) -> None:
+            p = json.loads(event.progress.json)
+            started = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+            seconds = (p.get("durationMs") or {}).get("triggerExecution", 0) / 1000
+            rows = int(p.get("numInputRows") or 0)
+            batches.append(Batch(p.get("name") or "?", started, seconds, rows))
+            if p.get("name") == "bronze":
+                source = (p.get("sources") or [{}])[0]
+                end = ingest.kafka_offsets(source, "endOffset")
+                self.bronze_end = {int(part): o for part, o in end.items()} or self.bronze_end
+                if rows:
+                    self.bronze_done_at = started + seconds
+            elif p.get("name") == "silver" and not rows:
+                self.silver_idle_at = started
+
+        def onQueryIdle(self, event: Any) -> None:
+            if self.names.get(str(event.id)) == "silver":
+                self.silver_idle_at = time.time()
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+        def caught_up(self, after: dict[int, int]) -> bool:
+            reached = all(self.bronze_end.get(p, -1) >= o for p, o in after.items())
+            return reached and self.silver_idle_at > self.bronze_done_at + 2.0
+
+    return Listener()
+
+
+def _end_offsets(settings: Settings) -> dict[int, int]:
+    """The event topic's next offset per partition."""
+    from warehouse.ops import audit
+
+    return {p: high for p, (_, high) in audit.kafka_watermarks(settings).items()}
+
+
+def _chunks(total: int, size: int) -> list[int]:
+    return [min(size, total - start) for start in range(0, total, size)]
