@@ -1,0 +1,122 @@
+"""Airflow 3, its four components run from their own virtualenv."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+from warehouse.base.settings import REPO_ROOT
+from warehouse.ops.stack.base import Service
+from warehouse.ops.stack.process import Proc, ServiceError
+
+log = logging.getLogger(__name__)
+
+AIRFLOW_VENV = REPO_ROOT / ".venv-airflow"
+
+
+class Airflow(Service):
+    """Airflow 3 (api-server, scheduler, dag-processor, triggerer) in its own virtualenv."""
+
+    name = "airflow"
+    health_timeout = 240.0
+    components = ("api-server", "scheduler", "dag-processor", "triggerer")
+
+    def ports(self) -> Sequence[int]:
+        return [self.settings.airflow_port]
+
+    @property
+    def passwords_file(self) -> Path:
+        return self.home / "simple_auth_manager_passwords.json.generated"
+
+    def _secret(self, name: str) -> str:
+        """A secret generated once and kept, so every component agrees on it."""
+        path = self.home / f".{name}"
+        if not path.is_file():
+            self.home.mkdir(parents=True, exist_ok=True)
+            path.write_text(secrets.token_urlsafe(32))
+            path.chmod(0o600)
+        return path.read_text().strip()
+
+    def env(self) -> dict[str, str]:
+        s = self.settings
+        url = s.airflow_url
+        return {
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.passwords_file),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": (
+                f"postgresql+psycopg2://{s.postgres_user}:{s.postgres_password}"
+                f"@{s.postgres_host}:{s.postgres_port}/{s.airflow_db}"
+            ),
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(s.airflow_port),
+            "AIRFLOW__API__BASE_URL": url,
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API_AUTH__JWT_SECRET": self._secret("jwt_secret"),
+            "AIRFLOW__API__SECRET_KEY": self._secret("api_secret"),
+            # New DAG files are picked up within seconds, not the default five minutes.
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "15",
+            "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
+            # The pipeline's CLI, which every task calls (DAGs stay thin).
+            "REGAUGE_BIN": str(REPO_ROOT / ".venv" / "bin" / "regauge"),
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def _bin(self) -> str:
+        airflow = AIRFLOW_VENV / "bin" / "airflow"
+        if not airflow.is_file():
+            raise ServiceError(f"Airflow is not installed ({airflow}): run `make setup`")
+        return str(airflow)
+
+    def procs(self) -> Sequence[Proc]:
+        env = self.env()
+        return [
+            Proc(name=f"airflow-{c}", argv=[self._bin(), c], env=env, cwd=self.home)
+            for c in self.components
+        ]
+
+    def prepare(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        log.info("migrating Airflow's metadata database")
+        proc = subprocess.run(
+            [self._bin(), "db", "migrate"],
+            env={**os.environ, **self.env()},
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            raise ServiceError(
+                f"airflow db migrate failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+            )
+
+    def healthy(self) -> bool:
+        try:
+            url = f"{self.settings.airflow_url}/api/v2/monitor/health"
+            with urllib.request.urlopen(url, timeout=3) as resp:
+                health = json.load(resp)
+        except (OSError, urllib.error.URLError, ValueError):
+            return False
+        parts = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+        return all(health.get(p, {}).get("status") == "healthy" for p in parts)
+
+    def admin_password(self) -> str | None:
+        try:
+            return json.loads(self.passwords_file.read_text()).get("admin")
+        except (OSError, ValueError):
+            return None
+
+    def note(self) -> str:
+        return f"UI {self.settings.airflow_url} — user admin, password in {self.passwords_file}"

@@ -1,0 +1,128 @@
+"""Kafka, a single-node KRaft broker, and the admin helpers that make its topic."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import shutil
+import subprocess
+import uuid
+from collections.abc import Sequence
+
+from confluent_kafka.admin import AdminClient
+
+from warehouse.base import jvm, registry
+from warehouse.base.settings import Settings
+from warehouse.ops.stack.base import INFRA, Service, _render
+from warehouse.ops.stack.process import Proc, ServiceError, port_open
+
+log = logging.getLogger(__name__)
+
+
+class Kafka(Service):
+    """A single-node Kafka 4 broker in KRaft mode, from Maven Central jars."""
+
+    name = "kafka"
+    health_timeout = 90.0
+
+    def ports(self) -> Sequence[int]:
+        return [self.settings.kafka_port, self.settings.kafka_controller_port]
+
+    def _java_base(self) -> list[str]:
+        jars = jvm.layout(self.settings).kafka_jars
+        if not (jars / ".complete").is_file():
+            raise ServiceError(f"Kafka jars are not fetched yet ({jars}): run `make setup`")
+        return [
+            jvm.java17(),
+            "-Xms256m",
+            "-Xmx1g",
+            "-XX:+UseG1GC",
+            f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}",
+            "-cp",
+            f"{jars}/*",
+        ]
+
+    def procs(self) -> Sequence[Proc]:
+        return [
+            Proc(
+                name="kafka",
+                argv=[*self._java_base(), "kafka.Kafka", str(self.home / "server.properties")],
+            )
+        ]
+
+    def prepare(self) -> None:
+        s = self.settings
+        data = self.home / "data"
+        _render(
+            INFRA / "kafka" / "server.properties",
+            self.home / "server.properties",
+            port=s.kafka_port,
+            controller_port=s.kafka_controller_port,
+            data_dir=data,
+            partitions=s.kafka_partitions,
+        )
+        shutil.copyfile(INFRA / "kafka" / "log4j2.properties", self.home / "log4j2.properties")
+        if (data / "meta.properties").is_file():
+            return
+        cluster_id = _kafka_cluster_id()
+        log.info("formatting Kafka storage in %s (cluster %s)", data, cluster_id)
+        proc = subprocess.run(
+            [
+                *self._java_base(),
+                "kafka.tools.StorageTool",
+                "format",
+                f"--cluster-id={cluster_id}",
+                f"--config={self.home / 'server.properties'}",
+            ],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            raise ServiceError(f"kafka storage format failed:\n{proc.stdout}{proc.stderr}")
+
+    def healthy(self) -> bool:
+        if not port_open(self.settings.kafka_port):
+            return False
+        try:
+            md = kafka_admin(self.settings).list_topics(timeout=3)
+        except Exception:
+            return False
+        return bool(md.brokers)
+
+    def after_start(self) -> None:
+        ensure_topic(self.settings)
+
+
+def _kafka_cluster_id() -> str:
+    """A random cluster id as Kafka makes them: 22 base64url characters, never a
+    leading '-', which the storage tool's argument parser would take for an option."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
+def kafka_admin(settings: Settings) -> AdminClient:
+    # A quiet logger: while the broker starts, librdkafka would print every refusal.
+    quiet = logging.getLogger("regauge.kafka-admin")
+    quiet.setLevel(logging.CRITICAL)
+    return AdminClient({"bootstrap.servers": settings.kafka_bootstrap}, logger=quiet)
+
+
+def ensure_topic(settings: Settings, topic: str = registry.TOPIC) -> None:
+    """Create the event topic with its partition count if it does not exist."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    admin = kafka_admin(settings)
+    if topic in admin.list_topics(timeout=10).topics:
+        return
+    futures = admin.create_topics(
+        [NewTopic(topic, num_partitions=settings.kafka_partitions, replication_factor=1)]
+    )
+    try:
+        futures[topic].result(timeout=30)
+        log.info("created topic %s with %d partitions", topic, settings.kafka_partitions)
+    except KafkaException as exc:
+        if "TOPIC_ALREADY_EXISTS" not in str(exc):
+            raise

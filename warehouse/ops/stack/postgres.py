@@ -1,0 +1,211 @@
+"""PostgreSQL, from Debian's packages, in a private cluster under the state dir."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from warehouse.base import registry
+from warehouse.ops.stack.base import Service
+from warehouse.ops.stack.process import Proc, ServiceError
+
+log = logging.getLogger(__name__)
+
+
+def _running_as_root() -> bool:
+    return os.geteuid() == 0
+
+
+class Postgres(Service):
+    """PostgreSQL from Debian's packages, in a private cluster under the state dir."""
+
+    name = "postgres"
+    health_timeout = 60.0
+
+    @property
+    def real_home(self) -> Path:
+        """The cluster's directory with links resolved: the postgres account may
+        not be able to pass through .state/ to follow the link itself."""
+        return self.home.resolve()
+
+    @property
+    def data(self) -> Path:
+        return self.real_home / "data"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.real_home / "run"
+
+    def _place_home(self, user: str) -> None:
+        """Give the postgres account a home it can reach.
+
+        Run as root from a checkout under a private directory (say /root), the
+        postgres account cannot traverse to .state/; the cluster then lives in
+        /var/lib/regauge/<id>, with .state/postgres linking to it.
+        """
+        if self.home.exists() or self.home.is_symlink():
+            return
+        self.settings.state_dir.mkdir(parents=True, exist_ok=True)
+        probe = subprocess.run(["test", "-x", str(self.settings.state_dir)], user=user, check=False)
+        if probe.returncode == 0:
+            return
+        digest = hashlib.sha1(str(self.settings.state_dir).encode()).hexdigest()[:10]
+        real = Path("/var/lib/regauge") / digest / "postgres"
+        real.mkdir(parents=True, exist_ok=True)
+        for parent in (real.parent.parent, real.parent):
+            parent.chmod(0o755)
+        self.home.symlink_to(real, target_is_directory=True)
+        log.info("postgres cannot reach %s; its cluster lives in %s", self.settings.state_dir, real)
+
+    @staticmethod
+    def bin_dir() -> Path:
+        found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
+        if not found:
+            raise ServiceError(
+                "PostgreSQL server not found under /usr/lib/postgresql: run `make setup` "
+                "(installs Debian's postgresql) or `apt-get install -y postgresql`"
+            )
+        return found[-1].parent
+
+    def _user(self) -> str | None:
+        # initdb and postgres refuse to run as root: use Debian's postgres account.
+        return "postgres" if _running_as_root() else None
+
+    def ports(self) -> Sequence[int]:
+        return [self.settings.postgres_port]
+
+    def procs(self) -> Sequence[Proc]:
+        return [
+            Proc(
+                name="postgres",
+                argv=[
+                    str(self.bin_dir() / "postgres"),
+                    "-D",
+                    str(self.data),
+                    "-p",
+                    str(self.settings.postgres_port),
+                    "-k",
+                    str(self.run_dir),
+                    "-c",
+                    "listen_addresses=127.0.0.1",
+                    "-c",
+                    "max_connections=200",
+                    "-c",
+                    "shared_buffers=128MB",
+                ],
+                user=self._user(),
+                # SIGINT is PostgreSQL's "fast" shutdown; SIGTERM waits for clients.
+                stop_signal=signal.SIGINT,
+            )
+        ]
+
+    def prepare(self) -> None:
+        user = self._user()
+        if user:
+            self._place_home(user)
+        for d in (self.real_home, self.run_dir):
+            d.mkdir(parents=True, exist_ok=True)
+            if user:
+                shutil.chown(d, user)
+        if (self.data / "PG_VERSION").is_file():
+            return
+        if self.data.exists():
+            # Left by an initdb that was interrupted; initdb needs an empty directory.
+            shutil.rmtree(self.data)
+        log.info("initialising PostgreSQL cluster in %s", self.data)
+        pwfile = self.real_home / ".superuser-pw"
+        pwfile.write_text(secrets.token_hex(16) + "\n")
+        if user:
+            shutil.chown(pwfile, user)
+        init = subprocess.run(
+            [
+                str(self.bin_dir() / "initdb"),
+                "-D",
+                str(self.data),
+                "-U",
+                "postgres",
+                "--pwfile",
+                str(pwfile),
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+            ],
+            capture_output=True,
+            text=True,
+            user=user,
+        )
+        if init.returncode != 0:
+            raise ServiceError(f"initdb failed in {self.data}:\n{init.stdout}{init.stderr}")
+
+    def healthy(self) -> bool:
+        proc = subprocess.run(
+            [
+                str(self.bin_dir() / "pg_isready"),
+                "-q",
+                "-h",
+                str(self.run_dir),
+                "-p",
+                str(self.settings.postgres_port),
+            ],
+            check=False,
+        )
+        return proc.returncode == 0
+
+    def superuser_conninfo(self, dbname: str = "postgres") -> str:
+        """Through the private Unix socket, where the superuser is trusted."""
+        return (
+            f"host={self.run_dir} port={self.settings.postgres_port} user=postgres dbname={dbname}"
+        )
+
+    def after_start(self) -> None:
+        import psycopg
+        from psycopg import sql
+
+        s = self.settings
+        with psycopg.connect(self.superuser_conninfo(), autocommit=True) as conn:
+            if conn.execute(
+                "SELECT 1 FROM pg_roles WHERE rolname = %s", [s.postgres_user]
+            ).fetchone():
+                conn.execute(
+                    sql.SQL("ALTER ROLE {} WITH LOGIN PASSWORD {}").format(
+                        sql.Identifier(s.postgres_user), sql.Literal(s.postgres_password)
+                    )
+                )
+            else:
+                conn.execute(
+                    sql.SQL("CREATE ROLE {} WITH LOGIN PASSWORD {}").format(
+                        sql.Identifier(s.postgres_user), sql.Literal(s.postgres_password)
+                    )
+                )
+            for db in (s.postgres_db, s.airflow_db):
+                if not conn.execute(
+                    "SELECT 1 FROM pg_database WHERE datname = %s", [db]
+                ).fetchone():
+                    conn.execute(
+                        sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                            sql.Identifier(db), sql.Identifier(s.postgres_user)
+                        )
+                    )
+        with psycopg.connect(self.superuser_conninfo(s.postgres_db), autocommit=True) as conn:
+            for schema in registry.PG_SCHEMAS:
+                conn.execute(
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {} AUTHORIZATION {}").format(
+                        sql.Identifier(schema), sql.Identifier(s.postgres_user)
+                    )
+                )
+        from warehouse.sql import migrations
+
+        migrations.apply(s)
+
+    def note(self) -> str:
+        s = self.settings
+        return f"psql {s.postgres_dsn()}"

@@ -1,0 +1,94 @@
+"""Trino, on Java 25, with its config rendered from infra/trino/local."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from string import Template
+
+from warehouse.base import jvm
+from warehouse.ops.stack.base import INFRA, Service, _render
+from warehouse.ops.stack.process import Proc, ServiceError
+
+
+class Trino(Service):
+    """Trino 476 on Java 25 with catalogs `lakehouse` (Delta) and `ops` (PostgreSQL)."""
+
+    name = "trino"
+    health_timeout = 180.0
+
+    def ports(self) -> Sequence[int]:
+        return [self.settings.trino_port]
+
+    def _server_home(self) -> Path:
+        home = jvm.layout(self.settings).trino_home(self.settings.versions.trino)
+        if not (home / ".complete").is_file():
+            raise ServiceError(f"Trino is not fetched yet ({home}): run `make setup`")
+        return home
+
+    def procs(self) -> Sequence[Proc]:
+        etc = self.home / "etc"
+        jvm_config = (INFRA / "trino" / "local" / "jvm.config").read_text()
+        jvm_opts = Template(jvm_config).substitute(heap=self.settings.trino_heap).split()
+        return [
+            Proc(
+                name="trino",
+                argv=[
+                    jvm.java25(),
+                    *jvm_opts,
+                    "-cp",
+                    f"{self._server_home() / 'lib'}/*",
+                    f"-Dconfig={etc / 'config.properties'}",
+                    f"-Dlog.levels-file={etc / 'log.properties'}",
+                    "io.trino.server.TrinoServer",
+                ],
+                cwd=self.home,
+            )
+        ]
+
+    def prepare(self) -> None:
+        s = self.settings
+        src = INFRA / "trino" / "local"
+        etc = self.home / "etc"
+        lake = Path(s.lake_root)
+        metastore = lake / "_trino_metastore"
+        metastore.mkdir(parents=True, exist_ok=True)
+        values = {
+            "port": s.trino_port,
+            "data_dir": self.home / "data",
+            "plugin_dir": self._server_home() / "plugin",
+            "catalog_dir": etc / "catalog",
+            "lake_root": lake,
+            "pg_host": s.postgres_host,
+            "pg_port": s.postgres_port,
+            "pg_db": s.postgres_db,
+            "pg_user": s.postgres_user,
+            "pg_password": s.postgres_password,
+            "heap": s.trino_heap,
+            "etc_dir": etc,
+            "rules_file": INFRA / "trino" / "rules.json",
+        }
+        # Rebuild etc/ each start so a removed catalog file does not linger.
+        if etc.exists():
+            shutil.rmtree(etc)
+        for template in src.rglob("*.properties"):
+            _render(template, etc / template.relative_to(src), **values)
+        # Without the launcher, Trino reads node.* settings from config.properties.
+        config = etc / "config.properties"
+        node = (etc / "node.properties").read_text()
+        config.write_text(config.read_text() + "\n" + node)
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.settings.trino_url}/v1/info", timeout=3) as resp:
+                info = json.load(resp)
+        except (OSError, urllib.error.URLError, ValueError):
+            return False
+        return info.get("starting") is False
+
+    def note(self) -> str:
+        return f"{self.settings.trino_url} (user name is the X-Trino-User header)"
