@@ -73,7 +73,7 @@ AUDIT_RUNS_SCHEMA = StructType(
 
 def sample_scopes(view: View, silver: DataFrame, gold: DataFrame, fraction: float) -> DataFrame:
     """A random subset of the view's scopes: those silver yields and those gold holds."""
-    scope = list(view.scope)
+    scope = list(view.scope_columns)
     every = view.scopes_of(silver, silver).select(*scope).unionByName(gold.select(*scope))
     return every.distinct().sample(fraction=fraction, seed=int(datetime.now(UTC).timestamp()))
 
@@ -120,7 +120,7 @@ def check_version(
     if sample is not None:
         scopes = sample_scopes(view, silver, have, sample).localCheckpoint(eager=True)
         want = runner.gold_rows(view, view.restrict(silver, scopes))
-        have = have.join(F.broadcast(scopes), list(view.scope), "left_semi")
+        have = have.join(F.broadcast(scopes), list(view.scope_columns), "left_semi")
         scope_note = f", {scopes.count()} sampled scopes"
     else:
         want = runner.gold_rows(view, silver)

@@ -17,7 +17,7 @@ from delta.exceptions import (
     DeltaConcurrentModificationException,
 )
 from delta.tables import DeltaTable
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,18 @@ CONFLICTS = (
     ConcurrentWriteException,
     DeltaConcurrentModificationException,
 )
+
+
+# The columns a change-feed row carries besides the table's own.
+CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+
+
+def read_version(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
+    """A Delta table as of a version (None: its newest)."""
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return reader.load(path)
 
 
 def ensure_table(

@@ -1,21 +1,58 @@
-"""What a view version is: a name, a version, its key and schema, and a pure function.
+"""What a view version is: a name, a version, its key and schema, a pure function,
+and a declaration of which gold rows an event can touch.
 
 The function takes the silver DataFrame (any subset of it that holds every
 event the output rows depend on) and returns the gold rows. It never decides
 how it runs: the runner makes it a live stream, a replay or a batch, and owns
 checkpoints, triggers and writes (CONTRACT.md §3, DESIGN.md).
+
+What incremental work needs (which gold rows a changed event touches, which
+silver rows decide them, where a late event lands) is derived from the
+declared `Scope` and `window`: an author writes `compute` and nothing else.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 DEFAULT_ALLOWED_LATENESS = timedelta(hours=2)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a change is scoped by: the runner recomputes, and replaces, every gold
+    row whose scope a changed silver event touches.
+
+    `columns` maps each scope column (a gold column) to a Spark SQL expression over
+    a silver row: strings, because Column objects cannot be built without a
+    running Spark. The `of` events carry their scope themselves. A `linked` event
+    (e.g. a cancellation) carries none: it touches the scopes of every `of` event
+    that shares its `linked_by` column (its order_id), whenever either arrived.
+    """
+
+    columns: Mapping[str, str]
+    of: tuple[str, ...]
+    linked_by: str | None = None
+    linked: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.columns or not self.of:
+            raise ValueError("a scope needs at least one column and one event type")
+        if bool(self.linked) != (self.linked_by is not None):
+            raise ValueError("linked events need linked_by, and linked_by needs linked events")
+        if set(self.of) & set(self.linked):
+            raise ValueError("an event type carries its scope (of) or is linked, not both")
+
+
+# Where a scope column is joined on it takes this name, so that silver's own
+# columns are never replaced by a computed one of the same name.
+_TMP = "__scope_"
 
 
 @dataclass(frozen=True)
@@ -26,25 +63,147 @@ class View:
     key: tuple[str, ...]
     schema: StructType
     compute: Callable[[DataFrame], DataFrame]
-    # The columns a change is scoped by: the runner recomputes, and replaces,
-    # every gold row whose scope a changed silver event touches.
-    scope: tuple[str, ...]
-    # The silver events this view reads (by event_type).
-    event_types: tuple[str, ...]
-    # (changed silver rows, all of silver) -> the scopes (rows of `scope`
-    # columns) whose gold rows the change can alter.
-    scopes_of: Callable[[DataFrame, DataFrame], DataFrame]
-    # (all of silver, scopes) -> the silver rows that decide those scopes' gold rows.
-    restrict: Callable[[DataFrame, DataFrame], DataFrame]
-    # (events that landed, all of silver, gold) -> where each landed: event_id,
-    # event_time, window_start, window_end, window_key (the key besides time).
-    lands_in: Callable[[DataFrame, DataFrame, DataFrame], DataFrame]
+    scope: Scope
+    # The gold columns (start, end) of the window a row stands for: the start is
+    # in the key, and the rest of the key is a restatement's `window_key`.
+    window: tuple[str, str]
     allowed_lateness: timedelta = DEFAULT_ALLOWED_LATENESS
     description: str = ""
     # What this version must share with an earlier one, checked before it goes
     # live: {earlier version: {column here: column there}}, row by row on the key.
     agrees_with: dict[int, dict[str, str]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        columns = set(self.schema.fieldNames())
+        # The runner replaces gold rows by scope, so a scope column is a gold column.
+        missing = [c for c in (*self.key, *self.scope.columns, *self.window) if c not in columns]
+        if missing:
+            raise ValueError(f"{self.table_name}: no such gold columns: {', '.join(missing)}")
+        if self.window[0] not in self.key:
+            raise ValueError(f"{self.table_name}: the window start must be in the key")
+
     @property
     def table_name(self) -> str:
         return f"{self.name}_v{self.version}"
+
+    @property
+    def scope_columns(self) -> tuple[str, ...]:
+        return tuple(self.scope.columns)
+
+    @property
+    def event_types(self) -> tuple[str, ...]:
+        """The silver events this view reads (by event_type)."""
+        return (*self.scope.of, *self.scope.linked)
+
+    @property
+    def window_key(self) -> tuple[str, ...]:
+        """The key besides the window start: a currency, a customer."""
+        return tuple(c for c in self.key if c != self.window[0])
+
+    # -- derived from the scope -----------------------------------------------------
+    def _of(self, silver: DataFrame) -> DataFrame:
+        return silver.where(F.col("event_type").isin(*self.scope.of))
+
+    def _linked(self, silver: DataFrame) -> DataFrame:
+        return silver.where(F.col("event_type").isin(*self.scope.linked))
+
+    def _scope_values(self, prefix: str = "") -> list[Column]:
+        return [F.expr(e).alias(prefix + c) for c, e in self.scope.columns.items()]
+
+    def _linked_of(self, linked: DataFrame, silver: DataFrame) -> DataFrame:
+        """The `of` events of silver that share `linked_by` with `linked`."""
+        assert self.scope.linked_by is not None
+        ids = linked.select(self.scope.linked_by).distinct()
+        return self._of(silver).join(F.broadcast(ids), self.scope.linked_by, "left_semi")
+
+    def scopes_of(self, changed: DataFrame, silver: DataFrame) -> DataFrame:
+        """(changed silver rows, all of silver) -> the scopes (rows of the scope columns)
+        whose gold rows the change can alter: each `of` event's own, and for a linked
+        event the scopes of the `of` events it links to (none yet if they have not
+        arrived: then nothing changes until they do)."""
+        scopes = self._of(changed).select(*self._scope_values())
+        if self.scope.linked:
+            linked_of = self._linked_of(self._linked(changed), silver)
+            scopes = scopes.unionByName(linked_of.select(*self._scope_values()))
+        return scopes.distinct()
+
+    def restrict(self, silver: DataFrame, scopes: DataFrame) -> DataFrame:
+        """(all of silver, scopes) -> the silver rows that decide those scopes' gold rows:
+        the `of` events in them and every linked event that shares `linked_by` with one."""
+        names = [_TMP + c for c in self.scope_columns]
+        wanted = scopes.select(*[F.col(c).alias(_TMP + c) for c in self.scope_columns])
+        of = (
+            self._of(silver)
+            .select("*", *self._scope_values(_TMP))
+            .join(F.broadcast(wanted), names, "left_semi")
+            .drop(*names)
+        )
+        if not self.scope.linked:
+            return of
+        assert self.scope.linked_by is not None
+        theirs = self._linked(silver).join(
+            of.select(self.scope.linked_by).distinct(), self.scope.linked_by, "left_semi"
+        )
+        return of.unionByName(theirs)
+
+    @property
+    def fixed_windows(self) -> bool:
+        """Whether an event alone says which row it lands in: the window's columns and
+        the rest of the key are scope columns (an hour and a currency, say; not a
+        session, which its neighbours decide)."""
+        return all(c in self.scope.columns for c in (*self.window, *self.key))
+
+    def lands_in(self, events: DataFrame, silver: DataFrame, gold: DataFrame | None) -> DataFrame:
+        """(events that landed, all of silver, gold) -> where each landed: event_id,
+        event_time, window_start, window_end, window_key (the key besides time).
+
+        An `of` event lands in the row of its scope whose window holds it; a linked
+        event lands where the `of` events it links to land (each cancellation in its
+        orders' hours). With fixed windows that row is the event's scope itself and
+        gold is not read; otherwise (sessions) it is found in gold, which the runner
+        passes as it is after replacing the batch's scopes.
+        """
+        landing = self._of(events).select(
+            "event_id", "event_time", F.col("event_time").alias("_at"), *self._scope_values(_TMP)
+        )
+        if self.scope.linked:
+            assert self.scope.linked_by is not None
+            by = self.scope.linked_by
+            linked = self._linked(events).select(
+                by, F.col("event_id").alias("_id"), F.col("event_time").alias("_time")
+            )
+            landing = landing.unionByName(
+                self._of(silver)
+                .join(linked, by)
+                .select(
+                    F.col("_id").alias("event_id"),
+                    F.col("_time").alias("event_time"),
+                    F.col("event_time").alias("_at"),
+                    *self._scope_values(_TMP),
+                )
+            )
+        start, end = self.window
+        if self.fixed_windows:
+            return landing.select(
+                "event_id",
+                "event_time",
+                F.col(_TMP + start).alias("window_start"),
+                F.col(_TMP + end).alias("window_end"),
+                self._key_string(_TMP).alias("window_key"),
+            )
+        if gold is None:
+            raise ValueError(f"{self.table_name}: its scope does not fix its windows: pass gold")
+        g = gold.select(*dict.fromkeys((*self.scope_columns, *self.window, *self.key)))
+        on = [F.col(_TMP + c) == g[c] for c in self.scope_columns]
+        return landing.join(g, [*on, F.col("_at") >= g[start], F.col("_at") < g[end]]).select(
+            "event_id",
+            "event_time",
+            g[start].alias("window_start"),
+            g[end].alias("window_end"),
+            self._key_string().alias("window_key"),
+        )
+
+    def _key_string(self, prefix: str = "") -> Column:
+        """The window_key: the one key column besides the window start, or several joined."""
+        cols = [F.col(prefix + c).cast("string") for c in self.window_key]
+        return cols[0] if len(cols) == 1 else F.concat_ws("|", *cols)

@@ -20,7 +20,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs.views.base import View
+from spark_jobs.views.base import Scope, View
 
 GAP = "INTERVAL 30 MINUTES"
 EVENT_TYPES = ("cart_item_added", "cart_item_removed", "order_placed")
@@ -69,45 +69,15 @@ def compute(silver: DataFrame) -> DataFrame:
     )
 
 
-def scopes_of(changed: DataFrame, silver: DataFrame) -> DataFrame:
-    """A customer's sessions can merge or split, so a change rescopes all of them."""
-    return changed.where(F.col("event_type").isin(*EVENT_TYPES)).select("customer_id").distinct()
-
-
-def restrict(silver: DataFrame, scopes: DataFrame) -> DataFrame:
-    return silver.join(F.broadcast(scopes), "customer_id", "left_semi")
-
-
-def lands_in(events: DataFrame, silver: DataFrame, gold: DataFrame) -> DataFrame:
-    """Each event lands in the session (as recomputed) that holds it."""
-    e = events.where(F.col("event_type").isin(*EVENT_TYPES)).select(
-        "event_id", "event_time", "customer_id"
-    )
-    g = gold.select("customer_id", "session_start", "session_end")
-    return e.join(
-        g,
-        (e.customer_id == g.customer_id)
-        & (e.event_time >= g.session_start)
-        & (e.event_time < g.session_end),
-    ).select(
-        "event_id",
-        "event_time",
-        F.col("session_start").alias("window_start"),
-        F.col("session_end").alias("window_end"),
-        e.customer_id.alias("window_key"),
-    )
-
-
 VIEW = View(
     name="cart_sessions",
     version=1,
     key=("customer_id", "session_start"),
     schema=SCHEMA,
     compute=compute,
-    scope=("customer_id",),
-    event_types=EVENT_TYPES,
-    scopes_of=scopes_of,
-    restrict=restrict,
-    lands_in=lands_in,
+    # A customer's sessions can merge or split, so any of their events rescopes all
+    # of them. Each event lands in the session (as recomputed) that holds it.
+    scope=Scope(columns={"customer_id": "customer_id"}, of=EVENT_TYPES),
+    window=("session_start", "session_end"),
     description="shopping sessions per customer with a 30-minute inactivity gap",
 )

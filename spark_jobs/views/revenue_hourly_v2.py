@@ -18,15 +18,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs.views.base import View
-from spark_jobs.views.revenue_hourly_v1 import (
-    MONEY,
-    SCOPE,
-    hour_of,
-    order_windows,
-    placed_orders,
-    window_end,
-)
+from spark_jobs.views import hourly
+from spark_jobs.views.base import Scope, View
+from spark_jobs.views.hourly import MONEY, hour_of, window_end
 
 SCHEMA = StructType(
     [
@@ -77,59 +71,22 @@ def compute(silver: DataFrame) -> DataFrame:
     )
 
 
-def _cancellations(silver: DataFrame) -> DataFrame:
-    return silver.where(F.col("event_type") == "order_cancelled")
-
-
-def scopes_of(changed: DataFrame, silver: DataFrame) -> DataFrame:
-    """An order's own hour; and for a cancellation, the hours of every order it cancels
-    (none yet if the order has not arrived: then nothing changes, as the contract says)."""
-    cancelled_ids = _cancellations(changed).select("order_id").distinct()
-    cancelled_orders = placed_orders(silver).join(
-        F.broadcast(cancelled_ids), "order_id", "left_semi"
-    )
-    return (
-        placed_orders(changed)
-        .select(*SCOPE)
-        .unionByName(cancelled_orders.select(*SCOPE))
-        .distinct()
-    )
-
-
-def restrict(silver: DataFrame, scopes: DataFrame) -> DataFrame:
-    orders = placed_orders(silver).join(F.broadcast(scopes), list(SCOPE), "left_semi")
-    their_cancellations = _cancellations(silver).join(
-        orders.select("order_id").distinct(), "order_id", "left_semi"
-    )
-    return orders.drop("window_start").unionByName(their_cancellations)
-
-
-def lands_in(events: DataFrame, silver: DataFrame, gold: DataFrame) -> DataFrame:
-    """An order lands in its hour; a cancellation lands in the hours of the orders it cancels."""
-    cancellations = _cancellations(events).select(
-        "order_id", F.col("event_id").alias("c_id"), F.col("event_time").alias("c_time")
-    )
-    cancelled = order_windows(
-        placed_orders(silver)
-        .join(cancellations, "order_id")
-        .drop("event_id", "event_time")
-        .withColumnRenamed("c_id", "event_id")
-        .withColumnRenamed("c_time", "event_time")
-    )
-    return order_windows(placed_orders(events)).unionByName(cancelled)
-
-
 VIEW = View(
     name="revenue_hourly",
     version=2,
     key=("window_start", "currency"),
     schema=SCHEMA,
     compute=compute,
-    scope=SCOPE,
-    event_types=("order_placed", "order_cancelled"),
-    scopes_of=scopes_of,
-    restrict=restrict,
-    lands_in=lands_in,
+    # An order counts in its own hour; a cancellation changes the hours of the
+    # orders it cancels (none yet if the order has not arrived: then nothing
+    # changes until it does, as the contract says), and restates those hours.
+    scope=Scope(
+        columns=hourly.SCOPE_COLUMNS,
+        of=("order_placed",),
+        linked_by="order_id",
+        linked=("order_cancelled",),
+    ),
+    window=("window_start", "window_end"),
     description="revenue net of cancellations, each attributed to its order's hour",
     # Before cancellations are taken off, v2 is v1: same hours, orders and gross.
     agrees_with={

@@ -23,18 +23,11 @@ from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
-from pyspark.sql.types import (
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 
 from spark_jobs import bronze, lake
 from spark_jobs import silver as silver_mod
 from spark_jobs.testing import faults
+from spark_jobs.views import restatements
 from spark_jobs.views.base import View
 from warehouse.base import registry
 from warehouse.base.settings import Settings
@@ -44,8 +37,6 @@ SILVER = registry.SILVER_EVENTS
 log = logging.getLogger(__name__)
 
 
-# The columns a change-feed row carries besides silver's own.
-CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 # What a replay or batch reads (CONTRACT.md §5 names them): "bronze" is all of
 # history as the lake keeps it (bronze, validated and deduplicated into silver);
 # "kafka" is every record Kafka still holds, validated and deduplicated on the fly.
@@ -74,7 +65,7 @@ def apply_changes(
     n_scopes = scopes.count()
     if not n_scopes:
         return 0
-    scope_cols = list(view.scope)
+    scope_cols = list(view.scope_columns)
     key = list(view.key)
     fresh = gold_rows(view, view.restrict(silver, scopes))
     gold = DeltaTable.forPath(spark, path)
@@ -180,20 +171,15 @@ def silver_version(spark: SparkSession, settings: Settings) -> int:
 
 
 def read_silver(spark: SparkSession, settings: Settings, version: int | None = None) -> DataFrame:
-    reader = spark.read.format("delta")
-    if version is not None:
-        reader = reader.option("versionAsOf", version)
-    return reader.load(SILVER.path(settings))
+    return lake.read_version(spark, SILVER.path(settings), version)
 
 
 def read_gold(
     spark: SparkSession, settings: Settings, view: View, version: int | None = None
 ) -> DataFrame:
     """The view's table (as of a Delta version), in its declared columns."""
-    reader = spark.read.format("delta")
-    if version is not None:
-        reader = reader.option("versionAsOf", version)
-    return reader.load(gold_table(view).path(settings)).select(*view.schema.fieldNames())
+    path = gold_table(view).path(settings)
+    return lake.read_version(spark, path, version).select(*view.schema.fieldNames())
 
 
 def batch(
@@ -272,7 +258,7 @@ def stream(
         reader = reader.option("startingVersion", floor)
     relevant = F.col("event_type").isin(*view.event_types) & (F.col("_commit_version") > floor)
 
-    ensure_restatements(spark, settings)
+    restatements.ensure_table(spark, settings)
 
     def each_batch(changes: DataFrame, batch_id: int) -> None:
         mine = changes.where(relevant).localCheckpoint(eager=True)
@@ -285,8 +271,8 @@ def stream(
         spark.conf.set(TAG_CONF, tag(int(last[0]), "stream"))
         try:
             # Pre-images matter too: a replaced winner may leave a scope it was in.
-            n = apply_changes(spark, path, view, mine.drop(*CDF_COLUMNS), silver)
-            restated = record_restatements(spark, settings, view, mine, silver, path) if n else 0
+            n = apply_changes(spark, path, view, mine.drop(*lake.CDF_COLUMNS), silver)
+            restated = restatements.record(spark, settings, view, mine, silver, path) if n else 0
         finally:
             spark.conf.unset(TAG_CONF)
         faults.maybe_crash("view_after_commit", batch_id)
@@ -370,93 +356,3 @@ def latest_tag(spark: SparkSession, path: str) -> tuple[int, int, str] | None:
         if isinstance(meta, dict) and isinstance(meta.get("silver_version"), int):
             return int(row["version"]), int(meta["silver_version"]), str(meta.get("source"))
     return None
-
-
-# -- restatements --------------------------------------------------------------------------
-RESTATEMENTS = registry.GOLD_RESTATEMENTS
-RESTATEMENTS_SCHEMA = StructType(
-    [
-        StructField("view", StringType(), False),
-        StructField("version", IntegerType(), False),
-        StructField("window_start", TimestampType(), False),
-        StructField("window_end", TimestampType(), False),
-        # The key besides time: the currency of an hour, the customer of a session.
-        StructField("window_key", StringType(), False),
-        StructField("event_id", StringType(), False),
-        StructField("event_time", TimestampType(), False),
-        # Seconds the window had been over (in event time: the newest event seen
-        # minus the window's end) when this event restated it.
-        StructField("lateness", LongType(), False),
-        StructField("restated_at", TimestampType(), False),
-    ]
-)
-_RESTATEMENT_KEY = ("view", "version", "window_start", "window_key", "event_id")
-
-
-def restatements(
-    view: View, landed: DataFrame, silver: DataFrame, gold: DataFrame, newest_before: DataFrame
-) -> DataFrame:
-    """The final windows `landed` events restated.
-
-    `newest_before` is one row, `newest`: the newest event time the view had
-    seen before these events. A window is final once that minus the allowed
-    lateness (the watermark) has passed its end.
-    """
-    lateness_s = int(view.allowed_lateness.total_seconds())
-    where = view.lands_in(landed, silver, gold).crossJoin(newest_before)
-    return where.where(
-        F.col("newest").isNotNull()
-        & (F.unix_micros("window_end") <= F.unix_micros("newest") - lateness_s * 1_000_000)
-    ).select(
-        F.lit(view.name).alias("view"),
-        F.lit(view.version).alias("version"),
-        "window_start",
-        "window_end",
-        "window_key",
-        "event_id",
-        "event_time",
-        (F.unix_seconds("newest") - F.unix_seconds("window_end")).alias("lateness"),
-        F.current_timestamp().alias("restated_at"),
-    )
-
-
-def ensure_restatements(spark: SparkSession, settings: Settings) -> None:
-    lake.ensure_table(spark, RESTATEMENTS.path(settings), RESTATEMENTS_SCHEMA)
-
-
-def record_restatements(
-    spark: SparkSession,
-    settings: Settings,
-    view: View,
-    changes: DataFrame,
-    silver: DataFrame,
-    gold_path: str,
-) -> int:
-    """Record what a change-feed micro-batch (already limited to the view's event
-    types) restated; idempotent (insert if absent)."""
-    landed = changes.where(F.col("_change_type").isin("insert", "update_postimage")).drop(
-        *CDF_COLUMNS
-    )
-    first = changes.agg(F.min("_commit_version")).first()
-    if first is None or first[0] is None or first[0] == 0:
-        return 0
-    before = read_silver(spark, settings, int(first[0]) - 1)
-    newest = before.where(F.col("event_type").isin(*view.event_types)).agg(
-        F.max("event_time").alias("newest")
-    )
-    gold = spark.read.format("delta").load(gold_path)
-    found = restatements(view, landed, silver, gold, newest).localCheckpoint(eager=True)
-    n = found.count()
-    if n:
-        # Insert-if-absent, so a retry after a concurrent commit is harmless.
-        lake.retry_on_conflict(
-            lambda: (
-                DeltaTable.forPath(spark, RESTATEMENTS.path(settings))
-                .alias("t")
-                .merge(found.alias("s"), lake.merge_condition(_RESTATEMENT_KEY))
-                .whenNotMatchedInsertAll()
-                .execute()
-            ),
-            f"restatements of {view.table_name}",
-        )
-    return n

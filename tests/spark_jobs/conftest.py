@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from spark_jobs.silver import SILVER_SCHEMA
+from spark_jobs.views import restatements
 
 T0 = datetime(2026, 1, 1, 10, 0, 0)
 
@@ -64,3 +65,11 @@ def silver_df(spark):
         return spark.createDataFrame(full, SILVER_SCHEMA)
 
     return make
+
+
+def restated(spark, view, landed, silver, gold, newest: datetime | None) -> list[tuple]:
+    """The final windows `landed` restated, given the newest event time seen before:
+    sorted (event_id, window_start, window_key, lateness)."""
+    newest_df = spark.createDataFrame([(newest,)], "newest timestamp")
+    rows = restatements.restated(view, landed, silver, gold, newest_df).collect()
+    return sorted((r.event_id, r.window_start, r.window_key, r.lateness) for r in rows)

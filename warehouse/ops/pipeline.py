@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_jobs import bronze, generator, ingest, producer
-from spark_jobs.views import runner
+from spark_jobs.views import restatements, runner
 from spark_jobs.views.base import View
 from warehouse.base.settings import Settings
 from warehouse.sql import catalog, reference
@@ -90,12 +90,12 @@ def run_ingest(
 def publish_view(settings: Settings, view: View) -> None:
     """The view's gold table and the shared restatements table, in Trino."""
     catalog.publish(runner.gold_table(view), settings)
-    catalog.publish(runner.RESTATEMENTS, settings)
+    catalog.publish(restatements.RESTATEMENTS, settings)
 
 
 def ensure_restatements(spark: SparkSession, settings: Settings) -> None:
-    runner.ensure_restatements(spark, settings)
-    catalog.publish(runner.RESTATEMENTS, settings)
+    restatements.ensure_table(spark, settings)
+    catalog.publish(restatements.RESTATEMENTS, settings)
 
 
 def replay(spark: SparkSession, settings: Settings, view: View, source: str = "bronze") -> int:
@@ -122,6 +122,6 @@ def stream(
 ) -> StreamingQuery:
     """`runner.stream` with its tables made and published before the first batch."""
     runner.ensure_gold(spark, runner.gold_table(view).path(settings), view)
-    runner.ensure_restatements(spark, settings)
+    restatements.ensure_table(spark, settings)
     publish_view(settings, view)
     return runner.stream(spark, settings, view, trigger=trigger, available_now=available_now)

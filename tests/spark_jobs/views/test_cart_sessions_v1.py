@@ -5,7 +5,9 @@ from __future__ import annotations
 from chispa import assert_df_equality
 
 from spark_jobs.views import cart_sessions_v1
-from tests.spark_jobs.conftest import at, cart, order
+from tests.spark_jobs.conftest import at, cart, order, restated
+
+VIEW = cart_sessions_v1.VIEW
 
 
 def _sessions(spark, rows):
@@ -63,12 +65,40 @@ def test_sessions_are_per_customer_and_an_order_converts(spark, silver_df):
     )
 
 
-def test_the_registry_finds_every_view_version():
-    from spark_jobs import views
-
-    assert sorted(views.discover()) == [
-        ("cart_sessions", 1),
-        ("revenue_hourly", 1),
-        ("revenue_hourly", 2),
+# -- scopes: derived from the declaration --------------------------------------------------
+def test_a_late_event_bridging_two_sessions_rescopes_its_customer(spark, silver_df):
+    silver = silver_df(
+        [
+            cart("c1", at(0)),
+            cart("c1", at(50)),
+            {**cart("c1", at(25)), "event_id": "bridge"},
+            order("o1", at(55), "1.00", customer_id="c1"),
+            {"event_type": "payment_captured", "customer_id": "c1", "event_time": at(56)},
+            cart("c2", at(10)),
+        ]
+    )
+    late = silver.where("event_id = 'bridge'")
+    scopes = VIEW.scopes_of(late, silver)
+    assert [tuple(r) for r in scopes.collect()] == [("c1",)]
+    # Every cart event and order of the customer, nothing else.
+    kept = VIEW.restrict(silver, scopes)
+    got = sorted((r.customer_id, r.event_type, r.event_time) for r in kept.collect())
+    assert got == [
+        ("c1", "cart_item_added", at(0)),
+        ("c1", "cart_item_added", at(25)),
+        ("c1", "cart_item_added", at(50)),
+        ("c1", "order_placed", at(55)),
     ]
-    assert views.get("revenue_hourly", 2).table_name == "revenue_hourly_v2"
+    expected = _sessions(spark, [("c1", at(0), at(85), 4, 3, 0, True)])
+    assert_df_equality(
+        cart_sessions_v1.compute(kept), expected, ignore_row_order=True, ignore_nullable=True
+    )
+
+
+# -- restatements -------------------------------------------------------------------------
+def test_sessions_a_late_event_restates_the_session_that_holds_it(spark, silver_df):
+    silver = silver_df([cart("c1", at(0)), cart("c1", at(20)), cart("c1", at(hours=5))])
+    gold = VIEW.compute(silver)
+    landed = silver_df([{**cart("c1", at(20)), "event_id": "late"}])
+    got = restated(spark, VIEW, landed, silver, gold, at(hours=5))
+    assert got == [("late", at(0), "c1", (5 * 60 - 50) * 60)]

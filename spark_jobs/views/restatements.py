@@ -1,0 +1,121 @@
+"""Restatements (CONTRACT.md §3, lateness and finality): which final windows an event
+changed, recorded in `gold.restatements` so an analyst sees which closed numbers
+moved and why.
+
+A window is final once the view's watermark (the newest event time it had seen,
+minus the allowed lateness) has passed its end. The runner calls `record` after
+each micro-batch's MERGE; the view's declared scope says where an event lands.
+"""
+
+from __future__ import annotations
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from spark_jobs import lake
+from spark_jobs.views.base import View
+from warehouse.base import registry
+from warehouse.base.settings import Settings
+
+RESTATEMENTS = registry.GOLD_RESTATEMENTS
+RESTATEMENTS_SCHEMA = StructType(
+    [
+        StructField("view", StringType(), False),
+        StructField("version", IntegerType(), False),
+        StructField("window_start", TimestampType(), False),
+        StructField("window_end", TimestampType(), False),
+        # The key besides time: the currency of an hour, the customer of a session.
+        StructField("window_key", StringType(), False),
+        StructField("event_id", StringType(), False),
+        StructField("event_time", TimestampType(), False),
+        # Seconds the window had been over (in event time: the newest event seen
+        # minus the window's end) when this event restated it.
+        StructField("lateness", LongType(), False),
+        StructField("restated_at", TimestampType(), False),
+    ]
+)
+_RESTATEMENT_KEY = ("view", "version", "window_start", "window_key", "event_id")
+
+
+def restated(
+    view: View,
+    landed: DataFrame,
+    silver: DataFrame,
+    gold: DataFrame | None,
+    newest_before: DataFrame,
+) -> DataFrame:
+    """The final windows `landed` events restated.
+
+    `newest_before` is one row, `newest`: the newest event time the view had
+    seen before these events. A window is final once that minus the allowed
+    lateness (the watermark) has passed its end.
+    """
+    lateness_s = int(view.allowed_lateness.total_seconds())
+    where = view.lands_in(landed, silver, gold).crossJoin(newest_before)
+    return where.where(
+        F.col("newest").isNotNull()
+        & (F.unix_micros("window_end") <= F.unix_micros("newest") - lateness_s * 1_000_000)
+    ).select(
+        F.lit(view.name).alias("view"),
+        F.lit(view.version).alias("version"),
+        "window_start",
+        "window_end",
+        "window_key",
+        "event_id",
+        "event_time",
+        (F.unix_seconds("newest") - F.unix_seconds("window_end")).alias("lateness"),
+        F.current_timestamp().alias("restated_at"),
+    )
+
+
+def ensure_table(spark: SparkSession, settings: Settings) -> None:
+    lake.ensure_table(spark, RESTATEMENTS.path(settings), RESTATEMENTS_SCHEMA)
+
+
+def record(
+    spark: SparkSession,
+    settings: Settings,
+    view: View,
+    changes: DataFrame,
+    silver: DataFrame,
+    gold_path: str,
+) -> int:
+    """Record what a change-feed micro-batch (already limited to the view's event
+    types) restated; idempotent (insert if absent)."""
+    landed = changes.where(F.col("_change_type").isin("insert", "update_postimage")).drop(
+        *lake.CDF_COLUMNS
+    )
+    first = changes.agg(F.min("_commit_version")).first()
+    if first is None or first[0] is None or first[0] == 0:
+        return 0
+    before = lake.read_version(spark, registry.SILVER_EVENTS.path(settings), int(first[0]) - 1)
+    newest = before.where(F.col("event_type").isin(*view.event_types)).agg(
+        F.max("event_time").alias("newest")
+    )
+    # Read after this batch's MERGE: a session is placed in gold as recomputed
+    # (fixed windows, an hour say, are placed from the event alone).
+    gold = None if view.fixed_windows else spark.read.format("delta").load(gold_path)
+    found = restated(view, landed, silver, gold, newest).localCheckpoint(eager=True)
+    n = found.count()
+    if n:
+        # Insert-if-absent, so a retry after a concurrent commit is harmless.
+        lake.retry_on_conflict(
+            lambda: (
+                DeltaTable.forPath(spark, RESTATEMENTS.path(settings))
+                .alias("t")
+                .merge(found.alias("s"), lake.merge_condition(_RESTATEMENT_KEY))
+                .whenNotMatchedInsertAll()
+                .execute()
+            ),
+            f"restatements of {view.table_name}",
+        )
+    return n

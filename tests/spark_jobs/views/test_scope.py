@@ -1,0 +1,118 @@
+"""The scope functions a View derives from its declaration, for every view version:
+the scopes cover gold, a restricted silver decides its scopes' rows exactly as all
+of silver does, and an event's declared window is the window of the row it is in."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+
+from spark_jobs import views
+from spark_jobs.views import hourly, runner
+from spark_jobs.views.base import Scope, View
+from tests.spark_jobs.conftest import at, order
+from tests.spark_jobs.views.test_runner import LOG
+
+VERSIONS = sorted(views.discover())
+# Views whose windows follow from the event alone (hourly); sessions are placed in gold.
+FIXED = sorted(k for k, v in views.discover().items() if v.fixed_windows)
+
+
+@pytest.fixture
+def log_df(silver_df):
+    return silver_df(LOG)
+
+
+@pytest.mark.parametrize("name,version", VERSIONS)
+def test_restricted_silver_decides_its_scopes_rows_exactly(log_df, name, version):
+    view = views.get(name, version)
+    cols = list(view.scope_columns)
+    gold = runner.gold_rows(view, log_df)
+    scopes = view.scopes_of(log_df, log_df)
+    # Every gold row is in a scope that its own events yield.
+    assert gold.select(*cols).distinct().exceptAll(scopes).count() == 0
+    # Every other scope, by the scope columns' order.
+    ordered = [tuple(r) for r in scopes.orderBy(*cols).collect()]
+    half = scopes.sparkSession.createDataFrame(ordered[::2], scopes.schema)
+    assert len(ordered) > 1
+    assert_df_equality(
+        runner.gold_rows(view, view.restrict(log_df, half)),
+        gold.join(half, cols, "left_semi"),
+        ignore_row_order=True,
+    )
+
+
+@pytest.mark.parametrize("name,version", FIXED)
+def test_an_event_lands_in_the_gold_row_that_holds_it(log_df, name, version):
+    """With fixed windows, lands_in places an event from its declared scope alone;
+    placed in gold instead, by the scope without the window's end, it lands alike."""
+    view = views.get(name, version)
+    in_gold = replace(
+        view,
+        scope=replace(
+            view.scope,
+            columns={c: e for c, e in view.scope.columns.items() if c != view.window[1]},
+        ),
+    )
+    assert not in_gold.fixed_windows
+    gold = runner.gold_rows(view, log_df)
+    declared = view.lands_in(log_df, log_df, None)
+    assert declared.count() > 1
+    assert_df_equality(declared, in_gold.lands_in(log_df, log_df, gold), ignore_row_order=True)
+
+
+def test_a_view_declares_its_scope_in_its_own_gold_columns():
+    schema = StructType(
+        [
+            StructField("window_start", TimestampType(), False),
+            StructField("window_end", TimestampType(), False),
+            StructField("currency", StringType(), False),
+        ]
+    )
+
+    def make(**changes):
+        spec = {
+            "name": "t",
+            "version": 1,
+            "key": ("window_start", "currency"),
+            "schema": schema,
+            "compute": lambda silver: silver,
+            "scope": Scope(columns={"currency": "currency"}, of=("order_placed",)),
+            "window": ("window_start", "window_end"),
+        }
+        return View(**{**spec, **changes})
+
+    assert make().event_types == ("order_placed",)
+    with pytest.raises(ValueError, match="no such gold columns: country"):
+        make(scope=Scope(columns={"country": "country"}, of=("order_placed",)))
+    with pytest.raises(ValueError, match="window start must be in the key"):
+        make(key=("currency",))
+    with pytest.raises(ValueError, match="linked_by"):
+        Scope(columns={"currency": "currency"}, of=("order_placed",), linked=("order_cancelled",))
+    with pytest.raises(ValueError, match="not both"):
+        Scope(
+            columns={"currency": "currency"},
+            of=("order_placed",),
+            linked_by="order_id",
+            linked=("order_placed",),
+        )
+
+
+def test_a_scope_column_named_like_a_silver_column_never_replaces_it(silver_df):
+    """restrict returns silver's rows as they are, whatever the scope computes."""
+    view = replace(
+        views.get("revenue_hourly", 1),
+        scope=Scope(
+            columns={"window_start": hourly.HOUR_START, "currency": "lower(currency)"},
+            of=("order_placed",),
+        ),
+    )
+    silver = silver_df([order("o1", at(5), "1.00"), order("o2", at(5), "1.00", currency="USD")])
+    eur = view.scopes_of(silver.where("order_id = 'o1'"), silver)
+    assert [r.currency for r in eur.collect()] == ["eur"]
+    kept = view.restrict(silver, eur)
+    assert kept.columns == silver.columns
+    assert [(r.order_id, r.currency) for r in kept.collect()] == [("o1", "EUR")]
