@@ -12,14 +12,14 @@ from spark_jobs import generator
 from spark_jobs.views import runner
 from warehouse.cli import parser as cli
 from warehouse.ops import audit
-from warehouse.sql import trino_client
+from warehouse.sql import trino_client, versions
 from warehouse.tools import bench, chaos
 
 
 def test_the_choices_spelled_in_the_parser_are_their_owners():
     assert cli.CHAOS_CASES == chaos.CASES
     assert cli.AUDIT_CHECKS == audit.CHECKS
-    assert cli.SOURCES == runner.SOURCES
+    assert cli.SOURCES == runner.SOURCES == versions.SOURCES
     assert set(cli.QUERY_FORMATS) == set(trino_client.FORMATS)
     assert cli.GENERATOR_START == generator.DEFAULT_START
     assert cli.BENCH_OUT == bench.DEFAULT_OUT
