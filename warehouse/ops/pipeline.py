@@ -87,12 +87,6 @@ def run_ingest(
     ingest.run(spark, settings, stop, trigger=trigger, status_file=status_file)
 
 
-def publish_view(settings: Settings, view: View) -> None:
-    """The view's gold table and the shared restatements table, in Trino."""
-    catalog.publish(runner.gold_table(view), settings)
-    catalog.publish(restatements.RESTATEMENTS, settings)
-
-
 def ensure_restatements(spark: SparkSession, settings: Settings) -> None:
     restatements.ensure_table(spark, settings)
     catalog.publish(restatements.RESTATEMENTS, settings)
@@ -101,14 +95,14 @@ def ensure_restatements(spark: SparkSession, settings: Settings) -> None:
 def replay(spark: SparkSession, settings: Settings, view: View, source: str = "bronze") -> int:
     """`runner.replay`, then the table published; returns the silver version it was built from."""
     after = runner.replay(spark, settings, view, source=source)
-    publish_view(settings, view)
+    catalog.publish(runner.gold_table(view), settings)
     return after
 
 
 def batch(spark: SparkSession, settings: Settings, view: View, source: str = "bronze") -> int:
     """`runner.batch`, then the table published; returns the silver version it read."""
     version = runner.batch(spark, settings, view, source=source)
-    publish_view(settings, view)
+    catalog.publish(runner.gold_table(view), settings)
     return version
 
 
@@ -120,8 +114,10 @@ def stream(
     trigger: str | None = None,
     available_now: bool = False,
 ) -> StreamingQuery:
-    """`runner.stream` with its tables made and published before the first batch."""
-    runner.ensure_gold(spark, runner.gold_table(view).path(settings), view)
-    restatements.ensure_table(spark, settings)
-    publish_view(settings, view)
-    return runner.stream(spark, settings, view, trigger=trigger, available_now=available_now)
+    """`runner.stream`, then its tables published (the runner makes both before the
+    query starts; a replay makes only the gold table, so only a stream publishes
+    the restatements)."""
+    query = runner.stream(spark, settings, view, trigger=trigger, available_now=available_now)
+    catalog.publish(runner.gold_table(view), settings)
+    catalog.publish(restatements.RESTATEMENTS, settings)
+    return query
