@@ -47,10 +47,16 @@ def read_version(spark: SparkSession, path: str, version: int | None = None) -> 
 
 
 def ensure_table(
-    spark: SparkSession, path: str, schema: StructType, properties: dict[str, str] | None = None
+    spark: SparkSession,
+    path: str,
+    schema: StructType,
+    properties: dict[str, str] | None = None,
+    partitioned_by: tuple[str, ...] = (),
 ) -> None:
     """Create the Delta table at `path` (with its first commit) if it does not exist yet."""
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
+    if partitioned_by:
+        builder = builder.partitionedBy(*partitioned_by)
     for key, value in (properties or {}).items():
         builder = builder.property(key, value)
     builder.execute()

@@ -13,9 +13,11 @@ declared `Scope` and `window`: an author writes `compute` and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -40,10 +42,16 @@ class Scope:
     of: tuple[str, ...]
     linked_by: str | None = None
     linked: tuple[str, ...] = ()
+    # Two scope columns (start, end) that bound the event time of every `of` event
+    # in a scope: an hour's orders happened within the hour. With them a live
+    # micro-batch reads only the days of silver its scopes cover, not all history.
+    within: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if not self.columns or not self.of:
             raise ValueError("a scope needs at least one column and one event type")
+        if self.within is not None and not set(self.within) <= set(self.columns):
+            raise ValueError("the time bounds of a scope (within) must be scope columns")
         if bool(self.linked) != (self.linked_by is not None):
             raise ValueError("linked events need linked_by, and linked_by needs linked events")
         if set(self.of) & set(self.linked):
@@ -53,6 +61,45 @@ class Scope:
 # Where a scope column is joined on it takes this name, so that silver's own
 # columns are never replaced by a computed one of the same name.
 _TMP = "__scope_"
+# More time ranges than this in one filter cost more to plan than they save:
+# past it, the ranges are bridged into one (still exact, just less selective).
+MAX_RANGES = 64
+
+
+def merged_ranges(
+    bounds: Iterable[tuple[int, int]], limit: int = MAX_RANGES
+) -> list[tuple[int, int]]:
+    """[start, end) ranges -> the fewest ranges covering the same points, at most
+    `limit` of them (past it, one range from the first start to the last end)."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(bounds):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    if len(out) > limit:
+        return [(out[0][0], max(e for _, e in out))]
+    return out
+
+
+def _micros(value: int) -> Column:
+    # A literal timestamp (folded to a constant before planning, so Delta can
+    # prune partitions and skip files by it), from UTC microseconds.
+    return F.timestamp_micros(F.lit(value))
+
+
+def time_filter(ranges: Sequence[tuple[int, int]]) -> tuple[Column, Column]:
+    """Event times in any of `ranges` (UTC microseconds, [start, end)), as a filter on
+    silver's partition column event_date and one on event_time."""
+    days = [
+        (F.col("event_date") >= F.to_date(_micros(a)))
+        & (F.col("event_date") <= F.to_date(_micros(b - 1)))
+        for a, b in ranges
+    ]
+    times = [
+        (F.col("event_time") >= _micros(a)) & (F.col("event_time") < _micros(b)) for a, b in ranges
+    ]
+    return reduce(operator.or_, days), reduce(operator.or_, times)
 
 
 @dataclass(frozen=True)
@@ -145,6 +192,29 @@ class View:
             of.select(self.scope.linked_by).distinct(), self.scope.linked_by, "left_semi"
         )
         return of.unionByName(theirs)
+
+    def time_bounds(self, scopes: DataFrame) -> DataFrame | None:
+        """(scopes) -> each scope's time bounds as UTC microseconds (start, end), or
+        None if the scope declares none."""
+        if self.scope.within is None:
+            return None
+        start, end = self.scope.within
+        return scopes.select(F.unix_micros(start).alias("start"), F.unix_micros(end).alias("end"))
+
+    def narrowed(self, silver: DataFrame, ranges: Sequence[tuple[int, int]]) -> DataFrame:
+        """Silver without the `of` events outside `ranges` (the scopes' time bounds,
+        merged): what `restrict` and `lands_in` need of it for those scopes, and
+        no more. Linked events are kept whatever their time: a cancellation can
+        come days after its order."""
+        if not ranges:
+            return silver
+        days, times = time_filter(ranges)
+        of = F.col("event_type").isin(*self.scope.of)
+        if not self.scope.linked:
+            return silver.where(of & days).where(times)
+        other = F.col("event_type").isin(*self.scope.linked)
+        # Two filters, so the first holds partition columns only and prunes directories.
+        return silver.where(other | (of & days)).where(other | (of & times))
 
     @property
     def fixed_windows(self) -> bool:

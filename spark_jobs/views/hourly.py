@@ -26,6 +26,11 @@ SCOPE_COLUMNS = MappingProxyType(
 )
 
 
+# An order in an hourly scope happened within that hour: a live micro-batch
+# then reads only the days of silver its hours fall on.
+WITHIN = ("window_start", "window_end")
+
+
 def hour_of(ts: str) -> F.Column:
     """The start of the UTC hour holding ts (the session time zone is UTC)."""
     return F.date_trunc("hour", F.col(ts))

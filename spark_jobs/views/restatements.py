@@ -9,6 +9,8 @@ each micro-batch's MERGE; the view's declared scope says where an event lands.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -81,6 +83,32 @@ def ensure_table(spark: SparkSession, settings: Settings) -> None:
     lake.ensure_table(spark, RESTATEMENTS.path(settings), RESTATEMENTS_SCHEMA)
 
 
+def newest_before(
+    spark: SparkSession, settings: Settings, view: View, version: int, since: int | None
+) -> DataFrame:
+    """One row, `newest`: the newest event time of the view's events in silver as of
+    `version` (null if none).
+
+    `since` (UTC microseconds), when given, must be at most that answer: then only
+    silver's days from it on are read, not all of history. Any earlier answer
+    qualifies, because silver only grows: a replaced winner keeps its content.
+    """
+    silver = lake.read_version(spark, registry.SILVER_EVENTS.path(settings), version).where(
+        F.col("event_type").isin(*view.event_types)
+    )
+    if since is not None:
+        at = F.timestamp_micros(F.lit(since))
+        silver = silver.where(F.col("event_date") >= F.to_date(at)).where(F.col("event_time") >= at)
+    return silver.agg(F.max("event_time").alias("newest"))
+
+
+class Recorded(NamedTuple):
+    restatements: int
+    # The newest event time (UTC microseconds) the view had seen before the batch:
+    # the next batch's `since`.
+    newest: int | None
+
+
 def record(
     spark: SparkSession,
     settings: Settings,
@@ -88,19 +116,24 @@ def record(
     changes: DataFrame,
     silver: DataFrame,
     gold_path: str,
-) -> int:
+    since: int | None = None,
+) -> Recorded:
     """Record what a change-feed micro-batch (already limited to the view's event
-    types) restated; idempotent (insert if absent)."""
+    types) restated; idempotent (insert if absent).
+
+    `silver` must hold every `of` event of the scopes the batch touched (it may
+    hold no more: `View.narrowed`); `since` is as for `newest_before`.
+    """
     landed = changes.where(F.col("_change_type").isin("insert", "update_postimage")).drop(
         *lake.CDF_COLUMNS
     )
     first = changes.agg(F.min("_commit_version")).first()
     if first is None or first[0] is None or first[0] == 0:
-        return 0
-    before = lake.read_version(spark, registry.SILVER_EVENTS.path(settings), int(first[0]) - 1)
-    newest = before.where(F.col("event_type").isin(*view.event_types)).agg(
-        F.max("event_time").alias("newest")
+        return Recorded(0, since)
+    newest = newest_before(spark, settings, view, int(first[0]) - 1, since).localCheckpoint(
+        eager=True
     )
+    (micros,) = newest.select(F.unix_micros("newest")).first() or (None,)
     # Read after this batch's MERGE: a session is placed in gold as recomputed
     # (fixed windows, an hour say, are placed from the event alone).
     gold = None if view.fixed_windows else spark.read.format("delta").load(gold_path)
@@ -118,4 +151,4 @@ def record(
             ),
             f"restatements of {view.table_name}",
         )
-    return n
+    return Recorded(n, micros if micros is not None else since)

@@ -49,7 +49,7 @@ VIEW = View(
     schema=SCHEMA,
     compute=compute,
     # An order counts in its own hour and currency.
-    scope=Scope(columns=hourly.SCOPE_COLUMNS, of=("order_placed",)),
+    scope=Scope(columns=hourly.SCOPE_COLUMNS, of=("order_placed",), within=hourly.WITHIN),
     window=("window_start", "window_end"),
     description="gross revenue per hour: orders placed and the sum of their totals",
 )

@@ -82,6 +82,7 @@ VIEW = View(
     # changes until it does, as the contract says), and restates those hours.
     scope=Scope(
         columns=hourly.SCOPE_COLUMNS,
+        within=hourly.WITHIN,
         of=("order_placed",),
         linked_by="order_id",
         linked=("order_cancelled",),

@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import NamedTuple
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -28,7 +29,7 @@ from spark_jobs import bronze, lake
 from spark_jobs import silver as silver_mod
 from spark_jobs.testing import faults
 from spark_jobs.views import restatements
-from spark_jobs.views.base import View
+from spark_jobs.views.base import View, merged_ranges
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 
@@ -54,17 +55,27 @@ def gold_rows(view: View, silver: DataFrame) -> DataFrame:
     )
 
 
+class Applied(NamedTuple):
+    """What `apply_changes` did: how many scopes it recomputed, and the part of silver
+    it read them from (what placing their restatements needs too)."""
+
+    scopes: int
+    silver: DataFrame
+
+
 def apply_changes(
     spark: SparkSession, path: str, view: View, changed: DataFrame, silver: DataFrame
-) -> int:
-    """Recompute the scopes `changed` touches from `silver`; replace them in gold at `path`.
-
-    Returns the number of scopes recomputed.
-    """
+) -> Applied:
+    """Recompute the scopes `changed` touches from `silver`; replace them in gold at `path`."""
     scopes = view.scopes_of(changed, silver).localCheckpoint(eager=True)
     n_scopes = scopes.count()
     if not n_scopes:
-        return 0
+        return Applied(0, silver)
+    # Where the scopes bound their events' time (an hour), read only those days of
+    # silver: the work then follows the change, not the size of history.
+    bounds = view.time_bounds(scopes)
+    if bounds is not None:
+        silver = view.narrowed(silver, merged_ranges((r[0], r[1]) for r in bounds.collect()))
     scope_cols = list(view.scope_columns)
     key = list(view.key)
     fresh = gold_rows(view, view.restrict(silver, scopes))
@@ -76,8 +87,12 @@ def apply_changes(
         .join(F.broadcast(scopes), scope_cols, "left_semi")
         .join(fresh.select(*key), key, "left_anti")
     )
-    source = fresh.withColumn("_op", F.lit("upsert")).unionByName(
-        gone.withColumn("_op", F.lit("delete"))
+    # Materialised once: a MERGE reads its source twice (to find the files it
+    # touches, then to write them), and this source reads silver.
+    source = (
+        fresh.withColumn("_op", F.lit("upsert"))
+        .unionByName(gone.withColumn("_op", F.lit("delete")))
+        .localCheckpoint(eager=True)
     )
     values: dict[str, str | Column] = {f.name: f"s.{f.name}" for f in view.schema.fields}
     (
@@ -88,7 +103,7 @@ def apply_changes(
         .whenNotMatchedInsert(condition="s._op = 'upsert'", values=values)
         .execute()
     )
-    return n_scopes
+    return Applied(n_scopes, silver)
 
 
 class Progress:
@@ -260,6 +275,10 @@ def stream(
 
     restatements.ensure_table(spark, settings)
 
+    # The newest event time the view has seen, as far as this process knows: a
+    # lower bound that lets each batch read only silver's newest days for it.
+    since: list[int | None] = [None]
+
     def each_batch(changes: DataFrame, batch_id: int) -> None:
         mine = changes.where(relevant).localCheckpoint(eager=True)
         last = mine.agg(F.max("_commit_version")).first()
@@ -271,20 +290,24 @@ def stream(
         spark.conf.set(TAG_CONF, tag(int(last[0]), "stream"))
         try:
             # Pre-images matter too: a replaced winner may leave a scope it was in.
-            n = apply_changes(spark, path, view, mine.drop(*lake.CDF_COLUMNS), silver)
-            restated = restatements.record(spark, settings, view, mine, silver, path) if n else 0
+            applied = apply_changes(spark, path, view, mine.drop(*lake.CDF_COLUMNS), silver)
+            if applied.scopes:
+                recorded = restatements.record(
+                    spark, settings, view, mine, applied.silver, path, since[0]
+                )
+                since[0] = recorded.newest
         finally:
             spark.conf.unset(TAG_CONF)
         faults.maybe_crash("view_after_commit", batch_id)
-        if n:
+        if applied.scopes:
             log.info(
                 "%s batch %d: %d scopes recomputed (silver version %d), "
                 "%d restatements of final windows",
                 table.trino_name,
                 batch_id,
-                n,
+                applied.scopes,
                 int(last[0]),
-                restated,
+                recorded.restatements,
             )
 
     writer = (

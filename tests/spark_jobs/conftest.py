@@ -61,6 +61,9 @@ def silver_df(spark):
                 content_hash=f"h{i}",
             )
             base.update(row)
+            # As silver derives it: the partition column follows the event time.
+            if base["event_time"] is not None and "event_date" not in row:
+                base["event_date"] = base["event_time"].date()
             full.append(tuple(base[f.name] for f in SILVER_SCHEMA.fields))
         return spark.createDataFrame(full, SILVER_SCHEMA)
 

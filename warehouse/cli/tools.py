@@ -39,6 +39,7 @@ def bench(args: argparse.Namespace) -> int:
         load_rate=args.load_rate,
         freshness_s=args.freshness_seconds,
         queries=args.queries,
+        history_events=args.history_events,
     )
     report = bench_mod.run(
         settings_mod.get(), sizes, args.out, None if args.no_doc else bench_mod.DOC

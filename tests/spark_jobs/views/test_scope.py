@@ -8,11 +8,12 @@ from dataclasses import replace
 
 import pytest
 from chispa import assert_df_equality
+from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from spark_jobs import views
 from spark_jobs.views import hourly, runner
-from spark_jobs.views.base import Scope, View
+from spark_jobs.views.base import Scope, View, merged_ranges
 from tests.spark_jobs.conftest import at, order
 from tests.spark_jobs.views.test_runner import LOG
 
@@ -45,6 +46,48 @@ def test_restricted_silver_decides_its_scopes_rows_exactly(log_df, name, version
     )
 
 
+@pytest.mark.parametrize(
+    "name,version", sorted(k for k, v in views.discover().items() if v.scope.within)
+)
+def test_silver_narrowed_to_the_scopes_times_decides_them_alike(log_df, name, version):
+    """What a live micro-batch reads (the days its scopes' time bounds cover, and
+    every linked event) yields the same rows and places events alike, and leaves
+    out the rest of history."""
+    view = views.get(name, version)
+    scopes = view.scopes_of(log_df, log_df)
+    ordered = [tuple(r) for r in scopes.orderBy(*view.scope_columns).collect()]
+    one = scopes.sparkSession.createDataFrame(ordered[:1], scopes.schema)
+    bounds = view.time_bounds(one)
+    assert bounds is not None
+    narrow = view.narrowed(log_df, merged_ranges((r[0], r[1]) for r in bounds.collect()))
+    assert 0 < narrow.count() < log_df.count()
+    assert narrow.where(F.col("event_type").isin(*view.scope.linked)).count() == (
+        log_df.where(F.col("event_type").isin(*view.scope.linked)).count()
+    )
+    assert_df_equality(
+        runner.gold_rows(view, view.restrict(narrow, one)),
+        runner.gold_rows(view, view.restrict(log_df, one)),
+        ignore_row_order=True,
+    )
+    landed = log_df.join(view.restrict(log_df, one).select("event_id"), "event_id", "left_semi")
+    assert_df_equality(
+        view.lands_in(landed, narrow, None),
+        view.lands_in(landed, log_df, None),
+        ignore_row_order=True,
+    )
+
+
+def test_time_ranges_merge_where_they_meet_and_bridge_past_the_limit():
+    assert merged_ranges([(5, 7), (0, 2), (2, 3), (6, 9)]) == [(0, 3), (5, 9)]
+    assert merged_ranges([(0, 1), (2, 3), (4, 5)], limit=2) == [(0, 5)]
+    assert merged_ranges([]) == []
+
+
+def test_a_scopes_time_bounds_must_be_scope_columns():
+    with pytest.raises(ValueError, match="within"):
+        Scope(columns={"customer_id": "customer_id"}, of=("order_placed",), within=("a", "b"))
+
+
 @pytest.mark.parametrize("name,version", FIXED)
 def test_an_event_lands_in_the_gold_row_that_holds_it(log_df, name, version):
     """With fixed windows, lands_in places an event from its declared scope alone;
@@ -55,6 +98,7 @@ def test_an_event_lands_in_the_gold_row_that_holds_it(log_df, name, version):
         scope=replace(
             view.scope,
             columns={c: e for c, e in view.scope.columns.items() if c != view.window[1]},
+            within=None,
         ),
     )
     assert not in_gold.fixed_windows

@@ -13,7 +13,7 @@ from typing import Any
 
 from warehouse.base.settings import Settings
 from warehouse.tools.bench import chart as bench_chart
-from warehouse.tools.bench import latency, replay, throughput
+from warehouse.tools.bench import history, latency, replay, throughput
 from warehouse.tools.bench.context import Bench
 from warehouse.tools.bench.memory import PeakMemory
 from warehouse.tools.bench.report import DOC, Report, machine, section
@@ -76,6 +76,11 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
             throughput.ingest(bench, spark, before, after, valid)
             print("bench: replay of every view from silver, and DuckDB")
             replay.replay(bench, spark)
+            print(
+                f"bench: one-event view micro-batches over {sizes.history_events:,} and "
+                f"{sizes.history_events * sizes.history_factor:,} events of history"
+            )
+            history.history(bench, spark)
             _stop_jvm(spark)
             print("bench: freshness through Trino under steady load")
             latency.ensure_serving(bench)

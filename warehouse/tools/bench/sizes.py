@@ -16,3 +16,7 @@ class Sizes:
     freshness_s: float = 60.0
     probe_every_s: float = 2.0
     queries: int = 30
+    # One-event micro-batches over this many events of history, and this many
+    # times as many (`--history-events 500000` gives the 0.5 M and 5 M).
+    history_events: int = 100_000
+    history_factor: int = 10

@@ -1,0 +1,198 @@
+"""The history phase: one live micro-batch of a few events, over a small and a large
+history, for every view version. Their ratio says whether a batch's work follows
+the change (about 1) or the size of history (about the sizes' ratio).
+
+Both histories live in scratch lakes of their own, so the bench never writes
+into the real lake's silver. The small one is generator traffic validated into
+silver; the large one is the small one and `history_factor - 1` copies of it,
+each a week later than the one before, with ids made unique: the same shop
+running for longer, which is how a lake grows.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from warehouse.base.settings import Settings
+from warehouse.tools.bench.context import Bench
+
+SEED = 4242
+# The generator spreads its traffic over this many days; each copy starts one span later.
+SPAN_DAYS = 7
+# Micro-batches measured per view and size; the median is reported.
+PROBES = 3
+
+
+def history(bench: Bench, spark: Any) -> None:
+    """One-event micro-batches at `history_events` and at `history_factor` times as
+    many, per view version; the figure is the worst view's ratio."""
+    from spark_jobs import views
+
+    scratch = bench.settings.state_dir / "bench" / "history"
+    shutil.rmtree(scratch, ignore_errors=True)
+    small_n = bench.sizes.history_events
+    large_n = small_n * bench.sizes.history_factor
+    small = _lake(bench.settings, scratch / "small")
+    large = _lake(bench.settings, scratch / "large")
+    base = _silver_rows(spark, small_n)
+    _write_silver(spark, small, base)
+    _write_silver(spark, large, _copies(base, bench.sizes.history_factor))
+    f = bench.report.figures
+    ratios = {}
+    for _, view in sorted(views.discover().items()):
+        seconds = {}
+        for label, settings, n in (("small", small, small_n), ("large", large, large_n)):
+            seconds[label] = _one_event_batches(spark, settings, view, bench.run_id)
+            bench.say(
+                f"  {view.table_name}: {PROBES} one-event micro-batches over {n:,} events "
+                f"of history, median {seconds[label]:.2f} s"
+            )
+        ratios[view.table_name] = seconds["large"] / seconds["small"]
+        f[f"view_batch_s_{view.table_name}_{small_n}"] = seconds["small"]
+        f[f"view_batch_s_{view.table_name}_{large_n}"] = seconds["large"]
+        f[f"view_batch_history_ratio_{view.table_name}"] = ratios[view.table_name]
+    worst = max(ratios, key=lambda k: ratios[k])
+    f["view_batch_history_ratio"] = ratios[worst]
+    f["history_events_small"] = small_n
+    f["history_events_large"] = large_n
+    bench.say(
+        f"history: a one-event micro-batch at {large_n:,} events of history takes "
+        + ", ".join(f"{k} {r:.2f}x" for k, r in ratios.items())
+        + f" its time at {small_n:,} (worst: {worst})"
+    )
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _lake(settings: Settings, root: Path) -> Settings:
+    return replace(settings, lake_root=str(root))
+
+
+def _silver_rows(spark: Any, n: int) -> Any:
+    """n generator events validated into silver rows, as ingest would make them."""
+    from spark_jobs import generator
+    from spark_jobs import silver as silver_mod
+
+    records = generator.traffic(SEED, n)
+    return silver_mod.from_records(_kafka_rows(spark, records, 0)).localCheckpoint(eager=True)
+
+
+def _kafka_rows(spark: Any, events: list[dict[str, Any]], first_offset: int) -> Any:
+    """Events as the Kafka source's rows (one partition, consecutive offsets)."""
+    from pyspark.sql.types import (
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    from spark_jobs import bronze, generator
+
+    schema = StructType(
+        [
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+            StructField("timestamp", TimestampType()),
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+        ]
+    )
+    # Stamped long after every event, so none is "from the future".
+    stamp = datetime(2030, 1, 1, tzinfo=UTC)
+    topic = "bench.history"
+    rows = [
+        (topic, 0, first_offset + i, stamp, e["customer_id"].encode(), generator.encode(e))
+        for i, e in enumerate(events)
+    ]
+    return bronze.to_bronze_rows(spark.createDataFrame(rows, schema))
+
+
+def _copies(base: Any, factor: int) -> Any:
+    """base and factor - 1 copies, copy k shifted k spans later, with its own ids
+    and offsets (a cancellation still finds its order: both ids get the suffix)."""
+    from pyspark.sql import functions as F
+
+    out = base
+    n = base.count()
+    for k in range(1, factor):
+
+        def suffixed(col: str, k: int = k) -> Any:
+            return F.when(F.col(col).isNotNull(), F.concat(F.col(col), F.lit(f"-h{k}")))
+
+        shifted = F.col("event_time") + F.expr(f"INTERVAL {k * SPAN_DAYS} DAYS")
+        out = out.unionByName(
+            base.withColumn("event_id", suffixed("event_id"))
+            .withColumn("order_id", suffixed("order_id"))
+            .withColumn("event_time", shifted)
+            .withColumn("event_date", F.to_date(shifted))
+            .withColumn("offset", F.col("offset") + F.lit(k * n))
+        )
+    return out
+
+
+def _write_silver(spark: Any, settings: Settings, rows: Any) -> None:
+    """Silver (as ingest lays it out) holding rows, and every view replayed over it."""
+    from spark_jobs import silver as silver_mod
+    from spark_jobs import views
+    from spark_jobs.views import runner
+
+    silver_mod.ensure_tables(spark, settings)
+    rows.write.format("delta").mode("append").save(silver_mod.SILVER.path(settings))
+    for view in views.discover().values():
+        runner.replay(spark, settings, view)
+
+
+def _one_event_batches(spark: Any, settings: Settings, view: Any, run_id: str) -> float:
+    """Median seconds of PROBES live micro-batches, each of one order and one cart
+    event in the history's first week, as the view's stream runs them."""
+    from spark_jobs import silver as silver_mod
+    from spark_jobs.views import runner
+
+    took = []
+    for k in range(PROBES):
+        when = datetime(2026, 1, 3, 10, tzinfo=UTC) + timedelta(hours=k)
+        probe = [_order(f"hist-{run_id}-{view.table_name}-{k}", when), _cart(when)]
+        rows = silver_mod.from_records(_kafka_rows(spark, probe, 10**9 + k * 10))
+        rows.write.format("delta").mode("append").save(silver_mod.SILVER.path(settings))
+        query = runner.stream(spark, settings, view, available_now=True)
+        query.awaitTermination()
+        batches = [p for p in query.recentProgress if p.numInputRows > 0]
+        if not batches:
+            raise RuntimeError(f"{view.table_name}: the stream saw no change to measure")
+        took.append(sum(p.durationMs.get("triggerExecution", 0) for p in batches) / 1000)
+    return statistics.median(took)
+
+
+def _order(event_id: str, when: datetime) -> dict[str, Any]:
+    return {
+        "event_id": event_id,
+        "event_type": "order_placed",
+        "event_time": when.strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+        "customer_id": "cust-00001",
+        "schema_version": 1,
+        "payload": {
+            "order_id": event_id,
+            "currency": "EUR",
+            "items": [{"product_id": "prod-0001", "quantity": 1, "unit_price": 1.0}],
+            "total": 1.0,
+        },
+    }
+
+
+def _cart(when: datetime) -> dict[str, Any]:
+    return {
+        "event_id": f"hist-cart-{when:%Y%m%d%H}-{int(datetime.now().timestamp() * 1000)}",
+        "event_type": "cart_item_added",
+        "event_time": (when + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+        "customer_id": "cust-00001",
+        "schema_version": 1,
+        "payload": {"product_id": "prod-0001", "quantity": 1},
+    }
