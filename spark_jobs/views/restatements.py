@@ -116,10 +116,12 @@ def record(
     changes: DataFrame,
     silver: DataFrame,
     gold_path: str,
+    first_version: int,
     since: int | None = None,
 ) -> Recorded:
     """Record what a change-feed micro-batch (already limited to the view's event
-    types) restated; idempotent (insert if absent).
+    types, from silver's commit `first_version` on) restated; idempotent (insert if
+    absent).
 
     `silver` must hold every `of` event of the scopes the batch touched (it may
     hold no more: `View.narrowed`); `since` is as for `newest_before`.
@@ -127,13 +129,17 @@ def record(
     landed = changes.where(F.col("_change_type").isin("insert", "update_postimage")).drop(
         *lake.CDF_COLUMNS
     )
-    first = changes.agg(F.min("_commit_version")).first()
-    if first is None or first[0] is None or first[0] == 0:
+    if first_version == 0:
         return Recorded(0, since)
-    newest = newest_before(spark, settings, view, int(first[0]) - 1, since).localCheckpoint(
-        eager=True
+    (micros,) = newest_before(spark, settings, view, first_version - 1, since).select(
+        F.unix_micros("newest")
+    ).first() or (None,)
+    # As a literal: no second pass over silver where it is used.
+    newest = spark.range(1).select(
+        F.timestamp_micros(F.lit(micros)).alias("newest")
+        if micros is not None
+        else F.lit(None).cast("timestamp").alias("newest")
     )
-    (micros,) = newest.select(F.unix_micros("newest")).first() or (None,)
     # Read after this batch's MERGE: a session is placed in gold as recomputed
     # (fixed windows, an hour say, are placed from the event alone).
     gold = None if view.fixed_windows else spark.read.format("delta").load(gold_path)

@@ -68,14 +68,18 @@ def apply_changes(
 ) -> Applied:
     """Recompute the scopes `changed` touches from `silver`; replace them in gold at `path`."""
     scopes = view.scopes_of(changed, silver).localCheckpoint(eager=True)
-    n_scopes = scopes.count()
+    # Where the scopes bound their events' time (an hour), read only those days of
+    # silver: the work then follows the change, not the size of history. (One row
+    # of bounds per scope, so the same Spark job counts them.)
+    bounds = view.time_bounds(scopes)
+    if bounds is None:
+        n_scopes = scopes.count()
+    else:
+        rows = bounds.collect()
+        n_scopes = len(rows)
+        silver = view.narrowed(silver, merged_ranges((r[0], r[1]) for r in rows))
     if not n_scopes:
         return Applied(0, silver)
-    # Where the scopes bound their events' time (an hour), read only those days of
-    # silver: the work then follows the change, not the size of history.
-    bounds = view.time_bounds(scopes)
-    if bounds is not None:
-        silver = view.narrowed(silver, merged_ranges((r[0], r[1]) for r in bounds.collect()))
     scope_cols = list(view.scope_columns)
     key = list(view.key)
     fresh = gold_rows(view, view.restrict(silver, scopes))
@@ -281,19 +285,20 @@ def stream(
 
     def each_batch(changes: DataFrame, batch_id: int) -> None:
         mine = changes.where(relevant).localCheckpoint(eager=True)
-        last = mine.agg(F.max("_commit_version")).first()
-        if last is None or last[0] is None:
+        versions = mine.agg(F.min("_commit_version"), F.max("_commit_version")).first()
+        if versions is None or versions[1] is None:
             return
+        first, last = versions
         # One snapshot of silver, the batch's last commit, for the recompute
         # and for placing restatements.
-        silver = read_silver(spark, settings, int(last[0]))
-        spark.conf.set(TAG_CONF, tag(int(last[0]), "stream"))
+        silver = read_silver(spark, settings, int(last))
+        spark.conf.set(TAG_CONF, tag(int(last), "stream"))
         try:
             # Pre-images matter too: a replaced winner may leave a scope it was in.
             applied = apply_changes(spark, path, view, mine.drop(*lake.CDF_COLUMNS), silver)
             if applied.scopes:
                 recorded = restatements.record(
-                    spark, settings, view, mine, applied.silver, path, since[0]
+                    spark, settings, view, mine, applied.silver, path, int(first), since[0]
                 )
                 since[0] = recorded.newest
         finally:
@@ -306,7 +311,7 @@ def stream(
                 table.trino_name,
                 batch_id,
                 applied.scopes,
-                int(last[0]),
+                int(last),
                 recorded.restatements,
             )
 

@@ -100,15 +100,19 @@ def test_table_and_doc_section_say_what_was_missed(tmp_path):
     report = _report()
     text = bench_report.table(report)
     assert "| producer | 120,000 | 218,000 | events/s | >= 100,000 | yes |" in text
-    assert "| ingest | 21,000 | - | events/s | >= 30,000 | **missed** |" in text
-    assert "| replay time / DuckDB time | 9.00 | | ratio | <= 3 | **missed** |" in text
+    assert "| ingest | 21,000 | - | events/s | >= 50,000 | **missed** |" in text
+    assert "| replay time / DuckDB time | 9.00 | | ratio | <= 2 | **missed** |" in text
+    assert "| freshness p95 | 6.10 | - | s | <= 5 | **missed** |" in text
     docs = tmp_path / "docs"
     section = bench_report.section(
         report, docs / "bench" / "a.json", docs / "bench" / "a.png", docs
     )
     assert "2 cores (x), 23.5 GiB; pyspark 4.2.0" in section
     assert "(bench/a.json)" in section and "![bench](bench/a.png)" in section
-    assert "Missed: ingest_events_per_s, replay_events_per_s, replay_vs_duckdb_time." in section
+    assert (
+        "Missed: ingest_events_per_s, replay_events_per_s, replay_vs_duckdb_time, "
+        "freshness_p95_s, stack_peak_gib." in section
+    )
 
 
 def test_save_writes_json_chart_and_appends_to_the_doc(tmp_path):

@@ -118,7 +118,7 @@ def table(report: Report) -> str:
         op, bound, ok = met.get(name, ("", 0.0, None))
         lines.append(
             f"| {label} | {_num(value)} | {_num(baseline)} | {unit} | "
-            f"{f'{op} {bound:,g}' if op else ''} | {_met(ok) if op else ''} |"
+            f"{f'{op} {_bound(bound)}' if op else ''} | {_met(ok) if op else ''} |"
         )
     for name, label in (
         ("producer_vs_baseline", "producer / baseline"),
@@ -128,7 +128,7 @@ def table(report: Report) -> str:
     ):
         op, bound, ok = met.get(name, ("", 0.0, None))
         value = report.figures.get(name)
-        target = f"{op} {bound:,g}" if op else ""
+        target = f"{op} {_bound(bound)}" if op else ""
         verdict = _met(ok) if op else ""
         lines.append(f"| {label} | {_num(value, 2)} | | ratio | {target} | {verdict} |")
     return "\n".join(lines)
@@ -140,6 +140,11 @@ def _num(value: float | None, digits: int = 0) -> str:
     if digits == 0 and abs(value) < 100:
         return f"{value:,.2f}"
     return f"{value:,.{digits}f}"
+
+
+def _bound(bound: float) -> str:
+    # ",g" would print a million as 1e+06.
+    return f"{bound:,.0f}" if bound >= 1000 else f"{bound:g}"
 
 
 def _met(ok: bool | None) -> str:
