@@ -86,36 +86,16 @@ def _silver_rows(spark: Any, n: int) -> Any:
 
 def _kafka_rows(spark: Any, events: list[dict[str, Any]], first_offset: int) -> Any:
     """Events as the Kafka source's rows (one partition, consecutive offsets)."""
-    from pyspark.sql.types import (
-        BinaryType,
-        IntegerType,
-        LongType,
-        StringType,
-        StructField,
-        StructType,
-        TimestampType,
-    )
-
     from spark_jobs import bronze, generator
 
-    schema = StructType(
-        [
-            StructField("topic", StringType()),
-            StructField("partition", IntegerType()),
-            StructField("offset", LongType()),
-            StructField("timestamp", TimestampType()),
-            StructField("key", BinaryType()),
-            StructField("value", BinaryType()),
-        ]
-    )
     # Stamped long after every event, so none is "from the future".
     stamp = datetime(2030, 1, 1, tzinfo=UTC)
     topic = "bench.history"
     rows = [
-        (topic, 0, first_offset + i, stamp, e["customer_id"].encode(), generator.encode(e))
+        (e["customer_id"].encode(), generator.encode(e), topic, 0, first_offset + i, stamp, 0)
         for i, e in enumerate(events)
     ]
-    return bronze.to_bronze_rows(spark.createDataFrame(rows, schema))
+    return bronze.to_bronze_rows(spark.createDataFrame(rows, bronze.KAFKA_SOURCE_SCHEMA))
 
 
 def _copies(base: Any, factor: int) -> Any:
