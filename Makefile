@@ -42,7 +42,7 @@ format:  ## rewrite the code as `make lint` wants it (ruff format and import ord
 	@.venv/bin/ruff format --quiet spark_jobs warehouse tests dags
 	@.venv/bin/sqlfluff fix dbt/models
 
-bench: up  ## speed and memory, each beside a baseline from the same run (~10 min); BENCH_ARGS="--events N ..."
+bench: up  ## speed and memory, each beside a baseline from the same run (~20 min); BENCH_ARGS="--events N ..."
 	@$(REGAUGE) bench $(BENCH_ARGS)
 
 chaos: up  ## faults injected into the running pipeline (200k events, 5 kill -9s...); prints a table

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -113,6 +114,22 @@ def test_table_and_doc_section_say_what_was_missed(tmp_path):
         "Missed: ingest_events_per_s, replay_events_per_s, replay_vs_duckdb_time, "
         "freshness_p95_s, stack_peak_gib." in section
     )
+
+
+def test_a_probe_never_seen_or_taken_is_a_missed_target():
+    report = _report()
+    report.figures |= {"freshness_never_seen": 2.0, "view_batch_probes_unseen": 0.0}
+    text = bench_report.table(report)
+    assert "| freshness probes never seen | 2 | | probes | <= 0 | **missed** |" in text
+    assert "| one-event view batches not taken in time | 0 | | probes | <= 0 | yes |" in text
+    assert "freshness_never_seen" in bench_report.section(report, *_paths())
+    # Not measured (an older report): no row rather than a verdict on nothing.
+    assert "never seen" not in bench_report.table(_report())
+
+
+def _paths() -> tuple[Path, Path, Path]:
+    docs = Path("/nonexistent/docs")
+    return docs / "bench" / "a.json", docs / "bench" / "a.png", docs
 
 
 def test_save_writes_json_chart_and_appends_to_the_doc(tmp_path):

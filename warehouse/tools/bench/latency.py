@@ -97,6 +97,7 @@ def freshness(bench: Bench) -> None:
     _probe(bench, base, 0)
     if not process.wait_until(lambda: 0 in visible(), 900):
         raise RuntimeError("the warm-up probe never became visible in 15 min")
+    silver_before = _silver_version(bench.settings)
     load = generator.records(
         int(bench.run_id) % 10**9 + 500,
         int(bench.sizes.load_rate * (bench.sizes.freshness_s + 15)),
@@ -133,6 +134,7 @@ def freshness(bench: Bench) -> None:
     f["freshness_p95_s"] = percentile(lags, 95)
     f["freshness_probes"] = len(sent)
     f["freshness_never_seen"] = len(set(sent) - set(seen))
+    _stages(bench, sent, silver_before)
     bench.report.baselines["trigger_interval_s"] = _seconds(bench.settings.trigger_interval)
     bench.report.notes["freshness"] = (
         f"{len(sent)} probes, one every {bench.sizes.probe_every_s:g} s, under "
@@ -143,6 +145,60 @@ def freshness(bench: Bench) -> None:
         f"({len(lags)} of {len(sent)} probes seen); trigger interval "
         f"{bench.settings.trigger_interval}"
     )
+
+
+def _silver_version(settings: Settings) -> int:
+    from warehouse.base import registry
+    from warehouse.sql import trino_client
+
+    t = registry.SILVER_EVENTS
+    history = f'{registry.TRINO_LAKE_CATALOG}.{t.schema}."{t.name}$history"'
+    return int(trino_client.scalar(settings, f"SELECT max(version) FROM {history}"))
+
+
+def _stages(bench: Bench, sent: dict[int, float], silver_since: int) -> None:
+    """Where the probes' time went: each probe's time until bronze and until silver
+    committed it (read back from the lake through Trino), beside the time until
+    Trino showed it. What is left after silver is the view's stream and Trino."""
+    from warehouse.base import registry
+    from warehouse.sql import trino_client
+
+    if not sent:
+        return
+    # Monotonic send times -> wall clock, as the lake's commit times are.
+    offset = time.time() - time.monotonic()
+    prefix = f"bench-{bench.run_id}-"
+    bronze = trino_client.query(
+        bench.settings,
+        "SELECT json_extract_scalar(from_utf8(value), '$.event_id'), "
+        f'min("$file_modified_time") FROM {registry.BRONZE_EVENTS.trino_name} '
+        "WHERE key = ? GROUP BY 1",
+        [PROBE_CUSTOMER],
+    ).rows
+    t = registry.SILVER_EVENTS
+    silver = trino_client.query(
+        bench.settings,
+        "SELECT event_id, min(_commit_timestamp) FROM TABLE("
+        f"{registry.TRINO_LAKE_CATALOG}.system.table_changes(schema_name => '{t.schema}', "
+        f"table_name => '{t.name}', since_version => {int(silver_since)})) "
+        "WHERE event_id LIKE ? GROUP BY 1",
+        [prefix + "%"],
+    ).rows
+    f = bench.report.figures
+    said = []
+    for stage, rows in (("bronze", bronze), ("silver", silver)):
+        at = {str(r[0]): _utc(r[1]).timestamp() for r in rows if r[0]}
+        lags = [at[prefix + str(k)] - (sent[k] + offset) for k in sent if prefix + str(k) in at]
+        if lags:
+            f[f"freshness_{stage}_p50_s"] = percentile(lags, 50)
+            said.append(f"{stage} p50 {f[f'freshness_{stage}_p50_s']:.1f} s")
+    if said:
+        bench.report.notes["freshness stages"] = (
+            "from produce until committed in "
+            + ", ".join(said)
+            + f"; visible through Trino p50 {f['freshness_p50_s']:.1f} s"
+        )
+        bench.say(f"  freshness stages: {bench.report.notes['freshness stages']}")
 
 
 def _probe(bench: Bench, base: datetime, k: int) -> float:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Sizes:
-    """What one run measures; the defaults take about 10 minutes on 2 cores."""
+    """What one run measures; the defaults took about 20 minutes on 2 cores."""
 
     events: int = 1_000_000
     chunk: int = 250_000
@@ -18,5 +18,5 @@ class Sizes:
     queries: int = 30
     # One-event micro-batches over this many events of history, and this many
     # times as many (`--history-events 500000` gives the issue's 0.5 M and 5 M).
-    history_events: int = 100_000
+    history_events: int = 50_000
     history_factor: int = 10
