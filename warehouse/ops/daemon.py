@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,8 @@ class Daemon:
     base: Path
     # Arguments of `python -m warehouse.cli`.
     cli_args: tuple[str, ...]
+    # Niceness (see `nice(1)`); the JVM the process starts inherits it.
+    nice: int = 0
 
     @property
     def pidfile(self) -> PidFile:
@@ -41,6 +43,11 @@ class Daemon:
     @property
     def status_file(self) -> Path:
         return self.base / f"{self.name}.status.json"
+
+    def argv(self) -> list[str]:
+        argv = [sys.executable, "-m", "warehouse.cli", *self.cli_args]
+        # nice(1) execs the command: the pid (and the pid file) stay the process's own.
+        return ["nice", "-n", str(self.nice), *argv] if self.nice else argv
 
     def pid(self) -> int | None:
         return self.pidfile.live_pid()
@@ -70,8 +77,7 @@ class Daemon:
         if pid is not None:
             return pid, False
         self.status_file.unlink(missing_ok=True)
-        argv: Sequence[str] = [sys.executable, "-m", "warehouse.cli", *self.cli_args]
-        pid = process.spawn(Proc(self.name, argv), self.pidfile, self.log)
+        pid = process.spawn(Proc(self.name, self.argv()), self.pidfile, self.log)
         if not process.wait_until(
             lambda: ready(self.read_status()), timeout, alive=lambda: self.pid() is not None
         ):

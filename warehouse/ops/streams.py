@@ -37,6 +37,7 @@ def daemon(settings: Settings, view: str, version: int) -> Daemon:
         f"{view}_v{int(version)}",
         settings.state_dir / "streams",
         ("views", "run", view, str(int(version)), "--mode", "stream"),
+        nice=settings.view_stream_nice,
     )
 
 
