@@ -255,10 +255,10 @@ def run(
                     if is_data_loss(error):
                         raise DataLossError(DATA_LOSS_HELP)
                     failures[name] += 1
-                    delay = min(MAX_BACKOFF_S, 2.0 ** failures[name])
+                    delay = backoff_s(failures[name])
                     retry_at[name] = time.monotonic() + delay
                     log.warning(
-                        "%s stopped (%s); restarting in %.0f s", name, _first_line(error), delay
+                        "%s stopped (%s); restarting in %.0f s", name, first_line(error), delay
                     )
                 if time.monotonic() < retry_at[name]:
                     continue
@@ -276,5 +276,10 @@ def run(
         spark.streams.removeListener(listener)
 
 
-def _first_line(text: str) -> str:
+def backoff_s(failures: int) -> float:
+    """How long to wait before restarting a query that died `failures` times running."""
+    return min(MAX_BACKOFF_S, 2.0**failures)
+
+
+def first_line(text: str) -> str:
     return text.strip().splitlines()[0][:300] if text.strip() else text

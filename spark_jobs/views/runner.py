@@ -333,6 +333,11 @@ def has_checkpoint(settings: Settings, view: View) -> bool:
     return (Path(gold_table(view).checkpoint(settings)) / "offsets").is_dir()
 
 
+def can_stream(settings: Settings, view: View) -> bool:
+    """Whether a stream knows where to start: its checkpoint, or its replay's marker."""
+    return has_checkpoint(settings, view) or replayed_through(settings, view) >= 0
+
+
 def _marker(settings: Settings, view: View) -> Path:
     return Path(gold_table(view).checkpoint(settings)) / "regauge_replayed_through"
 

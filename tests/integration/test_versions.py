@@ -161,9 +161,10 @@ def test_reprocess_roll_out_and_retire_while_events_flow(
     shared = report["shared_with"]
     assert (shared["version"], shared["disagreements"]) == (1, 0)
     assert shared["keys_compared"] == report["self_check"]["rows"]
-    # Both versions' streams carry on live.
-    assert streams.daemon(settings, VIEW, 1).pid() is not None
-    assert streams.daemon(settings, VIEW, 2).pid() is not None
+    # Both versions' streams carry on live, as queries of one Spark application.
+    host_pid = streams.pid(settings, VIEW, 1)
+    assert host_pid is not None
+    assert streams.pid(settings, VIEW, 2) == host_pid == streams.host(settings).pid()
 
     # A second reprocess of a built version is refused, and changes nothing.
     run_id = airflow.trigger("regauge_reprocess", {"view": VIEW, "version": 2})
@@ -202,20 +203,23 @@ def test_reprocess_roll_out_and_retire_while_events_flow(
     ]
     assert set(assert_routing(settings, USERS).values()) == {2}
 
-    # The watchdog brings a dead stream back.
-    dead = streams.daemon(settings, VIEW, 2)
-    old_pid = dead.pid()
+    # The watchdog brings a dead host, and the streams in it, back.
+    old_pid = streams.pid(settings, VIEW, 2)
     assert old_pid is not None
     os.killpg(old_pid, signal.SIGKILL)
     deadline = time.monotonic() + 240
-    while (dead.pid() in (None, old_pid)) and time.monotonic() < deadline:
+    while streams.pid(settings, VIEW, 2) in (None, old_pid) and time.monotonic() < deadline:
         time.sleep(5)
-    assert dead.pid() not in (None, old_pid), "the watchdog did not restart v2's stream"
+    new_pid = streams.pid(settings, VIEW, 2)
+    assert new_pid not in (None, old_pid), "the watchdog did not restart v2's stream"
 
     # Retire v1: its stream stops, its table leaves Trino, everyone sees v2.
     airflow.run("regauge_retire", {"view": VIEW, "version": 1})
     assert versions.get(settings, VIEW, 1).status == "retired"
-    assert streams.daemon(settings, VIEW, 1).pid() is None
+    assert streams.pid(settings, VIEW, 1) is None
+    # Stopping v1's query left v2's running in the same host.
+    assert streams.pid(settings, VIEW, 2) == new_pid
+    v2_since = streams.host(settings).read_status()["queries"][f"{VIEW}_v2"]["since"]
     assert not catalog.is_published(registry.gold_view_table(VIEW, 1), settings)
     assert all(seen_by(settings, u) == {2} for u in USERS)
     columns = query(settings, f"SELECT * FROM lakehouse.serving.{VIEW} LIMIT 1").columns
@@ -234,6 +238,8 @@ def test_reprocess_roll_out_and_retire_while_events_flow(
     expected = want.selectExpr("unix_seconds(window_start)", *served.split(", ")).collect()
     assert len(expected) > 10
     assert sorted(got) == sorted(tuple(r) for r in expected)
+    # ... with the same query that ran before v1's stopped beside it.
+    assert streams.host(settings).read_status()["queries"][f"{VIEW}_v2"]["since"] == v2_since
 
     # The README's serving-view example, as an analyst, equals v2's table read by Spark.
     from warehouse.tools.examples import analyst_examples

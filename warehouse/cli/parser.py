@@ -249,10 +249,12 @@ def _pipeline(add: Add) -> None:
     p = add(
         "streams",
         "views:streams_",
-        "live view streams: list, start/stop VIEW VERSION, ensure (start every live "
-        "version's stream that is not running; what regauge_watchdog runs)",
+        "live view streams, each a query in one Spark application, the view host: "
+        "list, start/stop VIEW VERSION, ensure (start every live version's stream that "
+        "is not running; what regauge_watchdog runs), host (run the host in the "
+        "foreground; start/stop launch it as a daemon)",
     )
-    p.add_argument("action", choices=("list", "start", "stop", "ensure"))
+    p.add_argument("action", choices=("list", "start", "stop", "ensure", "host"))
     _view_version(p, optional=True)
 
 

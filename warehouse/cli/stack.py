@@ -31,9 +31,9 @@ def down(args: argparse.Namespace) -> int:
         # Airflow first, so its watchdog cannot restart a stream stopped next; then
         # the pipeline's own daemons, which would fail once Kafka is gone.
         services.down(s, ["airflow"])
-        for st in streams.known(s):
-            if st.pid:
-                print(streams.stop(s, st.view, st.version))
+        # The wanted set stays: the next `streams ensure` brings the live ones back.
+        if streams.stop_host(s):
+            print("view host stopped (every view stream in it)")
         if ingest_ctl.stop(s):
             print("ingest stopped")
     services.down(s, args.services)

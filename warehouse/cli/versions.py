@@ -74,14 +74,16 @@ def _when(at: datetime | None) -> str:
 
 def _show(s: Settings, view: str, version: int) -> int:
     v = registry.get(s, view, version)
-    stream = streams.daemon(s, view, version)
-    pid = stream.pid()
+    pid = streams.pid(s, view, version)
     print(f"{v.label}: {v.status}, {v.rollout_percent} % of users")
     print(
         f"  created {_when(v.created_at)}, ready {_when(v.ready_at)}, retired {_when(v.retired_at)}"
     )
     print(f"  built from {v.source_position or '-'}")
-    print(f"  stream: {'running, pid ' + str(pid) if pid else 'not running'} (log {stream.log})")
+    print(
+        f"  stream: {'running in the view host, pid ' + str(pid) if pid else 'not running'} "
+        f"(log {streams.host(s).log})"
+    )
     pinned = sorted(u for u, pv in registry.pins(s, view).items() if pv == version)
     print(f"  pinned users: {', '.join(pinned) or 'none'}")
     if v.validation:

@@ -35,12 +35,17 @@ def views(args: argparse.Namespace) -> int:
 
 def streams_(args: argparse.Namespace) -> int:
     s = settings_mod.get()
+    if args.action == "host":
+        return processes.run_view_host(s)
     if args.action == "list":
+        host = streams.host(s)
+        pid = host.pid()
+        print(f"view host: {'running, pid ' + str(pid) if pid else 'not running'} (log {host.log})")
         found = streams.known(s)
         for st in found:
-            print(f"{st.view} v{st.version}: {st.state}" + (f" (pid {st.pid})" if st.pid else ""))
+            print(f"  {st.view} v{st.version}: {st.state}")
         if not found:
-            print("no view stream is running")
+            print("  no view stream is wanted")
         return 0
     if args.action == "ensure":
         for line in streams.ensure(s) or ["every live version's stream is running"]:

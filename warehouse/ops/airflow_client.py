@@ -116,6 +116,11 @@ class Client:
         found = self._get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
         return {t["task_id"]: t["state"] for t in found}
 
+    def task_seconds(self, dag_id: str, run_id: str) -> dict[str, float]:
+        """How long each finished task of a run took, as Airflow measured it."""
+        found = self._get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
+        return {t["task_id"]: float(t["duration"]) for t in found if t.get("duration") is not None}
+
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
         """A task try's log as text (Airflow 3 serves structured entries)."""
         found = self._get(

@@ -177,9 +177,7 @@ def forget(settings: Settings, view: str) -> list[str]:
     """Stop every stream of `view`, drop its serving view and forget its versions.
     Tables stay in the lake (a new reprocess overwrites them)."""
     done = [
-        streams.stop(settings, s.view, s.version)
-        for s in streams.known(settings)
-        if s.view == view and s.pid
+        streams.stop(settings, s.view, s.version) for s in streams.known(settings) if s.view == view
     ]
     n = versions.forget(settings, view)
     done.append(serving.regenerate(settings, view, live=[]))

@@ -1,10 +1,11 @@
-"""The main loops of the processes regauge runs for a long time: ingest, and each
-view version's stream (`regauge ingest run`, `regauge views run`).
+"""The main loops of the processes regauge runs for a long time: ingest, a view
+version in the foreground, and the view host that runs every live version's
+stream (`regauge ingest run`, `regauge views run`, `regauge streams host`).
 
-Each builds one Spark session, runs its queries until SIGTERM or SIGINT, and
-stops them between micro-batches. `ingest_ctl` and `streams` start these same
-commands detached, with pid and status files, so a daemon and a foreground run
-are one code path.
+Each builds one Spark application, runs its queries until SIGTERM or SIGINT,
+and stops them between micro-batches. `ingest_ctl` and `streams` start these
+same commands detached, with pid and status files, so a daemon and a
+foreground run are one code path.
 """
 
 from __future__ import annotations
@@ -14,9 +15,15 @@ import os
 import signal
 import sys
 import threading
+import time
 from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from spark_jobs import ingest
+from spark_jobs import views as views_mod
 from spark_jobs.session import build_session
 from spark_jobs.views import runner
 from spark_jobs.views.base import View
@@ -77,10 +84,7 @@ def run_view(
                 f"{table.trino_name}: replayed {source} (silver up to version {after}); "
                 "continuing live"
             )
-        elif (
-            not runner.has_checkpoint(settings, view)
-            and runner.replayed_through(settings, view) < 0
-        ):
+        elif not runner.can_stream(settings, view):
             print(
                 f"regauge: {table.trino_name} has no stream yet; start it with --mode replay",
                 file=sys.stderr,
@@ -89,22 +93,137 @@ def run_view(
         query = pipeline.stream(
             spark, settings, view, trigger=trigger, available_now=until_caught_up
         )
-        # `regauge streams` reads this to know the stream is up.
-        status = streams.daemon(settings, view.name, view.version)
-        status.write_status(state="running", pid=os.getpid(), since=datetime.now(UTC))
         stop = _stop_on_signals()
         while query.isActive and not stop.is_set():
             stop.wait(1.0)
         if query.isActive:
             query.stop()
         if query.exception() is not None:
-            status.write_status(state="failed", error=str(query.exception()))
             print(
                 f"regauge: {table.trino_name} stream failed: {query.exception()}", file=sys.stderr
             )
             return 1
-        status.write_status(state="stopped", at=datetime.now(UTC))
         print(f"{table.trino_name}: stream stopped")
         return 0
     finally:
         spark.stop()
+
+
+class _Hosted:
+    """One wanted stream in the view host: its query, or why it is not running."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.query: StreamingQuery | None = None
+        self.failures = 0
+        self.retry_at = 0.0
+        self.error: str | None = None
+        self.since: datetime | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.query is not None and self.query.isActive
+
+    def failed(self, error: str) -> None:
+        """Record why it is not running; retry after a backoff that grows with each failure."""
+        self.query, self.error = None, ingest.first_line(error)
+        self.failures += 1
+        delay = ingest.backoff_s(self.failures)
+        self.retry_at = time.monotonic() + delay
+        log.warning("%s: not running (%s); trying again in %.0f s", self.name, self.error, delay)
+
+    def state(self) -> dict[str, Any]:
+        if self.query is not None and self.query.isActive:
+            progress: dict[str, Any] = self.query.lastProgress or {}
+            return {
+                "state": "running",
+                "since": self.since,
+                "batch": progress.get("batchId"),
+                "batch_at": progress.get("timestamp"),
+            }
+        if self.error is not None:
+            retry_in = round(max(0.0, self.retry_at - time.monotonic()), 1)
+            return {"state": "failed", "error": self.error, "retry_in_s": retry_in}
+        return {"state": "starting"}
+
+
+def run_view_host(settings: Settings) -> int:
+    """Run every wanted view stream as a query of one Spark application until stopped.
+
+    `streams.start|stop` say which are wanted. A query that dies is restarted
+    after a backoff (its error in the status file meanwhile); the others run on.
+    """
+    stop = _stop_on_signals()
+    daemon = streams.host(settings)
+    # Fair scheduling between pools, one pool per query (see _start_hosted): one
+    # version's long batch shares the cores with the others' short ones.
+    spark = build_session("regauge-views", settings, extra_conf={"spark.scheduler.mode": "FAIR"})
+    hosted: dict[str, _Hosted] = {}
+    since = datetime.now(UTC)
+
+    def save(state: str) -> None:
+        daemon.write_status(
+            state=state,
+            pid=os.getpid(),
+            since=since,
+            queries={name: h.state() for name, h in sorted(hosted.items())},
+        )
+
+    log.info("view host running (pid %d); wanted streams in %s", os.getpid(), daemon.base)
+    try:
+        save("running")
+        while not stop.is_set():
+            wanted = {streams.query_name(v, n): (v, n) for v, n in streams.wanted(settings)}
+            for name in [n for n in hosted if n not in wanted]:
+                h = hosted.pop(name)
+                if h.active:
+                    log.info("%s: stopping its stream", name)
+                    h.query.stop()  # type: ignore[union-attr]
+                    log.info("%s: stream stopped", name)
+            for name, (view_name, version) in wanted.items():
+                h = hosted.setdefault(name, _Hosted(name))
+                if h.active:
+                    # A query that has made progress since its start resets its backoff.
+                    if h.query.lastProgress is not None:  # type: ignore[union-attr]
+                        h.failures = 0
+                    continue
+                if h.query is not None:
+                    h.failed(str(h.query.exception() or "stopped"))
+                if time.monotonic() >= h.retry_at:
+                    _start_hosted(spark, settings, h, view_name, version)
+            save("running")
+            stop.wait(streams.POLL_S)
+    finally:
+        for h in hosted.values():
+            if h.active:
+                log.info("%s: stopping its stream", h.name)
+                h.query.stop()  # type: ignore[union-attr]
+        hosted.clear()
+        save("stopped")
+        spark.stop()
+    log.info("view host stopped")
+    return 0
+
+
+def _start_hosted(
+    spark: SparkSession, settings: Settings, h: _Hosted, view_name: str, version: int
+) -> None:
+    """Start one version's query in a session and a scheduler pool of its own."""
+    try:
+        view = views_mod.get(view_name, version)
+        if not runner.can_stream(settings, view):
+            raise RuntimeError(f"{h.name} has never been replayed; build it first")
+        # Each micro-batch tags its gold commits through a session setting, which
+        # must not leak into another query's commits.
+        session = spark.newSession()
+        # The query's thread inherits the pool from the thread that starts it.
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", h.name)
+        try:
+            h.query = pipeline.stream(session, settings, view)
+        finally:
+            spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
+    except Exception as exc:
+        h.failed(f"{type(exc).__name__}: {exc}")
+        return
+    h.error, h.since = None, datetime.now(UTC)
+    log.info("%s: stream started", h.name)

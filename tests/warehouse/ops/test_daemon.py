@@ -1,10 +1,13 @@
-"""Daemons' command lines: view streams yield the cores to ingest when they are short."""
+"""Daemons' command lines (the view host yields the cores to ingest when they are short),
+and the wanted set through which `regauge streams start|stop` steer the view host."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+
+import pytest
 
 from warehouse.base.settings import load
 from warehouse.ops import ingest_ctl, streams
@@ -13,15 +16,36 @@ from warehouse.ops.daemon import Daemon
 
 def test_view_streams_run_nicer_than_ingest(tmp_path):
     settings = load({"REGAUGE_STATE_DIR": str(tmp_path)})
-    stream = streams.daemon(settings, "revenue_hourly", 2).argv()
-    assert stream[:3] == ["nice", "-n", "10"]
-    assert stream[3:] == [
-        sys.executable, "-m", "warehouse.cli",
-        "views", "run", "revenue_hourly", "2", "--mode", "stream",
-    ]  # fmt: skip
+    host = streams.host(settings).argv()
+    assert host[:3] == ["nice", "-n", "10"]
+    assert host[3:] == [sys.executable, "-m", "warehouse.cli", "streams", "host"]
     assert ingest_ctl.daemon(settings).argv()[0] == sys.executable
     off = load({"REGAUGE_STATE_DIR": str(tmp_path), "REGAUGE_VIEW_STREAM_NICE": "0"})
-    assert streams.daemon(off, "revenue_hourly", 2).argv()[0] == sys.executable
+    assert streams.host(off).argv()[0] == sys.executable
+
+
+def test_the_wanted_streams_are_what_start_and_stop_leave(tmp_path):
+    settings = load({"REGAUGE_STATE_DIR": str(tmp_path)})
+    assert streams.wanted(settings) == []
+    streams.want(settings, "revenue_hourly", 2, True)
+    streams.want(settings, "cart_sessions", 1, True)
+    streams.want(settings, "revenue_hourly", 2, True)
+    assert streams.wanted(settings) == [("cart_sessions", 1), ("revenue_hourly", 2)]
+    # No host runs: wanted, but stopped, and no pid.
+    assert [(s.name, s.pid, s.state) for s in streams.known(settings)] == [
+        ("cart_sessions_v1", None, "stopped"),
+        ("revenue_hourly_v2", None, "stopped"),
+    ]
+    assert streams.pid(settings, "revenue_hourly", 2) is None
+    assert streams.stop(settings, "revenue_hourly", 2) == "revenue_hourly v2 stream was not running"
+    assert streams.wanted(settings) == [("cart_sessions", 1)]
+
+
+def test_a_stream_name_is_checked_before_it_becomes_a_file(tmp_path):
+    settings = load({"REGAUGE_STATE_DIR": str(tmp_path)})
+    with pytest.raises(ValueError, match="plain identifier"):
+        streams.want(settings, "../../etc", 1, True)
+    assert not (tmp_path / "streams").exists()
 
 
 def test_the_niceness_reaches_the_process(tmp_path):

@@ -59,17 +59,40 @@ def query_latency(settings: Settings, sql: str, runs: int, warmup: int = 3) -> l
     return out
 
 
+# What streams beside the probes (issue 16): two live versions of the probed view and
+# cart_sessions, each a query of the view host.
+LIVE = ((PROBE_VIEW, 1), (PROBE_VIEW, 2), ("cart_sessions", 1))
+# The reprocess whose wall time is `reprocess_s`: the one the issue measured.
+TIMED_REPROCESS = (PROBE_VIEW, 2)
+
+
 def ensure_serving(bench: Bench) -> None:
-    """A live revenue_hourly version with its stream, and ingest running, as in production."""
+    """Ingest and the LIVE versions' streams running, as in production. A version not
+    built yet is built through regauge_reprocess, and the run's tasks are timed."""
     from warehouse.ops import airflow_client, ingest_ctl, streams
     from warehouse.sql import versions
 
-    if not any(v.live for v in versions.versions(bench.settings, PROBE_VIEW)):
-        bench.say(f"  no live {PROBE_VIEW} version: building v1 through regauge_reprocess")
-        airflow_client.Client(bench.settings).run(
-            "regauge_reprocess", {"view": PROBE_VIEW, "version": 1}
-        )
     ingest_ctl.start(bench.settings, None)
+    client = airflow_client.Client(bench.settings)
+    for view, version in LIVE:
+        known = {v.version: v for v in versions.versions(bench.settings, view)}
+        row = known.get(version)
+        if row is not None:
+            if not row.live:
+                bench.say(f"  {row.label} is {row.status}: freshness is probed without it")
+            continue
+        bench.say(f"  building {view} v{version} through regauge_reprocess")
+        began = time.monotonic()
+        run_id = client.run("regauge_reprocess", {"view": view, "version": version})
+        took = time.monotonic() - began
+        tasks = client.task_seconds("regauge_reprocess", run_id)
+        per_task = ", ".join(f"{task} {s:.0f}" for task, s in tasks.items())
+        bench.report.notes[f"reprocess {view} v{version}"] = (
+            f"{took:.0f} s through Airflow, from trigger to success; per task, s: {per_task}"
+        )
+        bench.say(f"  {view} v{version} built in {took:.0f} s ({per_task})")
+        if (view, version) == TIMED_REPROCESS:
+            bench.report.figures["reprocess_s"] = took
     for line in streams.ensure(bench.settings):
         bench.say(f"  {line}")
 

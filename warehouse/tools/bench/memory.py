@@ -35,9 +35,8 @@ class PeakMemory:
             parts[svc.name] = sum(process.group_rss_bytes(pid) for pid in pids)
         ingest_pid = ingest_ctl.daemon(self.settings).pid()
         parts["ingest"] = process.group_rss_bytes(ingest_pid) if ingest_pid else 0
-        parts["view streams"] = sum(
-            process.group_rss_bytes(s.pid) for s in streams.known(self.settings) if s.pid
-        )
+        host_pid = streams.host(self.settings).pid()
+        parts["view streams"] = process.group_rss_bytes(host_pid) if host_pid else 0
         parts["bench spark"] = process.descendants_rss_bytes(os.getpid())
         return parts
 

@@ -46,6 +46,8 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
             ingest_ctl.stop(settings)
             for view, version in running_streams:
                 streams.stop(settings, view, version)
+            # An idle host still holds a JVM's memory.
+            streams.stop_host(settings)
             # The event log is what to profile a slow phase with (Spark's history UI reads it).
             events_dir = settings.state_dir / "bench" / "spark-events"
             events_dir.mkdir(parents=True, exist_ok=True)
@@ -103,6 +105,8 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
                 streams.stop(settings, s.view, s.version)
         for view, version in running_streams:
             streams.start(settings, view, version)
+        if not running_streams:
+            streams.stop_host(settings)
     report.seconds = time.monotonic() - began
     save(report, out_dir, doc)
     return report
