@@ -5,6 +5,13 @@ value's own type: an integer stays an integer, `"1"` stays a string, and a
 number keeps its exact decimal digits (12.345 is DECIMAL(5,3)), so "at most
 two decimals" and "money is never a float" are checked without rounding.
 
+A number is judged by its value, whatever its spelling (CONTRACT.md §1):
+`3.0` is the integer 3 and `12.500` has one decimal (parse_json already
+normalises both). Only exponent form (`1e2`) arrives as a DOUBLE, which can
+hold neither "at most two decimals" nor 18 digits of money, so for records
+with such a number the numeric fields are read once more from the text as
+exact decimals (`Json.exact`).
+
 `validate` is pure: bronze-shaped rows in, the same rows plus `reason`,
 `detail` and the typed event columns out. The first failing rule in the
 contract's order gives the reason; `reason` is null for an accepted event.
@@ -89,10 +96,42 @@ EVENT_SCHEMA = StructType(
 # validated the rejection reason is called `reject_reason`.
 
 # Checked as text: RFC 3339 with a T, at least milliseconds, and an offset or Z.
-_RFC3339 = r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}\.\d{3,9}([Zz]|[+-]\d{2}:\d{2})$"
-_EVENT_ID = r"^[A-Za-z0-9_-]{1,64}$"
-_INTEGER_KINDS = r"^(TINYINT|SMALLINT|INT|BIGINT)$"
-_MONEY_KINDS = r"^(TINYINT|SMALLINT|INT|BIGINT|DECIMAL\(\d+,[0-2]\))$"
+# `\z`, not `$`: in a Java regex `$` also matches before a final line break, so
+# "e1\n" would pass as an id.
+_RFC3339 = r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}\.\d{3,9}([Zz]|[+-]\d{2}:\d{2})\z"
+_EVENT_ID = r"^[A-Za-z0-9_-]{1,64}\z"
+# schema_of_variant's names for JSON numbers, by what their value can be.
+_NUMBER_KINDS = r"^(TINYINT|SMALLINT|INT|BIGINT|DECIMAL\(\d+,\d+\)|FLOAT|DOUBLE)\z"
+_WHOLE_KINDS = r"^(TINYINT|SMALLINT|INT|BIGINT|DECIMAL\(\d+,0\))\z"
+_CENTS_KINDS = r"^(TINYINT|SMALLINT|INT|BIGINT|DECIMAL\(\d+,[0-2]\))\z"
+_BINARY_KINDS = r"^(FLOAT|DOUBLE)\z"
+INT_MAX = 2_147_483_647
+
+# An exponent-form number re-read from the text: exact to 22 decimals below
+# 10^16, which covers every valid count and amount of money.
+EXACT = DecimalType(38, 22)
+# Only numbers of this magnitude are re-read: rescaling a decimal like 1e-999999999
+# is unbounded work, and anything outside cannot be a valid count or amount anyway.
+# (0.0 is left out too, because a tiny number that underflowed reads as 0.0.)
+EXACT_RANGE = (1e-3, 1e17)
+# The fields that are numbers somewhere in the contract, as from_json reads them.
+_ITEM_NUMBERS = StructType([StructField("quantity", EXACT), StructField("unit_price", EXACT)])
+EXACT_SCHEMA = StructType(
+    [
+        StructField("schema_version", EXACT),
+        StructField(
+            "payload",
+            StructType(
+                [
+                    StructField("quantity", EXACT),
+                    StructField("total", EXACT),
+                    StructField("amount", EXACT),
+                    StructField("items", ArrayType(_ITEM_NUMBERS)),
+                ]
+            ),
+        ),
+    ]
+)
 
 
 class Json:
@@ -101,11 +140,19 @@ class Json:
     `known` holds answers computed once per record in an earlier projection
     (see `validate`): the checks ask about the same fields dozens of times, and
     Spark evaluates a repeated expression inside a long CASE chain once per use.
+    `numbers` is the same value's EXACT_SCHEMA fields read from the JSON text
+    (null unless the record has a number in exponent form).
     """
 
-    def __init__(self, variant: Column, known: dict[tuple[str, str], Column] | None = None) -> None:
+    def __init__(
+        self,
+        variant: Column,
+        known: dict[tuple[str, str], Column] | None = None,
+        numbers: Column | None = None,
+    ) -> None:
         self.v = variant
         self.known = known or {}
+        self.numbers = numbers
 
     def at(self, path: str) -> Column:
         return F.try_variant_get(self.v, path, "variant")
@@ -128,14 +175,57 @@ class Json:
     def is_object(self, path: str) -> Column:
         return F.coalesce(self.kind(path).startswith("OBJECT"), F.lit(False))
 
+    def is_number(self, path: str) -> Column:
+        return F.coalesce(self.kind(path).rlike(_NUMBER_KINDS), F.lit(False))
+
+    def exact(self, path: str) -> Column:
+        """An exponent-form number at `path` as an exact decimal, read from the text.
+
+        Null when the value is not a DOUBLE of EXACT_RANGE's magnitude."""
+        if self.numbers is None:
+            return F.lit(None).cast(EXACT)
+        column = self.numbers
+        for name in path.removeprefix("$.").split("."):
+            column = column.getField(name)
+        return column
+
+    def whole(self, path: str) -> Column:
+        """The value as a BIGINT if it is a number without a fraction (3, 3.0, 3e0), else null."""
+        kind, exact = self.kind(path), self.exact(path)
+        return F.when(kind.rlike(_WHOLE_KINDS), self.get(path, "bigint")).when(
+            kind.rlike(_BINARY_KINDS) & (exact == F.floor(exact)), exact.try_cast("bigint")
+        )
+
+    def cents(self, path: str) -> Column:
+        """The value as DECIMAL(18,2) if it is a JSON number with at most 2 decimals that
+        fits, else null."""
+        kind, exact = self.kind(path), self.exact(path)
+        binary = kind.rlike(_BINARY_KINDS)
+        return (
+            F.when(kind.rlike(_CENTS_KINDS), self.get(path, "decimal(18,2)"))
+            .when(binary & (exact == F.round(exact, 2)), exact.try_cast(MONEY))
+            # 0e0 is 0 (and so, unavoidably, is a number too small for a double).
+            .when(binary & (self.get(path, "double") == 0), F.lit(0).cast(MONEY))
+        )
+
+    def has_fraction(self, path: str) -> Column:
+        """A number that is certainly not an integer (2.5, 25e-1)."""
+        kind = self.kind(path)
+        magnitude = F.abs(self.get(path, "double"))
+        return kind.rlike(r"^DECIMAL\(\d+,[1-9]\d*\)\z") | (
+            kind.rlike(_BINARY_KINDS)
+            & (magnitude < EXACT_RANGE[1])
+            & ~F.coalesce(self.exact(path) == F.floor(self.exact(path)), F.lit(False))
+            & (magnitude != 0)
+        )
+
     def is_count(self, path: str) -> Column:
-        """An integer (not a string, not 1.0) of at least 1."""
-        return self.kind(path).rlike(_INTEGER_KINDS) & (self.get(path, "bigint") >= 1)
+        """An integer (not a string, not 1.5) from 1 to INT_MAX."""
+        return F.coalesce(self.whole(path).between(1, INT_MAX), F.lit(False))
 
     def is_money(self, path: str) -> Column:
         """A number >= 0 with at most two decimals that fits DECIMAL(18,2)."""
-        value = self.get(path, "decimal(18,2)")
-        return self.kind(path).rlike(_MONEY_KINDS) & value.isNotNull() & (value >= 0)
+        return F.coalesce(self.cents(path) >= 0, F.lit(False))
 
     def is_currency(self, path: str) -> Column:
         return self.is_string(path) & self.get(path, "string").isin(*CURRENCIES)
@@ -181,7 +271,7 @@ TYPED_PATHS = [
 ]
 _RULE_TEXT = {
     "string": "a string",
-    "count": "an integer >= 1",
+    "count": f"an integer from 1 to {INT_MAX}",
     "money": "a number >= 0 with at most 2 decimals",
     "currency": f"one of {', '.join(CURRENCIES)}",
     "items": "a non-empty array of items",
@@ -192,13 +282,25 @@ def _items(event: Json) -> Column:
     return event.get("$.payload.items", "array<variant>")
 
 
+def _per_item(event: Json, f: Callable[[Json], Column]) -> Column:
+    """f applied to each item, as an array; each item's Json carries its exact numbers."""
+    numbers = event.exact("$.payload.items")
+    return F.transform(_items(event), lambda x, i: f(Json(x, numbers=F.get(numbers, i))))
+
+
 def _any_item(event: Json, test: Callable[[Json], Column]) -> Column:
-    return F.coalesce(F.exists(_items(event), lambda x: test(Json(x))), F.lit(False))
+    verdicts = _per_item(event, lambda item: F.coalesce(test(item), F.lit(False)))
+    return F.coalesce(F.array_contains(verdicts, True), F.lit(False))
 
 
 def _item_lacks(name: str) -> Callable[[Json], Column]:
     """A test for one item: it is an object without `name` (or with it null)."""
     return lambda item: item.is_object("$") & item.absent(f"$.{name}")
+
+
+def _item_breaks(name: str, kind: str) -> Callable[[Json], Column]:
+    """A test for one item: its field `name` is not a valid `kind`."""
+    return lambda item: ~_valid(item, f"$.{name}", kind)
 
 
 def _valid(event: Json, path: str, kind: str) -> Column:
@@ -211,20 +313,14 @@ def _valid(event: Json, path: str, kind: str) -> Column:
     if kind == "currency":
         return event.is_currency(path)
     if kind == "items":
+        # The shape only: each item's fields have checks of their own, so the
+        # detail names the one that failed.
         arr = _items(event)
-        item_rules = [(f"$.{name}", k) for name, k in ITEM_FIELDS]
-        items_ok = F.forall(arr, lambda x: Json(x).is_object("$") & _all(Json(x), item_rules))
+        objects = F.forall(arr, lambda x: Json(x).is_object("$"))
         return F.coalesce(
-            event.kind(path).startswith("ARRAY") & (F.size(arr) > 0) & items_ok, F.lit(False)
+            event.kind(path).startswith("ARRAY") & (F.size(arr) > 0) & objects, F.lit(False)
         )
     raise ValueError(f"unknown field kind {kind!r}")
-
-
-def _all(event: Json, rules: list[tuple[str, str]]) -> Column:
-    out = F.lit(True)
-    for path, kind in rules:
-        out = out & _valid(event, path, kind)
-    return out
 
 
 Check = tuple[str, Column, Column]  # (reason, failing condition, detail)
@@ -309,7 +405,7 @@ def _checks(df_value: Column, kafka_ts: Column, event: Json, text_ok: Column) ->
         ),
         (
             "invalid_field",
-            ~event.kind("$.schema_version").rlike(_INTEGER_KINDS),
+            ~event.is_number("$.schema_version") | event.has_fraction("$.schema_version"),
             lit("schema_version must be an integer"),
         ),
         ("invalid_field", ~payload_is_object, lit("payload must be an object")),
@@ -323,6 +419,15 @@ def _checks(df_value: Column, kafka_ts: Column, event: Json, text_ok: Column) ->
                     lit(f"payload.{name} must be {_RULE_TEXT[kind]}"),
                 )
             )
+            if kind == "items":
+                checks += [
+                    (
+                        "invalid_field",
+                        (etype == etype_name) & _any_item(event, _item_breaks(n, k)),
+                        lit(f"payload.items[].{n} must be {_RULE_TEXT[k]}"),
+                    )
+                    for n, k in ITEM_FIELDS
+                ]
     checks += [
         (
             "unknown_event_type",
@@ -331,10 +436,10 @@ def _checks(df_value: Column, kafka_ts: Column, event: Json, text_ok: Column) ->
         ),
         (
             "unsupported_schema_version",
-            event.get("$.schema_version", "bigint") != SCHEMA_VERSION,
+            ~F.coalesce(event.whole("$.schema_version") == SCHEMA_VERSION, F.lit(False)),
             F.format_string(
-                f"schema_version %d is not supported (only {SCHEMA_VERSION})",
-                event.get("$.schema_version", "bigint"),
+                f"schema_version %s is not supported (only {SCHEMA_VERSION})",
+                event.get("$.schema_version", "string"),
             ),
         ),
         (
@@ -348,10 +453,10 @@ def _checks(df_value: Column, kafka_ts: Column, event: Json, text_ok: Column) ->
         ),
         (
             "total_mismatch",
-            (etype == "order_placed") & (item_sum != event.get("$.payload.total", "decimal(18,2)")),
+            (etype == "order_placed") & (item_sum != event.cents("$.payload.total")),
             F.format_string(
                 "total %s is not the sum of quantity x unit_price (%s)",
-                event.get("$.payload.total", "string"),
+                event.cents("$.payload.total").cast("string"),
                 item_sum.cast("string"),
             ),
         ),
@@ -362,24 +467,25 @@ def _checks(df_value: Column, kafka_ts: Column, event: Json, text_ok: Column) ->
 def _item_sum(event: Json) -> Column:
     """The sum of quantity * unit_price over the items, exact in DECIMAL(38,2)."""
     return F.aggregate(
-        _items(event),
+        _per_item(
+            event,
+            lambda item: (
+                item.whole("$.quantity").cast(DecimalType(20, 0)) * item.cents("$.unit_price")
+            ),
+        ),
         F.lit(0).cast(DecimalType(38, 2)),
-        lambda acc, x: (
-            acc
-            + F.try_variant_get(x, "$.quantity", "bigint").cast(DecimalType(20, 0))
-            * F.try_variant_get(x, "$.unit_price", "decimal(18,2)")
-        ).cast(DecimalType(38, 2)),
+        lambda acc, product: (acc + product).cast(DecimalType(38, 2)),
     )
 
 
 def _typed_event(event: Json) -> list[Column]:
     """The event's fields in their contract types (only meaningful when accepted)."""
-    items = F.transform(
-        _items(event),
-        lambda x: F.struct(
-            F.try_variant_get(x, "$.product_id", "string").alias("product_id"),
-            F.try_variant_get(x, "$.quantity", "int").alias("quantity"),
-            F.try_variant_get(x, "$.unit_price", "decimal(18,2)").alias("unit_price"),
+    items = _per_item(
+        event,
+        lambda item: F.struct(
+            item.get("$.product_id", "string").alias("product_id"),
+            item.whole("$.quantity").try_cast("int").alias("quantity"),
+            item.cents("$.unit_price").alias("unit_price"),
         ),
     )
     return [
@@ -387,16 +493,50 @@ def _typed_event(event: Json) -> list[Column]:
         event.get("$.event_type", "string").alias("event_type"),
         F.try_to_timestamp(event.get("$.event_time", "string")).alias("event_time"),
         event.get("$.customer_id", "string").alias("customer_id"),
-        event.get("$.schema_version", "int").alias("schema_version"),
+        event.whole("$.schema_version").try_cast("int").alias("schema_version"),
         event.get("$.payload.product_id", "string").alias("product_id"),
-        event.get("$.payload.quantity", "int").alias("quantity"),
+        event.whole("$.payload.quantity").try_cast("int").alias("quantity"),
         event.get("$.payload.order_id", "string").alias("order_id"),
         event.get("$.payload.currency", "string").alias("currency"),
         items.alias("items"),
-        event.get("$.payload.total", "decimal(18,2)").alias("total"),
+        event.cents("$.payload.total").alias("total"),
         event.get("$.payload.reason", "string").alias("reason"),
-        event.get("$.payload.amount", "decimal(18,2)").alias("amount"),
+        event.cents("$.payload.amount").alias("amount"),
     ]
+
+
+def _numbers(text: Column, event: Json) -> Column:
+    """EXACT_SCHEMA's fields read from the text, for a record whose numbers include a DOUBLE
+    (exponent form), as long as every such field is a plain number or a DOUBLE in
+    EXACT_RANGE (the re-read must stay cheap, see EXACT_RANGE); else null.
+
+    Whether there is a DOUBLE at all is asked of the kinds computed once per record
+    (an array's kind names every kind in it), so an ordinary record pays a few
+    string tests and nothing more."""
+
+    def safe(json: Json, path: str) -> Column:
+        kind = F.coalesce(json.kind(path), F.lit("VOID"))
+        magnitude = F.abs(json.get(path, "double"))
+        double = kind.rlike(_BINARY_KINDS)
+        in_range = (magnitude >= EXACT_RANGE[0]) & (magnitude < EXACT_RANGE[1])
+        # Not a string: from_json would parse "1e-999999999" into a decimal too.
+        plain = (kind == "VOID") | (kind.rlike(_NUMBER_KINDS) & ~double)
+        return F.coalesce(plain | (double & in_range), F.lit(False))
+
+    paths = ["$.schema_version", "$.payload.quantity", "$.payload.total", "$.payload.amount"]
+    has_double = F.lit(False)
+    for path in [*paths, "$.payload.items"]:
+        has_double = has_double | F.coalesce(event.kind(path).rlike("FLOAT|DOUBLE"), F.lit(False))
+    all_safe = F.coalesce(
+        F.forall(
+            _items(event),
+            lambda x: safe(Json(x), "$.quantity") & safe(Json(x), "$.unit_price"),
+        ),
+        F.lit(True),
+    )
+    for path in paths:
+        all_safe = all_safe & safe(event, path)
+    return F.when(has_double, F.when(all_safe, F.from_json(text, EXACT_SCHEMA)))
 
 
 def validate(records: DataFrame) -> DataFrame:
@@ -423,6 +563,8 @@ def validate(records: DataFrame) -> DataFrame:
         ],
     )
     event = Json(F.col("_v"), {key: F.col(name) for key, name in known.items()})
+    parsed = parsed.withColumn("_numbers", _numbers(text, event))
+    event = Json(event.v, event.known, numbers=F.col("_numbers"))
     verdict = _first(_checks(F.col("value"), F.col("kafka_timestamp"), event, text_ok))
     return (
         parsed.withColumn("_verdict", verdict)
@@ -435,5 +577,5 @@ def validate(records: DataFrame) -> DataFrame:
             F.sha2(F.to_json(F.col("_v")), 256).alias("content_hash"),
             *_typed_event(event),
         )
-        .drop("_v", "_verdict", *known.values())
+        .drop("_v", "_verdict", "_numbers", *known.values())
     )

@@ -37,6 +37,37 @@ def order(**payload) -> bytes:
     return event(event_type="order_placed", payload={**ORDER, **payload})
 
 
+def literal(payload: str, event_type: str = "cart_item_added", **envelope: str) -> bytes:
+    """An event as literal JSON text, so a number keeps the spelling under test
+    (json.dumps would write 12.500 as 12.5 and 1e2 as 100.0)."""
+    fields = {
+        "event_id": '"e-1_A"',
+        "event_type": f'"{event_type}"',
+        "event_time": '"2026-01-01T11:00:00.000Z"',
+        "customer_id": '"c1"',
+        "schema_version": "1",
+        **envelope,
+        "payload": payload,
+    }
+    return ("{" + ", ".join(f'"{k}": {v}' for k, v in fields.items()) + "}").encode()
+
+
+def cart(quantity: str) -> bytes:
+    return literal(f'{{"product_id": "p1", "quantity": {quantity}}}')
+
+
+def priced(unit_price: str, total: str, quantity: str = "2") -> bytes:
+    item = f'{{"product_id": "p1", "quantity": {quantity}, "unit_price": {unit_price}}}'
+    payload = f'{{"order_id": "o1", "currency": "EUR", "items": [{item}], "total": {total}}}'
+    return literal(payload, "order_placed")
+
+
+def paid(amount: str) -> bytes:
+    return literal(
+        f'{{"order_id": "o1", "amount": {amount}, "currency": "EUR"}}', "payment_captured"
+    )
+
+
 CASES = {
     # accepted
     "cart event": (event(), None),
@@ -54,7 +85,22 @@ CASES = {
     ),
     "offset time": (event(event_time="2026-01-01T13:00:00.123456+02:00"), None),
     "unknown extra field": (event(note="ignored"), None),
-    "trailing zeros are not decimals": (order(total=12.500), None),
+    "trailing zeros are not decimals": (priced("6.250", "12.500"), None),
+    "quantity spelled 3.0": (cart("3.0"), None),
+    "quantity in exponent form": (cart("3e0"), None),
+    "largest quantity": (cart("2147483647"), None),
+    "price in exponent form": (priced("1e2", "200"), None),
+    "cents in exponent form": (priced("1.234e1", "24.68"), None),
+    "total in exponent form": (priced("50", "1.0E2"), None),
+    "amount in exponent form": (paid("7e-2"), None),
+    "schema version spelled 1.0": (
+        literal('{"product_id": "p1", "quantity": 2}', schema_version="1.0"),
+        None,
+    ),
+    "schema version 1e0": (
+        literal('{"product_id": "p1", "quantity": 2}', schema_version="1e0"),
+        None,
+    ),
     # one per reason
     "oversize": (b'{"x":"' + b"a" * 70_000 + b'"}', "oversize"),
     "not utf-8": (b"\xff\xfe{}", "malformed_json"),
@@ -77,6 +123,31 @@ CASES = {
     "bad currency": (order(currency="JPY"), "invalid_field"),
     "empty items": (order(items=[], total=0), "invalid_field"),
     "bad id characters": (event(event_id="a b"), "invalid_field"),
+    "id ending in a newline": (
+        literal('{"product_id": "p1", "quantity": 2}', event_id=r'"nl-1\n"'),
+        "invalid_field",
+    ),
+    "time ending in a newline": (
+        literal('{"product_id": "p1", "quantity": 2}', event_time=r'"2026-01-01T11:00:00.000Z\n"'),
+        "invalid_field",
+    ),
+    "quantity beyond INT": (cart("3000000000"), "invalid_field"),
+    "quantity with a fraction": (cart("2.5"), "invalid_field"),
+    "quantity 25e-1": (cart("25e-1"), "invalid_field"),
+    "three decimals in exponent form": (priced("1.2345e1", "24.69"), "invalid_field"),
+    "price as a string": (priced('"100"', "200"), "invalid_field"),
+    "tiny amount": (paid("1e-5"), "invalid_field"),
+    "huge total": (priced("1", "1e999999999"), "invalid_field"),
+    # Not re-read from the text (it would take hours): the price cannot be judged.
+    "a number too long to re-read": (priced("1e2", "0e-999999999"), "invalid_field"),
+    "schema version 1.5": (
+        literal('{"product_id": "p1", "quantity": 2}', schema_version="1.5"),
+        "invalid_field",
+    ),
+    "schema version 1e999999999": (
+        literal('{"product_id": "p1", "quantity": 2}', schema_version="1e999999999"),
+        "unsupported_schema_version",
+    ),
     "time without offset": (event(event_time="2026-01-01T11:00:00.000"), "invalid_field"),
     "time without millis": (event(event_time="2026-01-01T11:00:00Z"), "invalid_field"),
     "schema version as string": (event(schema_version="1"), "invalid_field"),
@@ -141,6 +212,37 @@ def test_money_is_exact_decimal_and_time_is_utc(verdicts):
     ]
     shifted = verdicts.filter("name = 'offset time'").first()
     assert shifted.event_time == datetime(2026, 1, 1, 11, 0, 0, 123456)
+
+
+DETAILS = {
+    "id ending in a newline": "event_id must be 1-64 characters of A-Z a-z 0-9 _ -",
+    "quantity beyond INT": "payload.quantity must be an integer from 1 to 2147483647",
+    "three decimals in exponent form": (
+        "payload.items[].unit_price must be a number >= 0 with at most 2 decimals"
+    ),
+    "price as a string": "payload.items[].unit_price must be a number >= 0 with at most 2 decimals",
+    "empty items": "payload.items must be a non-empty array of items",
+    "huge total": "payload.total must be a number >= 0 with at most 2 decimals",
+}
+
+
+def test_the_detail_names_the_field_that_failed(verdicts):
+    rows = verdicts.filter(F.col("name").isin(*DETAILS)).select("name", "reject_detail")
+    assert {r.name: r.reject_detail for r in rows.collect()} == DETAILS
+
+
+def test_numbers_are_judged_by_value_whatever_their_spelling(verdicts):
+    def typed(name: str):
+        return verdicts.filter(F.col("name") == name).first()
+
+    assert typed("quantity spelled 3.0").quantity == 3
+    assert typed("quantity in exponent form").quantity == 3
+    assert typed("largest quantity").quantity == 2_147_483_647
+    exp = typed("price in exponent form")
+    assert (str(exp["items"][0].unit_price), str(exp.total)) == ("100.00", "200.00")
+    assert str(typed("cents in exponent form")["items"][0].unit_price) == "12.34"
+    assert str(typed("amount in exponent form").amount) == "0.07"
+    assert typed("schema version 1e0").schema_version == 1
 
 
 def test_the_same_event_spelled_differently_hashes_the_same(spark):
