@@ -2,8 +2,10 @@
 changed, recorded in `gold.restatements` so an analyst sees which closed numbers
 moved and why.
 
-A window is final once the view's watermark (the newest event time it had seen,
-minus the allowed lateness) has passed its end. The runner calls `record` after
+A window is final once the view's watermark has passed its end: the newest time
+it has seen, minus the allowed lateness, where an event's time counts at most
+up to its Kafka record timestamp (CONTRACT.md §3), so one producer with a clock
+a day fast cannot make every on-time window "final". The runner calls `record` after
 each micro-batch's MERGE; the view's declared scope says where an event lands.
 """
 
@@ -39,8 +41,8 @@ RESTATEMENTS_SCHEMA = StructType(
         StructField("window_key", StringType(), False),
         StructField("event_id", StringType(), False),
         StructField("event_time", TimestampType(), False),
-        # Seconds the window had been over (in event time: the newest event seen
-        # minus the window's end) when this event restated it.
+        # Seconds the window had been over (in event time: the watermark's newest
+        # time minus the window's end) when this event restated it.
         StructField("lateness", LongType(), False),
         StructField("restated_at", TimestampType(), False),
     ]
@@ -86,12 +88,14 @@ def ensure_table(spark: SparkSession, settings: Settings) -> None:
 def newest_before(
     spark: SparkSession, settings: Settings, view: View, version: int, since: int | None
 ) -> DataFrame:
-    """One row, `newest`: the newest event time of the view's events in silver as of
-    `version` (null if none).
+    """One row, `newest`: the newest time the view's events in silver as of `version`
+    vouch for (null if none): max(min(event_time, kafka_timestamp)).
 
     `since` (UTC microseconds), when given, must be at most that answer: then only
     silver's days from it on are read, not all of history. Any earlier answer
-    qualifies, because silver only grows: a replaced winner keeps its content.
+    qualifies, because silver only grows: a replaced winner keeps its content. An
+    event below `since` in event time is below it capped too, so the filter on
+    event time loses nothing.
     """
     silver = lake.read_version(spark, registry.SILVER_EVENTS.path(settings), version).where(
         F.col("event_type").isin(*view.event_types)
@@ -99,7 +103,7 @@ def newest_before(
     if since is not None:
         at = F.timestamp_micros(F.lit(since))
         silver = silver.where(F.col("event_date") >= F.to_date(at)).where(F.col("event_time") >= at)
-    return silver.agg(F.max("event_time").alias("newest"))
+    return silver.agg(F.max(F.least("event_time", "kafka_timestamp")).alias("newest"))
 
 
 class Recorded(NamedTuple):

@@ -19,11 +19,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from trino.exceptions import TrinoUserError
 
+from spark_jobs import audit as spark_audit
+from spark_jobs import lake as lakefs
 from spark_jobs.testing.landing import fresh_seed
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 from warehouse.ops import pipeline
-from warehouse.sql import versions
+from warehouse.sql import catalog, versions
 from warehouse.sql.trino_client import query
 from warehouse.tools.examples import analyst_examples
 
@@ -38,6 +40,9 @@ def lake(stack, settings: Settings, spark: SparkSession) -> SparkSession:
     pipeline.ingest_once(spark, settings)
     # Gold has a table even on a fresh lake where no view has run yet.
     pipeline.ensure_restatements(spark, settings)
+    # And the audit's table, as after a first `regauge audit`: denied by rule, not by absence.
+    lakefs.ensure_table(spark, spark_audit.AUDIT_RUNS.path(settings), spark_audit.AUDIT_RUNS_SCHEMA)
+    catalog.publish(spark_audit.AUDIT_RUNS, settings)
     return spark
 
 
@@ -195,6 +200,12 @@ def test_an_analyst_reads_only_what_the_contract_lists(settings, lake):
     forbidden = [
         f"SELECT count(*) FROM {registry.BRONZE_EVENTS.trino_name}",
         f"SELECT count(*) FROM {registry.SILVER_QUARANTINE.trino_name}",
+        f"SELECT count(*) FROM {registry.GOLD_AUDIT_RUNS.trino_name}",
+        # A metadata table is a way into its table: denied with it.
+        f'SELECT count(*) FROM lakehouse.silver."{registry.SILVER_QUARANTINE.name}$history"',
+        f'SELECT * FROM lakehouse.silver."{registry.SILVER_QUARANTINE.name}$properties"',
+        f'SELECT count(*) FROM lakehouse.gold."{registry.GOLD_AUDIT_RUNS.name}$history"',
+        f'SELECT count(*) FROM lakehouse.bronze."{registry.BRONZE_EVENTS.name}$history"',
         "SELECT count(*) FROM ops.control.view_events",
         "SELECT count(*) FROM ops.control.schema_migrations",
         f"INSERT INTO {registry.GOLD_RESTATEMENTS.trino_name} "
@@ -216,10 +227,34 @@ def test_an_analyst_reads_only_what_the_contract_lists(settings, lake):
             query(settings, sql, user=ANALYST)
 
 
+def test_an_analyst_sees_only_their_own_pins(settings, probe_registry):
+    view = probe_registry
+    with psycopg.connect(settings.postgres_dsn()) as conn:
+        conn.execute(
+            "INSERT INTO control.view_pins (view_name, user_name, version) "
+            "VALUES (%s, %s, 1), (%s, 'analyst.bob', 2)",
+            [view, ANALYST, view],
+        )
+    sql = f"SELECT user_name, version FROM ops.control.view_pins WHERE view_name = '{view}'"
+    assert query(settings, sql, user=ANALYST).rows == [[ANALYST, 1]]
+    assert query(settings, sql, user="analyst.bob").rows == [["analyst.bob", 2]]
+    assert sorted(query(settings, sql, user="engineer.bob").rows) == [
+        [ANALYST, 1],
+        ["analyst.bob", 2],
+    ]
+
+
+def test_an_analyst_reads_the_metadata_of_what_they_may_read(settings, lake):
+    history = f'lakehouse.silver."{registry.SILVER_EVENTS.name}$history"'
+    assert query(settings, f"SELECT count(*) FROM {history}", user=ANALYST).rows[0][0] > 0
+
+
 def test_an_engineer_reads_everything_and_a_stranger_nothing(settings, lake):
     for table in (
         registry.BRONZE_EVENTS.trino_name,
         registry.SILVER_QUARANTINE.trino_name,
+        f'lakehouse.silver."{registry.SILVER_QUARANTINE.name}$history"',
+        registry.GOLD_AUDIT_RUNS.trino_name,
         "ops.control.view_events",
     ):
         assert query(settings, f"SELECT count(*) FROM {table}", user="engineer.bob").rows

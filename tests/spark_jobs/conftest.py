@@ -57,10 +57,12 @@ def silver_df(spark):
                 schema_version=1,
                 partition=0,
                 offset=i,
-                kafka_timestamp=T0,
                 content_hash=f"h{i}",
             )
             base.update(row)
+            # Produced when it happened, unless a test says otherwise.
+            if base["kafka_timestamp"] is None:
+                base["kafka_timestamp"] = base["event_time"] or T0
             # As silver derives it: the partition column follows the event time.
             if base["event_time"] is not None and "event_date" not in row:
                 base["event_date"] = base["event_time"].date()

@@ -58,3 +58,27 @@ def test_reads_of_a_live_batch_prune_silver_by_type_and_day(spark, lake):
     newest = restatements.newest_before(spark, lake, VIEW, 1, hour)
     plan = newest._jdf.queryExecution().executedPlan().toString()
     assert "event_date" in plan.split("PartitionFilters: [")[1]
+
+
+def test_an_event_from_a_fast_clock_cannot_finalise_on_time_windows(
+    spark, settings, tmp_path, silver_df
+):
+    """CONTRACT §3: an event counts toward the watermark at most up to its Kafka
+    timestamp. One event stamped 23 h ahead of when it was produced, then on-time
+    events for the hour before: nothing is restated."""
+    s = dataclasses.replace(settings, lake_root=str(tmp_path / "lake"))
+    silver.ensure_tables(spark, s)
+    ahead = order("o-fast", at(hours=23), "1.00", kafka_timestamp=at(5))
+    silver_df([order("o1", at(1), "1.00"), ahead]).write.format("delta").mode("append").save(
+        silver.SILVER.path(s)
+    )
+    (row,) = restatements.newest_before(spark, s, VIEW, 1, None).collect()
+    assert row["newest"] == at(5)  # the fast event's Kafka timestamp, not its 23 h ahead
+    on_time = silver_df([order("o2", at(6), "2.00"), order("o3", at(hours=-1, minutes=30), "3.00")])
+    newest = spark.createDataFrame([(row["newest"],)], "newest timestamp")
+    found = restatements.restated(VIEW, on_time, on_time, None, newest).collect()
+    assert found == []
+    # Uncapped, the same events would have restated both hours: the check can fail.
+    uncapped = spark.createDataFrame([(at(hours=23),)], "newest timestamp")
+    late = restatements.restated(VIEW, on_time, on_time, None, uncapped).collect()
+    assert sorted(r.event_id for r in late) == ["e0", "e1"]
