@@ -53,13 +53,29 @@ def ensure_table(
     properties: dict[str, str] | None = None,
     partitioned_by: tuple[str, ...] = (),
 ) -> None:
-    """Create the Delta table at `path` (with its first commit) if it does not exist yet."""
+    """Create the Delta table at `path` (with its first commit) if it does not exist yet.
+
+    Safe when several writers start at once (view queries share gold.restatements):
+    createIfNotExists is not atomic, and the loser of the race fails, for example
+    with DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION. A table that exists after the
+    failure is the winner's, created from the same schema; otherwise try again."""
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
     if partitioned_by:
         builder = builder.partitionedBy(*partitioned_by)
     for key, value in (properties or {}).items():
         builder = builder.property(key, value)
-    builder.execute()
+    attempts = 5
+    for attempt in range(1, attempts + 1):
+        try:
+            builder.execute()
+            return
+        except Exception as exc:  # whatever the race raised, the check below decides
+            if DeltaTable.isDeltaTable(spark, path):
+                log.info("%s was created by a concurrent writer (%s)", path, type(exc).__name__)
+                return
+            if attempt == attempts:
+                raise
+            time.sleep(0.5 * attempt + random.random())
 
 
 def merge_condition(key: tuple[str, ...] | list[str]) -> str:
