@@ -117,9 +117,10 @@ def publish(settings: Settings, view: str, version: int) -> str:
 def ready(settings: Settings, view: str, version: int) -> str:
     """Mark a validated version ready (or serving, if it is the view's first) and
     let the serving view route to it."""
-    serving.check_compatible(settings, view, version)
-    row = versions.mark_ready(settings, view, version)
-    routed = serving.regenerate(settings, view)
+    with versions.exclusive(settings, view):
+        serving.check_compatible(settings, view, version)
+        row = versions.mark_ready(settings, view, version)
+        routed = serving.regenerate(settings, view)
     return f"{row.label} is {row.status} at {row.rollout_percent} %; {routed}"
 
 
@@ -133,9 +134,10 @@ def rollout(
 ) -> list[str]:
     # Names and numbers first: nothing reaches PostgreSQL or Trino unchecked.
     versions.check_rollout(view, percent, pin, unpin)
-    serving.check_compatible(settings, view, version)
-    done = versions.rollout(settings, view, version, percent, pin=pin, unpin=unpin)
-    done.append(serving.regenerate(settings, view))
+    with versions.exclusive(settings, view):
+        serving.check_compatible(settings, view, version)
+        done = versions.rollout(settings, view, version, percent, pin=pin, unpin=unpin)
+        done.append(serving.regenerate(settings, view))
     return done
 
 
@@ -143,9 +145,10 @@ def retire(settings: Settings, view: str, version: int) -> list[str]:
     """Retire a version nobody is routed to: out of the serving view, stream
     stopped, table out of Trino and archived. Re-running finishes what is left."""
     done = []
-    if versions.mark_retired(settings, view, version):
-        done.append(f"{view} v{version} retired in the registry")
-    done.append(serving.regenerate(settings, view))
+    with versions.exclusive(settings, view):
+        if versions.mark_retired(settings, view, version):
+            done.append(f"{view} v{version} retired in the registry")
+        done.append(serving.regenerate(settings, view))
     done.append(streams.stop(settings, view, version))
     table = registry.gold_view_table(view, version)
     if catalog.unpublish(table, settings):
@@ -179,7 +182,8 @@ def forget(settings: Settings, view: str) -> list[str]:
     done = [
         streams.stop(settings, s.view, s.version) for s in streams.known(settings) if s.view == view
     ]
-    n = versions.forget(settings, view)
-    done.append(serving.regenerate(settings, view, live=[]))
+    with versions.exclusive(settings, view):
+        n = versions.forget(settings, view)
+        done.append(serving.regenerate(settings, view, live=[]))
     done.append(f"{n} versions of {view} forgotten")
     return done

@@ -214,6 +214,25 @@ def transaction(settings: Settings, view: str) -> Iterator[psycopg.Connection[An
         yield conn
 
 
+@contextmanager
+def exclusive(settings: Settings, view: str) -> Iterator[None]:
+    """Hold `view`'s lifecycle lock for a whole step: the registry change and the
+    serving view regenerated from it. Without it a rollout could regenerate the
+    serving view from a registry read before a concurrent retire committed, and
+    route users to a table the retire just dropped.
+
+    A session-level advisory lock on a connection of its own, under another key
+    than `transaction`'s (which each step takes inside it): other steps on the
+    same view wait here; other views go on."""
+    check_identifier(view, "view")
+    with psycopg.connect(settings.postgres_dsn(), autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(hashtext('regauge.lifecycle.' || %s))", [view])
+        try:
+            yield
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(hashtext('regauge.lifecycle.' || %s))", [view])
+
+
 def _rows(conn: psycopg.Connection[Any], view: str | None) -> list[Version]:
     sql = "SELECT * FROM control.view_versions"
     params: list[Any] = []
