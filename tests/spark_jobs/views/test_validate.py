@@ -8,7 +8,7 @@ from decimal import Decimal
 from pyspark.sql.types import IntegerType, StructField, StructType
 
 from spark_jobs.views import revenue_hourly_v1, revenue_hourly_v2, runner
-from spark_jobs.views.validate import disagreements, type_clashes
+from spark_jobs.views.validate import difference, disagreements, type_clashes
 from tests.spark_jobs.conftest import at, cancel, order
 
 
@@ -69,3 +69,26 @@ def test_the_newest_tagged_commit_names_its_silver_version(spark, tmp_path):
     finally:
         spark.conf.unset(runner.TAG_CONF)
     assert runner.latest_tag(spark, path) == (2, 9, "stream")
+
+
+def test_difference_counts_rows_as_a_multiset_with_nulls_equal(spark):
+    have = spark.createDataFrame(
+        [("a", 1), ("a", 1), ("b", None), ("c", 3), ("x", 9)], "k string, v int"
+    )
+    want = spark.createDataFrame(
+        [("a", 1), ("b", None), ("c", 3), ("c", 3), ("c", 4)], "k string, v int"
+    )
+    diff = difference(have, want)
+    assert (diff.rows, diff.expected_rows) == (5, 5)
+    # What exceptAll finds each way, duplicates included.
+    assert diff.missing == want.exceptAll(have).count() == 2
+    assert diff.unexpected == have.exceptAll(want).count() == 2
+    assert sorted(tuple(r) for r in diff.missing_rows.collect()) == [("c", 3, 1), ("c", 4, 1)]
+    assert sorted(tuple(r) for r in diff.unexpected_rows.collect()) == [("a", 1, 1), ("x", 9, 1)]
+
+
+def test_equal_tables_have_no_difference(spark, silver_df):
+    silver = silver_df([order("o1", at(5), "10.00"), order("o2", at(70), "4.00")])
+    v1 = runner.gold_rows(revenue_hourly_v1.VIEW, silver)
+    diff = difference(v1, v1)
+    assert (diff.rows, diff.expected_rows, diff.missing, diff.unexpected) == (2, 2, 0, 0)
