@@ -29,8 +29,16 @@ def build_session(
     if s.is_local:
         # Spark 4.2 needs Java 17's jdk.incubator.vector; never pick up another JVM.
         os.environ["JAVA_HOME"] = jvm.java17_home()
+    bind: dict[str, str] = {}
+    if s.bind_host:
+        # The UI's server binds to SPARK_LOCAL_IP, read from the JVM's environment
+        # (no spark.* setting reaches it), else to every interface; the driver's
+        # RPC and block manager bind to spark.driver.bindAddress.
+        os.environ["SPARK_LOCAL_IP"] = s.bind_host
+        bind = {"spark.driver.bindAddress": s.bind_host, "spark.driver.host": s.bind_host}
     conf = {
         "spark.master": s.spark_master,
+        **bind,
         "spark.driver.memory": s.spark_driver_memory,
         "spark.jars": ",".join(jvm.spark_jars(s)),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -51,6 +59,8 @@ def build_session(
         ),
         "spark.ui.enabled": str(ui).lower(),
         "spark.ui.showConsoleProgress": "false",
+        # The UI shows; it does not kill jobs or stages.
+        "spark.ui.killEnabled": "false",
         # Tables written here must stay readable by Trino 476: no deletion vectors
         # or other features until a test shows Trino reads them.
         "spark.databricks.delta.properties.defaults.enableDeletionVectors": "false",

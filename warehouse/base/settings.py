@@ -67,6 +67,16 @@ class Settings:
     # catching up in fewer, larger batches. On 2 cores under 200 events/s with
     # three live streams, freshness p50 went from 117 s to 97 s. 0 turns it off.
     view_stream_nice: int = 10
+    # The address every server regauge starts listens on (Trino, Airflow, the
+    # Spark drivers and their UIs; Kafka and PostgreSQL are on 127.0.0.1 in their
+    # own config). Loopback locally, so nothing is reachable from the network:
+    # Trino trusts the user name a client sends, and the Spark UI can kill jobs.
+    # None on a cluster, where a driver must be reachable by its executors.
+    bind_host: str | None = "127.0.0.1"
+    # The audit fails when a partition's oldest record not yet in bronze is older
+    # than this: ingest has stalled (dead, stuck, or far behind), and "not copied
+    # yet" has become "not being copied".
+    ingest_lag_alert_s: float = 300.0
     versions: Versions = field(default_factory=Versions)
 
     @property
@@ -79,7 +89,7 @@ class Settings:
 
     @property
     def airflow_url(self) -> str:
-        return f"http://127.0.0.1:{self.airflow_port}"
+        return f"http://{self.bind_host or '127.0.0.1'}:{self.airflow_port}"
 
     @property
     def is_local(self) -> bool:
@@ -143,6 +153,7 @@ def _cluster(env: dict[str, str]) -> Settings:
         trino_host=env["REGAUGE_TRINO_HOST"],
         postgres_host=env["REGAUGE_POSTGRES_HOST"],
         spark_shuffle_partitions=200,
+        bind_host=None,
     )
 
 
@@ -164,6 +175,8 @@ OVERRIDES: dict[str, tuple[str, type]] = {
     "REGAUGE_TRIGGER_INTERVAL": ("trigger_interval", str),
     "REGAUGE_INGEST_MAX_RECORDS_PER_BATCH": ("ingest_max_records_per_batch", int),
     "REGAUGE_VIEW_STREAM_NICE": ("view_stream_nice", int),
+    "REGAUGE_BIND_HOST": ("bind_host", str),
+    "REGAUGE_INGEST_LAG_ALERT_S": ("ingest_lag_alert_s", float),
 }
 
 

@@ -19,6 +19,12 @@ from warehouse.ops.stack.process import Proc, ServiceError
 log = logging.getLogger(__name__)
 
 AIRFLOW_VENV = REPO_ROOT / ".venv-airflow"
+# The scheduler's and the triggerer's log servers (ports 8793 and 8794) have no
+# host setting in Airflow 3.3: they listen on every interface. With the
+# LocalExecutor on one machine they are not needed: the API server reads task
+# logs from the files in AIRFLOW_HOME (a task still running shows "Could not
+# read served logs" beside what it has written so far).
+SKIP_LOG_SERVER = {"scheduler": ("--skip-serve-logs",), "triggerer": ("--skip-serve-logs",)}
 
 
 class Airflow(Service):
@@ -61,7 +67,7 @@ class Airflow(Service):
                 f"postgresql+psycopg2://{s.postgres_user}:{s.postgres_password}"
                 f"@{s.postgres_host}:{s.postgres_port}/{s.airflow_db}"
             ),
-            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__HOST": s.bind_host or "127.0.0.1",
             "AIRFLOW__API__PORT": str(s.airflow_port),
             "AIRFLOW__API__BASE_URL": url,
             "AIRFLOW__API__WORKERS": "1",
@@ -70,6 +76,7 @@ class Airflow(Service):
             # New DAG files are picked up within seconds, not the default five minutes.
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "15",
             "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST": s.bind_host or "127.0.0.1",
             # The pipeline's CLI, which every task calls (DAGs stay thin).
             "REGAUGE_BIN": str(REPO_ROOT / ".venv" / "bin" / "regauge"),
             "PYTHONUNBUFFERED": "1",
@@ -84,7 +91,12 @@ class Airflow(Service):
     def procs(self) -> Sequence[Proc]:
         env = self.env()
         return [
-            Proc(name=f"airflow-{c}", argv=[self._bin(), c], env=env, cwd=self.home)
+            Proc(
+                name=f"airflow-{c}",
+                argv=[self._bin(), c, *SKIP_LOG_SERVER.get(c, ())],
+                env=env,
+                cwd=self.home,
+            )
             for c in self.components
         ]
 

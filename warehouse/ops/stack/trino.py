@@ -70,6 +70,8 @@ class Trino(Service):
             "pg_password": s.postgres_password,
             "heap": s.trino_heap,
             "etc_dir": etc,
+            "bind_ip": s.bind_host or "0.0.0.0",
+            "internal_address": s.bind_host or "127.0.0.1",
             "rules_file": INFRA / "trino" / "rules.json",
         }
         # Rebuild etc/ each start so a removed catalog file does not linger.
