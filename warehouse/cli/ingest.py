@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from spark_jobs import bronze, ingest, producer
 from spark_jobs.session import build_session
 from warehouse.base import settings as settings_mod
-from warehouse.ops import ingest_ctl, pipeline, processes
+from warehouse.ops import ingest_ctl, pipeline, processes, writers
 
 
 def produce(args: argparse.Namespace) -> int:
@@ -57,22 +57,27 @@ def ingest_(args: argparse.Namespace) -> int:
 
 def bronze_(args: argparse.Namespace) -> int:
     s = settings_mod.get()
-    spark = build_session("regauge-bronze", s)
-    rows = pipeline.bronze_once(spark, s)
+    with writers.ingest(s, "`regauge bronze`"):
+        spark = build_session("regauge-bronze", s)
+        try:
+            rows = pipeline.bronze_once(spark, s)
+        finally:
+            spark.stop()
     print(f"bronze: {rows} rows in {bronze.BRONZE.trino_name}")
     return 0
 
 
 def ingest_once(args: argparse.Namespace) -> int:
     s = settings_mod.get()
-    spark = build_session("regauge-ingest-once", s)
-    try:
-        counts = pipeline.ingest_once(spark, s, accept_data_loss=args.accept_data_loss)
-        for table, rows in counts.items():
-            print(f"{table:<34} {rows:>12,} rows")
-    except ingest.DataLossError as exc:
-        print(f"regauge: {exc}", file=sys.stderr)
-        return 3
-    finally:
-        spark.stop()
+    with writers.ingest(s, "`regauge ingest-once`"):
+        spark = build_session("regauge-ingest-once", s)
+        try:
+            counts = pipeline.ingest_once(spark, s, accept_data_loss=args.accept_data_loss)
+            for table, rows in counts.items():
+                print(f"{table:<34} {rows:>12,} rows")
+        except ingest.DataLossError as exc:
+            print(f"regauge: {exc}", file=sys.stderr)
+            return 3
+        finally:
+            spark.stop()
     return 0

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from warehouse.base import registry
 from warehouse.base.settings import Settings
-from warehouse.ops import streams
+from warehouse.ops import streams, writers
 from warehouse.sql import catalog, serving, versions
 from warehouse.sql.versions import VersionError
 
@@ -59,11 +59,12 @@ def build(settings: Settings, view: str, version: int, source: str) -> str:
         raise VersionError(f"{row.label} is {row.status}; register it for a reprocess first")
     # A stream left from an earlier attempt would write into the table being rebuilt.
     log.info(streams.stop(settings, view, version))
-    spark = build_session(f"regauge-build-{code.table_name}", settings, ui=False)
-    try:
-        through = pipeline.replay(spark, settings, code, source=source)
-    finally:
-        spark.stop()
+    with writers.view(settings, view, version, "the reprocess's replay (`versions build`)"):
+        spark = build_session(f"regauge-build-{code.table_name}", settings, ui=False)
+        try:
+            through = pipeline.replay(spark, settings, code, source=source)
+        finally:
+            spark.stop()
     position = f"silver@{through}" if source != "kafka" else f"kafka, live from silver@{through}"
     versions.record_position(settings, view, version, position)
     return f"{view} v{version}: replayed all history ({position}) into " + (

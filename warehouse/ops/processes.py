@@ -28,7 +28,7 @@ from spark_jobs.session import build_session
 from spark_jobs.views import runner
 from spark_jobs.views.base import View
 from warehouse.base.settings import Settings
-from warehouse.ops import ingest_ctl, pipeline, streams
+from warehouse.ops import ingest_ctl, pipeline, streams, writers
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,7 @@ def _stop_on_signals() -> threading.Event:
 def run_ingest(settings: Settings, trigger: str | None) -> int:
     """Kafka -> bronze -> silver until stopped; exit 3 on a gap in the log."""
     stop = _stop_on_signals()
+    lock = writers.ingest(settings, "ingest (`regauge ingest run`)").acquire()
     spark = build_session("regauge-ingest", settings)
     try:
         pipeline.run_ingest(
@@ -57,6 +58,7 @@ def run_ingest(settings: Settings, trigger: str | None) -> int:
         return 3
     finally:
         spark.stop()
+        lock.release()
     log.info("ingest stopped")
     return 0
 
@@ -72,6 +74,8 @@ def run_view(
 ) -> int:
     """One view version: recompute once (batch), or replay then stream, or stream on."""
     table = runner.gold_table(view)
+    lock = writers.view(settings, view.name, view.version, f"`regauge views run --mode {mode}`")
+    lock.acquire()
     spark = build_session(f"regauge-view-{view.table_name}", settings)
     try:
         if mode == "batch":
@@ -107,6 +111,7 @@ def run_view(
         return 0
     finally:
         spark.stop()
+        lock.release()
 
 
 class _Hosted:
@@ -119,6 +124,19 @@ class _Hosted:
         self.retry_at = 0.0
         self.error: str | None = None
         self.since: datetime | None = None
+        # Held while the version is wanted here, its query running or waiting to retry.
+        self.writer: writers.Writer | None = None
+
+    def release(self) -> None:
+        """Stop its query (between micro-batches) and let another writer have its table."""
+        if self.active:
+            log.info("%s: stopping its stream", self.name)
+            self.query.stop()  # type: ignore[union-attr]
+            log.info("%s: stream stopped", self.name)
+        self.query = None
+        if self.writer is not None:
+            self.writer.release()
+            self.writer = None
 
     @property
     def active(self) -> bool:
@@ -175,11 +193,7 @@ def run_view_host(settings: Settings) -> int:
         while not stop.is_set():
             wanted = {streams.query_name(v, n): (v, n) for v, n in streams.wanted(settings)}
             for name in [n for n in hosted if n not in wanted]:
-                h = hosted.pop(name)
-                if h.active:
-                    log.info("%s: stopping its stream", name)
-                    h.query.stop()  # type: ignore[union-attr]
-                    log.info("%s: stream stopped", name)
+                hosted.pop(name).release()
             for name, (view_name, version) in wanted.items():
                 h = hosted.setdefault(name, _Hosted(name))
                 if h.active:
@@ -195,9 +209,7 @@ def run_view_host(settings: Settings) -> int:
             stop.wait(streams.POLL_S)
     finally:
         for h in hosted.values():
-            if h.active:
-                log.info("%s: stopping its stream", h.name)
-                h.query.stop()  # type: ignore[union-attr]
+            h.release()
         hosted.clear()
         save("stopped")
         spark.stop()
@@ -211,6 +223,8 @@ def _start_hosted(
     """Start one version's query in a session and a scheduler pool of its own."""
     try:
         view = views_mod.get(view_name, version)
+        if h.writer is None:
+            h.writer = writers.view(settings, view_name, version, "the view host").acquire()
         if not runner.can_stream(settings, view):
             raise RuntimeError(f"{h.name} has never been replayed; build it first")
         # Each micro-batch tags its gold commits through a session setting, which
