@@ -1,5 +1,6 @@
-"""regauge_watchdog: every minute, restart the live stream of any ready or serving
-view version that died (and stop streams of failed or retired ones)."""
+"""regauge_watchdog: every minute, restart ingest if it is wanted (started and not
+stopped on purpose) and died, then the live stream of any ready or serving view
+version that died (and stop streams of failed or retired ones)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from _regauge import dag_args, regauge
 
 with DAG(
     dag_id="regauge_watchdog",
-    description="keep every live view version's stream running",
+    description="keep ingest and every live view version's stream running",
     schedule=timedelta(minutes=1),
     start_date=datetime(2026, 1, 1),
     dagrun_timeout=timedelta(minutes=10),

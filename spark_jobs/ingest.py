@@ -135,6 +135,8 @@ class ProgressLog(StreamingQueryListener):
                 "rows_in": progress.get("numInputRows", 0),
                 "rows_per_s": progress.get("processedRowsPerSecond") or 0,
                 "lag": kafka_lag(sources[0]),
+                # The next offset to read, per partition (a Kafka source only).
+                "copied": kafka_offsets(sources[0], "endOffset"),
                 "at": progress.get("timestamp"),
             },
         )

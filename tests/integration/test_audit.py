@@ -5,9 +5,11 @@ Each tampering is undone afterwards, so the lake is honest again for the tests a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import psycopg
@@ -21,7 +23,7 @@ from spark_jobs.testing.landing import assert_exact, fresh_seed, landing
 from spark_jobs.views import runner
 from warehouse.base import registry
 from warehouse.base.settings import Settings
-from warehouse.ops import airflow_client, audit, pipeline
+from warehouse.ops import airflow_client, audit, lag, pipeline
 from warehouse.sql import serving, trino_client, versions
 
 VIEW, VERSION = "cart_sessions", 1
@@ -186,6 +188,38 @@ def test_the_cli_fails_loudly_on_a_mismatch(settings, honest):
         assert json.loads(detail)["wrong"] == {"1": "retired"}
     finally:
         _set_status(settings, "serving")
+
+
+def test_records_left_uncopied_too_long_mean_ingest_has_stalled(settings, honest):
+    """Ingest is not running here, so whatever is produced waits in Kafka."""
+    pipeline.produce(settings, seed=fresh_seed(), count=40)
+    time.sleep(2)
+    patient = {f.subject: f for f in audit.check_kafka_bronze(settings)}
+    waiting = {s: f for s, f in patient.items() if f.detail["lag"]}
+    assert waiting, "the records produced should be waiting in some partition"
+    for finding in waiting.values():
+        # Under the default limit (300 s) waiting is "not copied yet".
+        assert finding.passed, finding.summary
+        assert 2 <= finding.detail["oldest_uncopied_age_s"] < 120
+
+    # What `regauge status` shows: the same records behind, and their age.
+    def partition(subject: str) -> int:  # "topic[3]"
+        return int(subject.rsplit("[", 1)[1].rstrip("]"))
+
+    copied = {partition(s): f.detail["bronze_through"] + 1 for s, f in patient.items()}
+    shown = {x.partition: x for x in lag.ingest_lag(settings, copied)}
+    for subject, finding in patient.items():
+        behind = shown[partition(subject)]
+        assert behind.behind == finding.detail["lag"]
+        assert (behind.age_s is None) == (finding.detail["oldest_uncopied_age_s"] is None)
+    strict = dataclasses.replace(settings, ingest_lag_alert_s=1.0)
+    stalled = {f.subject: f for f in audit.check_kafka_bronze(strict) if not f.passed}
+    assert set(stalled) == set(waiting)
+    for subject, finding in stalled.items():
+        assert "ingest has stalled" in finding.summary, finding.summary
+        assert f"{waiting[subject].detail['lag']} records not copied" in finding.summary
+    pipeline.ingest_once(honest, settings)
+    assert all(f.passed for f in audit.check_kafka_bronze(strict))
 
 
 def test_silver_rides_over_a_rewritten_bronze(settings, honest):

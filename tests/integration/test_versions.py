@@ -7,8 +7,12 @@ Trino, while ingest keeps taking new events (CONTRACT.md §4-§5).
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -263,3 +267,72 @@ def test_reprocess_roll_out_and_retire_while_events_flow(
     assert [(int(r[0].timestamp()), r[1], r[2], r[3], r[4], r[5]) for r in shown] == [
         (r[0], r[1], 2, r[2], r[3], r[4]) for r in newest
     ]
+
+
+def test_nothing_the_project_started_listens_beyond_loopback(
+    settings: Settings, flowing: Any
+) -> None:
+    """Every server regauge starts (services, ingest, the view host and their
+    Spark UIs) listens on loopback only: Trino trusts the user name a client
+    sends, and no port should be open to the network (issue 19 item 3)."""
+    from warehouse.base.settings import REPO_ROOT
+    from warehouse.ops.stack import sockets
+
+    assert settings.bind_host == "127.0.0.1"
+    host_pid, ingest_pid = streams.host(settings).pid(), ingest_ctl.daemon(settings).pid()
+    assert host_pid is not None and ingest_pid is not None, "ingest and the view host run here"
+    ours = [
+        lst
+        for lst in sockets.listeners()
+        if sockets.started_from(lst, (REPO_ROOT, settings.state_dir))
+    ]
+    # The check sees what it judges: each service's port, and the Spark UIs of
+    # the two daemons' JVMs (each in its daemon's process group).
+    ports = {lst.port for lst in ours}
+    for port in (settings.trino_port, settings.airflow_port, settings.kafka_port):
+        assert port in ports, f"nothing listens on {port}: {sorted(ports)}"
+    assert settings.postgres_port in ports
+    for daemon_pid in (host_pid, ingest_pid):
+        ui = [lst for lst in ours if _group(lst.pid) == daemon_pid and 4040 <= lst.port < 4100]
+        assert ui, f"no Spark UI found in the process group of pid {daemon_pid}"
+    exposed = [str(lst) for lst in ours if not ipaddress.ip_address(lst.address).is_loopback]
+    assert not exposed, "listening beyond loopback:\n" + "\n".join(exposed)
+
+
+def test_status_says_how_far_ingest_is_behind_kafka(settings: Settings, flowing: Any) -> None:
+    running, text = ingest_ctl.describe(settings)
+    assert running, text
+    behind = next(line for line in text.splitlines() if "behind Kafka:" in line)
+    # One entry per partition, each caught up or so many records behind and how old.
+    entries = behind.split("behind Kafka:", 1)[1].split(";")
+    assert len(entries) == settings.kafka_partitions, behind
+    for entry in entries:
+        assert re.fullmatch(
+            r" ?p\d+ (caught up|[\d,]+ behind(, oldest waiting [\d,]+ s)?)", entry
+        ), entry
+
+
+def test_a_second_writer_is_refused_naming_the_first(settings: Settings, flowing: Any) -> None:
+    """v2's query runs in the view host and ingest runs as a daemon: a replay of v2
+    or an ingest-once beside them would corrupt what they write (issue 19 item 6)."""
+    assert streams.pid(settings, VIEW, 2) is not None
+    for argv, holder in (
+        (["views", "run", VIEW, "2", "--mode", "replay"], "the view host"),
+        (["ingest-once"], "ingest (`regauge ingest run`)"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "warehouse.cli", *argv], capture_output=True, text=True
+        )
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert f"is being written by {holder} (pid " in proc.stderr, proc.stderr
+        assert "stop that one first" in proc.stderr
+    # Both still run, untouched.
+    assert streams.pid(settings, VIEW, 2) == streams.host(settings).pid()
+    assert ingest_ctl.daemon(settings).pid() is not None
+
+
+def _group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None  # ended since it was listed (a Python worker, say)

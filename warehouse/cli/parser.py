@@ -250,8 +250,9 @@ def _pipeline(add: Add) -> None:
         "streams",
         "views:streams_",
         "live view streams, each a query in one Spark application, the view host: "
-        "list, start/stop VIEW VERSION, ensure (start every live version's stream that "
-        "is not running; what regauge_watchdog runs), host (run the host in the "
+        "list, start/stop VIEW VERSION, ensure (start ingest if it is wanted and "
+        "not running, then every live version's stream that is not running; what "
+        "regauge_watchdog runs every minute), host (run the host in the "
         "foreground; start/stop launch it as a daemon)",
     )
     p.add_argument("action", choices=("list", "start", "stop", "ensure", "host"))

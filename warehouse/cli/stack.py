@@ -31,10 +31,10 @@ def down(args: argparse.Namespace) -> int:
         # Airflow first, so its watchdog cannot restart a stream stopped next; then
         # the pipeline's own daemons, which would fail once Kafka is gone.
         services.down(s, ["airflow"])
-        # The wanted set stays: the next `streams ensure` brings the live ones back.
+        # What is wanted stays: the next `streams ensure` brings it back.
         if streams.stop_host(s):
             print("view host stopped (every view stream in it)")
-        if ingest_ctl.stop(s):
+        if ingest_ctl.stop(s, keep_wanted=True):
             print("ingest stopped")
     services.down(s, args.services)
     return 0
@@ -64,6 +64,8 @@ def status(args: argparse.Namespace) -> int:
             )
     Console(width=220).print(table)
     print(f"resident memory of the services above: {total_rss / 2**30:.2f} GiB")
+    (kafka,) = services.services(s, ["kafka"])
+    print(ingest_ctl.describe(s, kafka_up=kafka.status().healthy)[1])
     return 0 if all_up or not getattr(args, "check", False) else 1
 
 

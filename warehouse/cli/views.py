@@ -7,7 +7,7 @@ import sys
 
 from spark_jobs import views as views_mod
 from warehouse.base import settings as settings_mod
-from warehouse.ops import processes, streams
+from warehouse.ops import ingest_ctl, processes, streams
 
 
 def views(args: argparse.Namespace) -> int:
@@ -48,7 +48,11 @@ def streams_(args: argparse.Namespace) -> int:
             print("  no view stream is wanted")
         return 0
     if args.action == "ensure":
-        for line in streams.ensure(s) or ["every live version's stream is running"]:
+        # Ingest first: every view's stream waits for what it writes.
+        restarted = ingest_ctl.ensure(s)
+        for line in ([restarted] if restarted else []) + (
+            streams.ensure(s) or ["every live version's stream is running"]
+        ):
             print(line)
         return 0
     if args.view is None or args.version is None:

@@ -3,6 +3,8 @@
 - kafka -> bronze: every offset Kafka still holds, up to what bronze has
   copied, is in bronze exactly once. A hole is checked against Kafka itself:
   offsets Kafka has no record for (transaction markers, compaction) are fine.
+  What is not copied yet is fine too, unless its oldest record is older than
+  `ingest_lag_alert_s`: then ingest has stalled.
 - bronze -> silver: `bronze = silver + quarantine + exact duplicates` per
   partition, and nothing downstream that bronze does not have.
 - silver -> gold: each live view version equals a batch recompute of its own
@@ -26,6 +28,7 @@ from spark_jobs import audit as spark_audit
 from spark_jobs.audit import MAX_KEYS, Finding, Run
 from warehouse.base import registry
 from warehouse.base.settings import Settings
+from warehouse.ops.lag import uncopied_age_s
 from warehouse.sql import catalog, serving, trino_client, versions
 from warehouse.sql.accounting import PER_PARTITION_SQL
 
@@ -128,21 +131,36 @@ def check_kafka_bronze(settings: Settings) -> list[Finding]:
             if (found := kafka_records_in(settings, partition, start, end))
         ]
         dup = [(int(r[1]), int(r[2])) for r in doubles if int(r[0]) == partition]
+        lag = max(0, high - 1 - copied_to)
+        age = uncopied_age_s(settings, partition, copied_to + 1) if lag else None
+        stalled = age is not None and age > settings.ingest_lag_alert_s
         detail = {
             "kafka_low": low,
             "kafka_high": high,
             "bronze_through": copied_to,
-            "lag": max(0, high - 1 - copied_to),
+            "lag": lag,
+            "oldest_uncopied_age_s": None if age is None else round(age, 1),
             "missing_ranges": [[s, e] for s, e, _ in real][:MAX_KEYS],
             "missing_offsets": sorted({o for *_, found in real for o in found})[:MAX_KEYS],
             "doubled_offsets": dup,
         }
-        ok = not real and not dup
+        ok = not real and not dup and not stalled
+        problems = (
+            [f"{sum(e - s + 1 for s, e, _ in real)} offsets missing from bronze"] if real else []
+        )
+        problems += [f"{len(dup)} doubled"] if dup else []
+        if stalled:
+            limit = settings.ingest_lag_alert_s
+            problems.append(
+                f"ingest has stalled: {lag} records not copied, the oldest (from offset "
+                f"{copied_to + 1}) waiting {age:.0f} s, over the {limit:.0f} s limit "
+                "(REGAUGE_INGEST_LAG_ALERT_S); see `regauge ingest status`"
+            )
         summary = (
-            f"offsets {low}..{copied_to} all in bronze once ({detail['lag']} not copied yet)"
+            f"offsets {low}..{copied_to} all in bronze once ({lag} not copied yet"
+            + (f", the oldest {age:.0f} s old)" if age is not None else ")")
             if ok
-            else f"{sum(e - s + 1 for s, e, _ in real)} offsets missing from bronze, "
-            f"{len(dup)} doubled"
+            else "; ".join(problems)
         )
         findings.append(Finding("kafka_bronze", subject, ok, summary, detail))
     return findings

@@ -9,12 +9,14 @@ micro-batch and exit, and only forces the process group after a timeout.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,12 +74,15 @@ class Daemon:
         """Launch the daemon unless it runs; wait until `ready(status)`.
 
         Returns (pid, started): started is False when it was already running.
+        Two callers at once (the watchdog and a person, say) start one daemon:
+        the look at the pid file and the launch happen under a lock.
         """
-        pid = self.pid()
-        if pid is not None:
-            return pid, False
-        self.status_file.unlink(missing_ok=True)
-        pid = process.spawn(Proc(self.name, self.argv()), self.pidfile, self.log)
+        with self._launch_lock():
+            pid = self.pid()
+            if pid is not None:
+                return pid, False
+            self.status_file.unlink(missing_ok=True)
+            pid = process.spawn(Proc(self.name, self.argv()), self.pidfile, self.log)
         if not process.wait_until(
             lambda: ready(self.read_status()), timeout, alive=lambda: self.pid() is not None
         ):
@@ -86,6 +91,13 @@ class Daemon:
                 + process.tail(self.log)
             )
         return pid, True
+
+    @contextlib.contextmanager
+    def _launch_lock(self) -> Iterator[None]:
+        self.base.mkdir(parents=True, exist_ok=True)
+        with open(self.base / f"{self.name}.lock", "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            yield
 
     def stop(self, timeout: float = 90.0) -> bool:
         """Stop it between micro-batches; force it after `timeout`. False if not running."""

@@ -56,3 +56,48 @@ def test_the_niceness_reaches_the_process(tmp_path):
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert shown.stdout.strip() == str(7 + os.nice(0))
+
+
+class _Sleeper(Daemon):
+    """A daemon that says it runs, then sleeps: no Spark needed to start one."""
+
+    def argv(self) -> list[str]:
+        say = f"open({str(self.status_file)!r}, 'w').write('{{\"state\": \"running\"}}')"
+        return [sys.executable, "-c", f"import time; {say}; time.sleep(60)"]
+
+
+def test_two_starts_at_once_launch_one_daemon(tmp_path):
+    import threading
+
+    d = _Sleeper("probe", tmp_path, ())
+    results: list[tuple[int, bool]] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(d.start(lambda st: bool(st), 30)))
+        for _ in range(4)
+    ]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len({pid for pid, _ in results}) == 1, results
+        assert sorted(started for _, started in results) == [False, False, False, True]
+    finally:
+        assert d.stop(5)
+    assert d.pid() is None
+
+
+def test_ingest_is_wanted_from_start_until_stop_unless_kept(tmp_path):
+    settings = load({"REGAUGE_STATE_DIR": str(tmp_path)})
+    assert ingest_ctl.wanted(settings) == (False, None)
+    assert ingest_ctl.ensure(settings) is None  # not wanted: nothing to do
+    # What `start` leaves before it launches (no Spark here).
+    marker = tmp_path / "ingest" / "wanted"
+    marker.parent.mkdir(parents=True)
+    marker.write_text("5 seconds\n")
+    assert ingest_ctl.wanted(settings) == (True, "5 seconds")
+    # `regauge down` stops it and keeps it wanted; `regauge ingest stop` does not.
+    assert ingest_ctl.stop(settings, keep_wanted=True) is False
+    assert ingest_ctl.wanted(settings) == (True, "5 seconds")
+    assert ingest_ctl.stop(settings) is False
+    assert ingest_ctl.wanted(settings) == (False, None)

@@ -1,0 +1,91 @@
+"""How far ingest is behind Kafka: records, and how long the oldest of them has waited.
+
+Records behind say how much is left; the oldest record's age says whether it
+is moving. A partition 10,000 records behind whose oldest record is 2 s old is
+busy; one 3 behind whose oldest is 10 minutes old has stalled. `regauge
+status` shows both, and the audit fails on the second (`ingest_lag_alert_s`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from warehouse.base import registry
+from warehouse.base.settings import Settings
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer
+
+
+@dataclass(frozen=True)
+class Lag:
+    partition: int
+    # Records Kafka holds that bronze has not copied.
+    behind: int
+    # Seconds the oldest of them has waited (None when nothing is behind).
+    age_s: float | None
+
+    def __str__(self) -> str:
+        if not self.behind:
+            return f"p{self.partition} caught up"
+        age = "" if self.age_s is None else f", oldest waiting {self.age_s:,.0f} s"
+        return f"p{self.partition} {self.behind:,} behind{age}"
+
+
+def _consumer(settings: Settings) -> Consumer:
+    from confluent_kafka import Consumer
+
+    return Consumer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap,
+            "group.id": "regauge-lag",
+            "enable.auto.commit": False,
+        }
+    )
+
+
+def first_record_ms(settings: Settings, partition: int, offset: int) -> int | None:
+    """The Kafka timestamp (ms) of the partition's first record at or after `offset`,
+    or None if Kafka has none there (yet)."""
+    from confluent_kafka import TopicPartition
+
+    consumer = _consumer(settings)
+    try:
+        consumer.assign([TopicPartition(registry.TOPIC, partition, offset)])
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and not msg.error():
+                return int(msg.timestamp()[1])
+    finally:
+        consumer.close()
+    return None
+
+
+def uncopied_age_s(settings: Settings, partition: int, first_uncopied: int) -> float | None:
+    """How long the oldest record ingest has not copied has waited, in seconds."""
+    ms = first_record_ms(settings, partition, first_uncopied)
+    return None if ms is None else max(0.0, time.time() - ms / 1000)
+
+
+def ingest_lag(settings: Settings, copied: dict[int, int]) -> list[Lag]:
+    """Per partition: `copied` is the next offset ingest will read (0 if none yet)."""
+    from confluent_kafka import TopicPartition
+
+    consumer = _consumer(settings)
+    try:
+        meta = consumer.list_topics(registry.TOPIC, timeout=10).topics[registry.TOPIC]
+        marks = {
+            p: consumer.get_watermark_offsets(TopicPartition(registry.TOPIC, p), timeout=10)
+            for p in sorted(meta.partitions)
+        }
+    finally:
+        consumer.close()
+    lags = []
+    for p, (low, high) in marks.items():
+        start = max(low, copied.get(p, 0))
+        behind = max(0, high - start)
+        lags.append(Lag(p, behind, uncopied_age_s(settings, p, start) if behind else None))
+    return lags
