@@ -330,15 +330,20 @@ def _settle(
         )
         if result.replaced_winners:
             replaced = to_silver_rows(winners.where(~F.col("fresh")))
-            (
-                DeltaTable.forPath(spark, silver_path)
-                .alias("t")
-                .merge(replaced.alias("s"), "t.event_id = s.event_id")
-                .whenMatchedUpdateAll(
-                    condition="t.partition <> s.partition OR t.offset <> s.offset"
-                )
-                .whenNotMatchedInsertAll()
-                .execute()
+            # Safe to repeat: it writes the ledger's answer, and a conflicting
+            # commit (maintenance, an operator) aborted the first try whole.
+            lake.retry_on_conflict(
+                lambda: (
+                    DeltaTable.forPath(spark, silver_path)
+                    .alias("t")
+                    .merge(replaced.alias("s"), "t.event_id = s.event_id")
+                    .whenMatchedUpdateAll(
+                        condition="t.partition <> s.partition OR t.offset <> s.offset"
+                    )
+                    .whenNotMatchedInsertAll()
+                    .execute()
+                ),
+                f"silver batch {batch_id}: replacing winners",
             )
         # Earlier records change status only when their winner is replaced; so
         # without a replacement, the batch's own conflicts are all there is to add.
@@ -422,18 +427,21 @@ def _quarantine_conflicts(
                 F.lit("remove").alias("_op"),
             )
         )
-    (
-        quarantine.alias("t")
-        .merge(
-            source.alias("s"),
-            "t.partition = s.partition AND t.offset = s.offset",
-        )
-        .whenMatchedDelete(condition="s._op = 'remove' AND t.reason = 'conflicting_duplicate'")
-        .whenNotMatchedInsert(
-            condition="s._op = 'add'",
-            values={f.name: F.col(f"s.{f.name}") for f in QUARANTINE_SCHEMA.fields},
-        )
-        .execute()
+    lake.retry_on_conflict(
+        lambda: (
+            quarantine.alias("t")
+            .merge(
+                source.alias("s"),
+                "t.partition = s.partition AND t.offset = s.offset",
+            )
+            .whenMatchedDelete(condition="s._op = 'remove' AND t.reason = 'conflicting_duplicate'")
+            .whenNotMatchedInsert(
+                condition="s._op = 'add'",
+                values={f.name: F.col(f"s.{f.name}") for f in QUARANTINE_SCHEMA.fields},
+            )
+            .execute()
+        ),
+        "quarantine: conflicting duplicates",
     )
 
 

@@ -236,12 +236,13 @@ def test_an_analyst_sees_only_their_own_pins(settings, probe_registry):
             [view, ANALYST, view],
         )
     sql = f"SELECT user_name, version FROM ops.control.view_pins WHERE view_name = '{view}'"
-    assert query(settings, sql, user=ANALYST).rows == [[ANALYST, 1]]
-    assert query(settings, sql, user="analyst.bob").rows == [["analyst.bob", 2]]
-    assert sorted(query(settings, sql, user="engineer.bob").rows) == [
-        [ANALYST, 1],
-        ["analyst.bob", 2],
-    ]
+
+    def pins_seen_by(user: str) -> list[tuple[str, int]]:
+        return sorted(tuple(r) for r in query(settings, sql, user=user).rows)
+
+    assert pins_seen_by(ANALYST) == [(ANALYST, 1)]
+    assert pins_seen_by("analyst.bob") == [("analyst.bob", 2)]
+    assert pins_seen_by("engineer.bob") == [(ANALYST, 1), ("analyst.bob", 2)]
 
 
 def test_an_analyst_reads_the_metadata_of_what_they_may_read(settings, lake):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
 from spark_jobs import lake
@@ -38,3 +39,33 @@ def test_tables_created_by_writers_started_together_end_as_one_table(spark, tmp_
         history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()
         assert [r.operation for r in history].count("CREATE TABLE") == 1
         assert spark.read.format("delta").load(path).schema == SCHEMA
+
+
+def test_a_write_that_conflicts_is_tried_again_and_other_errors_are_not():
+    from delta.exceptions import ConcurrentAppendException
+
+    tries: list[int] = []
+
+    def conflicts_twice() -> str:
+        tries.append(1)
+        if len(tries) < 3:
+            raise ConcurrentAppendException(message="files were added by a concurrent update")
+        return "merged"
+
+    assert lake.retry_on_conflict(conflicts_twice, "a merge", backoff_s=0.01) == "merged"
+    assert len(tries) == 3
+
+    def broken() -> None:
+        tries.append(1)
+        raise ValueError("not a conflict")
+
+    tries.clear()
+    with pytest.raises(ValueError, match="not a conflict"):
+        lake.retry_on_conflict(broken, "a merge", backoff_s=0.01)
+    assert len(tries) == 1
+
+    def always() -> None:
+        raise ConcurrentAppendException(message="again")
+
+    with pytest.raises(ConcurrentAppendException):
+        lake.retry_on_conflict(always, "a merge", attempts=2, backoff_s=0.01)
