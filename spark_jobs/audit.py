@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -195,3 +196,118 @@ def record(spark: SparkSession, settings: Settings, run: Run) -> None:
         for f in run.findings
     ]
     spark.createDataFrame(rows, AUDIT_RUNS_SCHEMA).write.format("delta").mode("append").save(path)
+
+
+# -- bronze -> silver, by content ------------------------------------------------------
+def differing_rows(have: DataFrame, want: DataFrame, key: list[str]) -> DataFrame:
+    """Keys on both sides whose other columns differ, with `columns`: the names of
+    those that do (NULL-safe). Keys on one side only are the accounting's to find."""
+    columns = [c for c in want.columns if c not in key]
+    left = have.select(*key, *[F.col(c).alias(f"have_{c}") for c in columns])
+    right = want.select(*key, *[F.col(c).alias(f"want_{c}") for c in columns])
+    differs = F.array_compact(
+        F.array(
+            *[F.when(~F.col(f"have_{c}").eqNullSafe(F.col(f"want_{c}")), F.lit(c)) for c in columns]
+        )
+    )
+    return left.join(right, key).select(*key, differs.alias("columns")).where(F.size("columns") > 0)
+
+
+# What is compared, per table: its key, and the columns bronze cannot give back
+# (when a record was quarantined is the time it happened, not a function of it).
+CONTENT = {
+    "silver": (["event_id"], ()),
+    "quarantine": (["partition", "offset"], ("quarantined_at",)),
+    "ledger": (["partition", "offset"], ()),
+}
+
+
+def _sampled(df: DataFrame, fraction: float | None) -> DataFrame:
+    """Every record of a random share of event ids (all of an id's records decide
+    its winner), and the same share of records with no id."""
+    if fraction is None:
+        return df
+    bucket = F.coalesce(F.xxhash64("event_id"), F.xxhash64("partition", "offset"))
+    return df.where(F.abs(bucket % 10_000) < int(fraction * 10_000))
+
+
+def _content_differences(
+    spark: SparkSession, settings: Settings, read: Any, sample: float | None
+) -> list[tuple[str, int, int, list[dict[str, Any]]]]:
+    """(table, rows compared, rows differing, up to MAX_KEYS of them) per table."""
+    from spark_jobs import silver as silver_mod
+
+    tables = {
+        name: _sampled(read(table.path(settings)), sample).localCheckpoint(eager=True)
+        for name, table in (
+            ("silver", registry.SILVER_EVENTS),
+            ("quarantine", registry.SILVER_QUARANTINE),
+            ("ledger", registry.SILVER_LEDGER),
+        )
+    }
+    settled = (
+        tables["ledger"]
+        .select("partition", "offset")
+        .unionByName(tables["quarantine"].select("partition", "offset"))
+        .distinct()
+    )
+    bronze = read(registry.BRONZE_EVENTS.path(settings)).where(F.col("topic") == registry.TOPIC)
+    derived = silver_mod.settle(bronze.join(settled, ["partition", "offset"], "left_semi"))
+    want = {"silver": derived.silver, "quarantine": derived.quarantine, "ledger": derived.ledger}
+    found = []
+    for name, (key, skip) in CONTENT.items():
+        have = tables[name].drop(*skip)
+        diff = differing_rows(have, want[name].select(*have.columns), key).localCheckpoint(
+            eager=True
+        )
+        rows = diff.orderBy(*key).limit(MAX_KEYS).collect()
+        differing = [{**{k: r[k] for k in key}, "columns": list(r["columns"])} for r in rows]
+        found.append((name, have.count(), diff.count(), differing))
+    return found
+
+
+def check_silver_content(
+    spark: SparkSession,
+    settings: Settings,
+    sample: float | None = None,
+    attempts: int = 3,
+    wait_s: float = 10.0,
+) -> list[Finding]:
+    """Every silver, quarantine and ledger row equals what the contract's code makes
+    of its bronze record(s): an UPDATE of silver, or of the ledger's content hash,
+    is named by key and column.
+
+    Only records the ledger or the quarantine already hold are re-derived, so
+    what ingest has not settled yet is not a difference. A row may still differ
+    for a moment while a batch is between its commits (a winner replaced), so
+    a difference must outlast `attempts` looks to count.
+    """
+    read = spark.read.format("delta").load
+    for attempt in range(1, attempts + 1):
+        found = _content_differences(spark, settings, read, sample)
+        if all(n == 0 for _, _, n, _ in found) or attempt == attempts:
+            break
+        log.info("audit: silver content differs; looking again in %.0f s", wait_s)
+        time.sleep(wait_s)
+    findings = []
+    for name, compared, n, differing in found:
+        subject = f"{name} content"
+        if n == 0:
+            summary = f"{compared:,} rows equal the contract's code over their bronze records"
+        else:
+            shown = "; ".join(
+                " ".join(f"{k}={v}" for k, v in d.items() if k != "columns")
+                + f" ({', '.join(d['columns'])})"
+                for d in differing[:3]
+            )
+            summary = f"{n} rows differ from the contract's code over bronze: {shown}"
+        findings.append(
+            Finding(
+                "bronze_silver",
+                subject,
+                n == 0,
+                summary,
+                {"rows_compared": compared, "differing": n, "keys": differing, "sampled": sample},
+            )
+        )
+    return findings

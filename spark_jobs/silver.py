@@ -178,21 +178,50 @@ def conflict_detail(state: DataFrame) -> DataFrame:
     )
 
 
-def from_records(records: DataFrame) -> DataFrame:
-    """Bronze-shaped rows (any set of Kafka records) -> the silver rows they settle to.
+@dataclass(frozen=True)
+class Settled:
+    """What silver, the quarantine and the ledger hold for a set of bronze records."""
 
-    The whole contract in one pure step, for a replay straight from Kafka: the
-    same validation and the same winner rule as the streaming path, with every
-    record in one batch.
+    silver: DataFrame
+    quarantine: DataFrame
+    ledger: DataFrame
+
+
+def settle(records: DataFrame) -> Settled:
+    """Bronze-shaped rows (any set of Kafka records) -> where each one settles.
+
+    The whole contract in one pure step: the same validation and the same
+    winner rule as the streaming path, with every record in one batch. A
+    replay straight from Kafka uses its silver; the audit re-derives all three
+    from bronze and compares them with the tables.
     """
     checked = contract.validate(records)
     accepted = checked.where(F.col("reject_reason").isNull())
-    state = classify(
-        accepted.select(*[f.name for f in LEDGER_SCHEMA.fields]).withColumn("in_batch", F.lit(True))
-    ).where(F.col("status") == ACCEPTED)
-    return to_silver_rows(
-        accepted.join(state.select("partition", "offset"), ["partition", "offset"])
+    ledger = accepted.select(*[f.name for f in LEDGER_SCHEMA.fields])
+    state = classify(ledger.withColumn("in_batch", F.lit(True)))
+    key = ["partition", "offset"]
+    silver = to_silver_rows(
+        accepted.join(state.where(F.col("status") == ACCEPTED).select(*key), key)
     )
+    conflicts = conflict_detail(state.where(F.col("status") == CONFLICT)).select(*key, "detail")
+    quarantine = to_quarantine_rows(checked.where(F.col("reject_reason").isNotNull())).unionByName(
+        conflicts.join(checked, key).select(
+            *key,
+            "kafka_timestamp",
+            F.col("value").alias("raw_value"),
+            F.lit(CONFLICT).alias("reason"),
+            "detail",
+            F.current_timestamp().alias("quarantined_at"),
+            "event_id",
+            "content_hash",
+        )
+    )
+    return Settled(silver, quarantine, ledger)
+
+
+def from_records(records: DataFrame) -> DataFrame:
+    """Bronze-shaped rows (any set of Kafka records) -> the silver rows they settle to."""
+    return settle(records).silver
 
 
 # -- IO ----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from warehouse.base.settings import Settings
+from warehouse.ops import ingest_ctl, streams
 from warehouse.ops.stack import services
 
 
@@ -30,6 +31,12 @@ def stack(settings: Settings) -> Iterator[list[services.Service]]:
             svc.start()
         yield all_services
     finally:
+        if not already:
+            # A stack the tests started leaves nothing running: the watchdog may
+            # have started the view host, and it would outlive Kafka.
+            services.down(settings, ["airflow"])
+            streams.stop_host(settings)
+            ingest_ctl.stop(settings)
         for svc in reversed(all_services):
             if svc.name not in already:
                 svc.stop()

@@ -137,6 +137,53 @@ def test_a_changed_gold_value_is_named_with_the_commit_that_did_it(settings, hon
         gold.restoreToVersion(before)
 
 
+def test_silver_and_ledger_content_changed_by_hand_are_named(settings, honest):
+    """An operator with Spark adds 1000 to one accepted order's total in silver and
+    rewrites one ledger row's content hash: each is named by key and column, though
+    the accounting still adds up (issue 19 item 1)."""
+    spark = honest
+    silver_table = DeltaTable.forPath(spark, registry.SILVER_EVENTS.path(settings))
+    ledger_table = DeltaTable.forPath(spark, registry.SILVER_LEDGER.path(settings))
+    (target,) = (
+        silver_table.toDF()
+        .where("event_type = 'order_placed'")
+        .orderBy("event_id")
+        .limit(1)
+        .collect()
+    )
+    (moved,) = ledger_table.toDF().orderBy("partition", "offset").limit(1).collect()
+    assert all(f.passed for f in spark_audit.check_silver_content(spark, settings, attempts=1))
+    silver_table.update(f"event_id = '{target.event_id}'", {"total": "total + 1000"})
+    ledger_table.update(
+        f"partition = {moved.partition} AND offset = {moved.offset}",
+        {"content_hash": "'0000'"},
+    )
+    try:
+        found = {
+            f.subject: f
+            for f in spark_audit.check_silver_content(spark, settings, attempts=1)
+            if not f.passed
+        }
+        assert set(found) == {"silver content", "ledger content"}
+        assert found["silver content"].detail["keys"] == [
+            {"event_id": target.event_id, "columns": ["total"]}
+        ]
+        assert f"event_id={target.event_id} (total)" in found["silver content"].summary
+        assert found["ledger content"].detail["keys"] == [
+            {"partition": moved.partition, "offset": moved.offset, "columns": ["content_hash"]}
+        ]
+        # The accounting alone would have passed: every count still adds up.
+        assert all(f.passed for f in audit.check_bronze_silver(settings, attempts=1))
+    finally:
+        # Undone the way it was done (views read silver's change feed).
+        silver_table.update(f"event_id = '{target.event_id}'", {"total": "total - 1000"})
+        ledger_table.update(
+            f"partition = {moved.partition} AND offset = {moved.offset}",
+            {"content_hash": f"'{moved.content_hash}'"},
+        )
+    assert all(f.passed for f in spark_audit.check_silver_content(spark, settings, attempts=1))
+
+
 def test_a_removed_range_of_bronze_is_named(settings, honest):
     spark = honest
     path = registry.BRONZE_EVENTS.path(settings)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from spark_jobs.audit import differing_keys, sample_scopes
+from spark_jobs.audit import differing_keys, differing_rows, sample_scopes
 from spark_jobs.views import cart_sessions_v1, revenue_hourly_v1, runner
 from tests.spark_jobs.conftest import at, cart, order
 
@@ -46,3 +46,18 @@ def test_sampling_takes_scopes_from_silver_and_from_gold(spark, silver_df):
     everything = {r.customer_id for r in sample_scopes(view, silver, gold, 1.0).collect()}
     assert everything == {"cust-1", "cust-2", "cust-9"}
     assert sample_scopes(view, silver, gold, 0.0).count() == 0
+
+
+def test_differing_rows_names_each_changed_column_and_leaves_one_sided_keys_alone(spark):
+    want = spark.createDataFrame(
+        [("e1", 1, "a", None), ("e2", 2, "b", "x"), ("e3", 3, "c", "y")],
+        "event_id string, total int, note string, extra string",
+    )
+    have = spark.createDataFrame(
+        # e1: total changed; e2: note and a NULL where a value was; e4 only here.
+        [("e1", 1001, "a", None), ("e2", 2, "B", None), ("e3", 3, "c", "y"), ("e4", 4, "d", "z")],
+        "event_id string, total int, note string, extra string",
+    )
+    found = {r.event_id: r.columns for r in differing_rows(have, want, ["event_id"]).collect()}
+    assert found == {"e1": ["total"], "e2": ["note", "extra"]}
+    assert differing_rows(want, want, ["event_id"]).count() == 0

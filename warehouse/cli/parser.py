@@ -329,7 +329,8 @@ def _checks(add: Add) -> None:
         type=float,
         default=None,
         metavar="FRACTION",
-        help="check a random FRACTION (0-1) of each view's windows instead of all of them",
+        help="check a random FRACTION (0-1) of each view's windows, and of the event ids "
+        "whose silver, quarantine and ledger rows are re-derived from bronze, instead of all",
     )
     p.add_argument(
         "--checks",

@@ -6,7 +6,9 @@
   What is not copied yet is fine too, unless its oldest record is older than
   `ingest_lag_alert_s`: then ingest has stalled.
 - bronze -> silver: `bronze = silver + quarantine + exact duplicates` per
-  partition, and nothing downstream that bronze does not have.
+  partition, and nothing downstream that bronze does not have; and by content,
+  every silver, quarantine and ledger row equals what the contract's code makes
+  of its bronze records (spark_jobs/audit.py), so an UPDATE is named.
 - silver -> gold: each live view version equals a batch recompute of its own
   code over the silver snapshot its newest tagged commit names
   (spark_jobs/audit.py).
@@ -336,6 +338,7 @@ def run(
         result.findings += check_kafka_bronze(settings)
     if "bronze_silver" in wanted:
         result.findings += check_bronze_silver(settings)
+        result.findings += spark_audit.check_silver_content(spark, settings, sample)
     if "routing" in wanted:
         result.findings += check_routing(settings)
     if "silver_gold" in wanted:
