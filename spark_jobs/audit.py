@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType, TimestampType
 
-from spark_jobs import lake, views
+from spark_jobs import contract, lake, views
 from spark_jobs.views import runner
 from spark_jobs.views.base import View
 from warehouse.base import registry
@@ -252,7 +252,9 @@ def _content_differences(
         .distinct()
     )
     bronze = read(registry.BRONZE_EVENTS.path(settings)).where(F.col("topic") == registry.TOPIC)
-    derived = silver_mod.settle(bronze.join(settled, ["partition", "offset"], "left_semi"))
+    # Validated once: silver, the quarantine and the ledger are all derived from it.
+    checked = contract.validate(bronze.join(settled, ["partition", "offset"], "left_semi"))
+    derived = silver_mod.settle_checked(checked.localCheckpoint(eager=True))
     want = {"silver": derived.silver, "quarantine": derived.quarantine, "ledger": derived.ledger}
     found = []
     for name, (key, skip) in CONTENT.items():

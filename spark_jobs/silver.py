@@ -195,7 +195,12 @@ def settle(records: DataFrame) -> Settled:
     replay straight from Kafka uses its silver; the audit re-derives all three
     from bronze and compares them with the tables.
     """
-    checked = contract.validate(records)
+    return settle_checked(contract.validate(records))
+
+
+def settle_checked(checked: DataFrame) -> Settled:
+    """`settle` for records already through `contract.validate`: a caller that
+    reads all three results materialises the validation once."""
     accepted = checked.where(F.col("reject_reason").isNull())
     ledger = accepted.select(*[f.name for f in LEDGER_SCHEMA.fields])
     state = classify(ledger.withColumn("in_batch", F.lit(True)))

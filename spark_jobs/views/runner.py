@@ -161,8 +161,10 @@ class Progress:
         return done / total if total else 0.0
 
     def _watch(self) -> None:
+        shown = 0.0
         while not self._stop.wait(self.every_s):
-            share = self.share_done()
+            # A job that starts adds its tasks to the total: never report going back.
+            share = shown = max(shown, self.share_done())
             elapsed = time.monotonic() - self.started
             rate = share * self.total / elapsed if elapsed else 0.0
             left = f"~{self.total * (1 - share) / rate:.0f} s left" if rate else "starting"
