@@ -123,6 +123,22 @@ def to_quarantine_rows(rejected: DataFrame) -> DataFrame:
     )
 
 
+def to_conflict_rows(conflicts: DataFrame) -> DataFrame:
+    """Records that lost to an earlier one with other content (with `detail` and
+    their raw `value`) -> quarantine rows."""
+    return conflicts.select(
+        "partition",
+        "offset",
+        "kafka_timestamp",
+        F.col("value").alias("raw_value"),
+        F.lit(CONFLICT).alias("reason"),
+        "detail",
+        F.current_timestamp().alias("quarantined_at"),
+        "event_id",
+        "content_hash",
+    )
+
+
 def to_silver_rows(accepted: DataFrame) -> DataFrame:
     # The session time zone is UTC, so to_date is the UTC date.
     with_date = accepted.withColumn("event_date", F.to_date("event_time"))
@@ -210,16 +226,7 @@ def settle_checked(checked: DataFrame) -> Settled:
     )
     conflicts = conflict_detail(state.where(F.col("status") == CONFLICT)).select(*key, "detail")
     quarantine = to_quarantine_rows(checked.where(F.col("reject_reason").isNotNull())).unionByName(
-        conflicts.join(checked, key).select(
-            *key,
-            "kafka_timestamp",
-            F.col("value").alias("raw_value"),
-            F.lit(CONFLICT).alias("reason"),
-            "detail",
-            F.current_timestamp().alias("quarantined_at"),
-            "event_id",
-            "content_hash",
-        )
+        to_conflict_rows(conflicts.join(checked, key))
     )
     return Settled(silver, quarantine, ledger)
 
@@ -437,17 +444,7 @@ def _quarantine_conflicts(
     """
     key = ["partition", "offset"]
     quarantine = DeltaTable.forPath(spark, QUARANTINE.path(settings))
-    additions = to_add.select(
-        *key,
-        "kafka_timestamp",
-        F.col("value").alias("raw_value"),
-        F.lit(CONFLICT).alias("reason"),
-        "detail",
-        F.current_timestamp().alias("quarantined_at"),
-        "event_id",
-        "content_hash",
-        F.lit("add").alias("_op"),
-    )
+    additions = to_conflict_rows(to_add).withColumn("_op", F.lit("add"))
     source = additions
     if to_remove is not None:
         source = source.unionByName(

@@ -43,7 +43,7 @@ def _stop_on_signals() -> threading.Event:
 def run_ingest(settings: Settings, trigger: str | None) -> int:
     """Kafka -> bronze -> silver until stopped; exit 3 on a gap in the log."""
     stop = _stop_on_signals()
-    lock = writers.ingest(settings, "ingest (`regauge ingest run`)").acquire()
+    lock = writers.ingest(settings, "`regauge ingest run`").acquire()
     spark = build_session("regauge-ingest", settings)
     try:
         pipeline.run_ingest(
