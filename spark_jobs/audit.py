@@ -232,11 +232,12 @@ def _sampled(df: DataFrame, fraction: float | None) -> DataFrame:
 
 
 def _content_differences(
-    spark: SparkSession, settings: Settings, read: Any, sample: float | None
+    spark: SparkSession, settings: Settings, sample: float | None
 ) -> list[tuple[str, int, int, list[dict[str, Any]]]]:
     """(table, rows compared, rows differing, up to MAX_KEYS of them) per table."""
     from spark_jobs import silver as silver_mod
 
+    read = spark.read.format("delta").load
     tables = {
         name: _sampled(read(table.path(settings)), sample).localCheckpoint(eager=True)
         for name, table in (
@@ -284,9 +285,8 @@ def check_silver_content(
     for a moment while a batch is between its commits (a winner replaced), so
     a difference must outlast `attempts` looks to count.
     """
-    read = spark.read.format("delta").load
     for attempt in range(1, attempts + 1):
-        found = _content_differences(spark, settings, read, sample)
+        found = _content_differences(spark, settings, sample)
         if all(n == 0 for _, _, n, _ in found) or attempt == attempts:
             break
         log.info("audit: silver content differs; looking again in %.0f s", wait_s)

@@ -187,7 +187,7 @@ def test_a_removed_range_of_bronze_is_named(settings, honest):
     spark = honest
     path = registry.BRONZE_EVENTS.path(settings)
     bronze = DeltaTable.forPath(spark, path)
-    low, _ = audit.kafka_watermarks(settings)[0]
+    low, _ = lag.kafka_watermarks(settings)[0]
     top = bronze.toDF().where(f"partition = 0 AND offset >= {low}").agg({"offset": "max"})
     newest = top.collect()[0][0]
     start, end = newest - 20, newest - 10

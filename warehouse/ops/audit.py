@@ -30,7 +30,7 @@ from spark_jobs import audit as spark_audit
 from spark_jobs.audit import MAX_KEYS, Finding, Run
 from warehouse.base import registry
 from warehouse.base.settings import Settings
-from warehouse.ops.lag import uncopied_age_s
+from warehouse.ops.lag import kafka_watermarks, uncopied_age_s
 from warehouse.sql import catalog, serving, trino_client, versions
 from warehouse.sql.accounting import PER_PARTITION_SQL
 
@@ -44,23 +44,6 @@ BRONZE = registry.BRONZE_EVENTS.trino_name
 
 
 # -- kafka -> bronze ---------------------------------------------------------------------
-def kafka_watermarks(settings: Settings) -> dict[int, tuple[int, int]]:
-    """(low, high) per partition: the offsets Kafka still holds are [low, high)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {"bootstrap.servers": settings.kafka_bootstrap, "group.id": "regauge-audit"}
-    )
-    try:
-        meta = consumer.list_topics(registry.TOPIC, timeout=30).topics[registry.TOPIC]
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(registry.TOPIC, p), timeout=30)
-            for p in sorted(meta.partitions)
-        }
-    finally:
-        consumer.close()
-
-
 def gaps(offsets_from: int, present: Iterable[tuple[int, int]], upto: int) -> list[tuple[int, int]]:
     """Missing [start, end] ranges in [offsets_from, upto], given the present ranges
     (sorted, inclusive)."""

@@ -90,7 +90,8 @@ def describe(settings: Settings, *, kafka_up: bool = True) -> tuple[bool, str]:
     d = daemon(settings)
     pid = d.pid()
     lines = [f"ingest: {'running, pid ' + str(pid) if pid else 'not running'} (log {d.log})"]
-    copied = read_status(settings).get("bronze", {}).get("copied")
+    status = read_status(settings)
+    copied = status.get("bronze", {}).get("copied")
     if not kafka_up:
         lines.append("  behind Kafka: unknown (Kafka is down)")
     elif copied:
@@ -98,7 +99,7 @@ def describe(settings: Settings, *, kafka_up: bool = True) -> tuple[bool, str]:
         lines.append("  behind Kafka: " + "; ".join(str(x) for x in behind))
     else:
         lines.append("  behind Kafka: unknown until ingest's first batch")
-    for name, st in sorted(read_status(settings).items()):
+    for name, st in sorted(status.items()):
         lines.append(
             f"  {name:<7} {st.get('state', '?'):<8} batch {st.get('batch', '-')}, "
             f"{st.get('rows_in', 0):,} rows in the last batch, "

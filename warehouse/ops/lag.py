@@ -70,21 +70,26 @@ def uncopied_age_s(settings: Settings, partition: int, first_uncopied: int) -> f
     return None if ms is None else max(0.0, time.time() - ms / 1000)
 
 
-def ingest_lag(settings: Settings, copied: dict[int, int]) -> list[Lag]:
-    """Per partition: `copied` is the next offset ingest will read (0 if none yet)."""
+def kafka_watermarks(settings: Settings, timeout: float = 30) -> dict[int, tuple[int, int]]:
+    """(low, high) per partition: the offsets Kafka still holds are [low, high)."""
     from confluent_kafka import TopicPartition
 
     consumer = _consumer(settings)
     try:
-        meta = consumer.list_topics(registry.TOPIC, timeout=10).topics[registry.TOPIC]
-        marks = {
-            p: consumer.get_watermark_offsets(TopicPartition(registry.TOPIC, p), timeout=10)
+        meta = consumer.list_topics(registry.TOPIC, timeout=timeout).topics[registry.TOPIC]
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(registry.TOPIC, p), timeout=timeout)
             for p in sorted(meta.partitions)
         }
     finally:
         consumer.close()
+
+
+def ingest_lag(settings: Settings, copied: dict[int, int]) -> list[Lag]:
+    """Per partition: `copied` is the next offset ingest will read (0 if none yet)."""
     lags = []
-    for p, (low, high) in marks.items():
+    # Short timeouts: `regauge status` should answer quickly even when Kafka is slow.
+    for p, (low, high) in kafka_watermarks(settings, timeout=10).items():
         start = max(low, copied.get(p, 0))
         behind = max(0, high - start)
         lags.append(Lag(p, behind, uncopied_age_s(settings, p, start) if behind else None))

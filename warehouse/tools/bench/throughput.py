@@ -230,9 +230,9 @@ def _batch_listener(batches: list[Batch]) -> Any:
 
 def _end_offsets(settings: Settings) -> dict[int, int]:
     """The event topic's next offset per partition."""
-    from warehouse.ops import audit
+    from warehouse.ops import lag
 
-    return {p: high for p, (_, high) in audit.kafka_watermarks(settings).items()}
+    return {p: high for p, (_, high) in lag.kafka_watermarks(settings).items()}
 
 
 def _chunks(total: int, size: int) -> list[int]:
