@@ -102,9 +102,9 @@ def _snapshot(spark: SparkSession, path: str) -> tuple[int, tuple[int, int, str]
     """A consistent (newest gold version, newest tag at or before it)."""
     while True:
         tag = runner.latest_tag(spark, path)
-        (row,) = DeltaTable.forPath(spark, path).history(1).select("version").collect()
+        version = lake.newest_version(spark, path)
         if runner.latest_tag(spark, path) == tag:
-            return int(row["version"]), tag
+            return version, tag
 
 
 def check_version(

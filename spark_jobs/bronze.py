@@ -4,12 +4,22 @@ One row per Kafka record, bytes untouched, so every later layer can be rebuilt
 from here even after Kafka's retention has dropped the records. Exactly once
 comes from Structured Streaming's checkpoint together with the Delta sink,
 which commits each micro-batch idempotently under the query's id.
+
+A lost checkpoint must not copy the log twice: the Delta sink's idempotence is
+per query id, and a new checkpoint is a new query. So a query that starts
+without a checkpoint over a bronze that already holds records starts each
+partition at the offset after bronze's last copy of it (`resume_offsets`);
+bronze is thereby idempotent on (topic, partition, offset).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 
+from confluent_kafka.admin import AdminClient
+from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -70,10 +80,61 @@ def to_bronze_rows(records: DataFrame) -> DataFrame:
     )
 
 
+def has_progress(checkpoint: str) -> bool:
+    """Whether a streaming query has planned a batch in this checkpoint (so it resumes there)."""
+    offsets = Path(checkpoint) / "offsets"
+    return offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir())
+
+
+def resume_offsets(last: dict[int, int], partitions: list[int]) -> dict[str, dict[str, int]]:
+    """Kafka startingOffsets: after each partition's last copied offset, else earliest (-2).
+
+    Spark needs every partition of the topic named once specific offsets are given.
+    """
+    return {registry.TOPIC: {str(p): last[p] + 1 if p in last else -2 for p in sorted(partitions)}}
+
+
+def topic_partitions(settings: Settings) -> list[int]:
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    topic = admin.list_topics(registry.TOPIC, timeout=30).topics[registry.TOPIC]
+    if topic.error is not None:
+        raise RuntimeError(f"cannot list the partitions of {registry.TOPIC}: {topic.error}")
+    return list(topic.partitions)
+
+
+def starting_offsets(spark: SparkSession, settings: Settings) -> str:
+    """Where a bronze query without a checkpoint starts (one with a checkpoint resumes there)."""
+    path = BRONZE.path(settings)
+    if has_progress(BRONZE.checkpoint(settings)) or not DeltaTable.isDeltaTable(spark, path):
+        return "earliest"
+    last = {
+        r["partition"]: r["last"]
+        for r in spark.read.format("delta")
+        .load(path)
+        .where(F.col("topic") == registry.TOPIC)
+        .groupBy("partition")
+        .agg(F.max("offset").alias("last"))
+        .collect()
+    }
+    if not last:
+        return "earliest"
+    offsets = resume_offsets(last, topic_partitions(settings))
+    log.warning(
+        "bronze has no checkpoint but already holds records: each partition resumes after "
+        "its last copied offset, so nothing is copied twice: %s",
+        offsets[registry.TOPIC],
+    )
+    return json.dumps(offsets)
+
+
 def read_kafka(
-    spark: SparkSession, settings: Settings, *, accept_data_loss: bool = False
+    spark: SparkSession,
+    settings: Settings,
+    *,
+    accept_data_loss: bool = False,
+    starting: str = "earliest",
 ) -> DataFrame:
-    """The topic as an unbounded stream, from the earliest retained offset.
+    """The topic as an unbounded stream, from `starting` (default: the earliest retained offset).
 
     `accept_data_loss` is the operator's explicit decision to move past a gap
     in the log (records Kafka deleted before bronze copied them); never a default.
@@ -82,7 +143,7 @@ def read_kafka(
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
         .option("subscribe", registry.TOPIC)
-        .option("startingOffsets", "earliest")
+        .option("startingOffsets", starting)
         # A gap in the log (retention passed before we read it) must stop the
         # pipeline loudly, never skip silently.
         .option("failOnDataLoss", str(not accept_data_loss).lower())
@@ -113,7 +174,14 @@ def start(
 ) -> StreamingQuery:
     """Start the Kafka -> bronze query: continuous, or until caught up (available_now)."""
     writer = (
-        to_bronze_rows(read_kafka(spark, settings, accept_data_loss=accept_data_loss))
+        to_bronze_rows(
+            read_kafka(
+                spark,
+                settings,
+                accept_data_loss=accept_data_loss,
+                starting=starting_offsets(spark, settings),
+            )
+        )
         .writeStream.format("delta")
         .queryName("bronze")
         .outputMode("append")

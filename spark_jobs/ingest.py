@@ -37,6 +37,8 @@ TABLES = (
     registry.SILVER_LEDGER,
 )
 MAX_BACKOFF_S = 30.0
+# After a lost silver checkpoint, how often to look for the bronze commit it streams from.
+WAIT_FOR_BRONZE_S = 2.0
 
 
 class DataLossError(RuntimeError):
@@ -46,6 +48,10 @@ class DataLossError(RuntimeError):
 def is_data_loss(error: str) -> bool:
     text = error.lower()
     return "kafka_data_loss" in text or "data may have been lost" in text
+
+
+def is_disk_full(error: str) -> bool:
+    return "no space left on device" in error.lower()
 
 
 def error_text(exc: BaseException | None) -> str:
@@ -207,7 +213,13 @@ def run_once(
     if accept_data_loss:
         log.warning("accepting data loss: records Kafka no longer has will be skipped")
     for name in QUERIES:
-        query = _starter(spark, settings, name, True, settings.trigger_interval, accept_data_loss)()
+        try:
+            query = _starter(
+                spark, settings, name, True, settings.trigger_interval, accept_data_loss
+            )()
+        except silver.WaitingForBronze as exc:
+            log.info("%s: nothing new in bronze since silver's recovery (%s)", name, exc)
+            continue
         try:
             query.awaitTermination()
             error = error_text(query.exception())
@@ -259,12 +271,26 @@ def run(
                     failures[name] += 1
                     delay = backoff_s(failures[name])
                     retry_at[name] = time.monotonic() + delay
-                    log.warning(
-                        "%s stopped (%s); restarting in %.0f s", name, first_line(error), delay
-                    )
+                    if is_disk_full(error):
+                        # Nothing is lost: the batch's commit failed whole, Kafka keeps
+                        # the records, and the retry reads them again from the checkpoint.
+                        log.error(
+                            "%s stopped: the lake's disk is full (%s). Nothing is lost; it "
+                            "retries in %.0f s and resumes once space is freed",
+                            name,
+                            settings.lake_root,
+                            delay,
+                        )
+                    else:
+                        log.warning(
+                            "%s stopped (%s); restarting in %.0f s", name, first_line(error), delay
+                        )
                 if time.monotonic() < retry_at[name]:
                     continue
-                queries[name] = _starter(spark, settings, name, False, trigger)()
+                try:
+                    queries[name] = _starter(spark, settings, name, False, trigger)()
+                except silver.WaitingForBronze:
+                    retry_at[name] = time.monotonic() + WAIT_FOR_BRONZE_S
             # A query that has run a while without dying resets its backoff.
             for name, query in queries.items():
                 if query.isActive and query.lastProgress is not None:

@@ -38,6 +38,12 @@ CONFLICTS = (
 CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
 
+def newest_version(spark: SparkSession, path: str) -> int:
+    """The Delta table's newest commit version."""
+    (last,) = DeltaTable.forPath(spark, path).history(1).select("version").collect()
+    return int(last["version"])
+
+
 def read_version(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
     """A Delta table as of a version (None: its newest)."""
     reader = spark.read.format("delta")

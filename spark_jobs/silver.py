@@ -20,6 +20,11 @@ so a batch replayed after a crash skips what it already committed, and the
 MERGEs write a state computed from the ledger, which a replay computes again
 unchanged.
 
+A lost checkpoint means re-reading, never doubling (`recover`): a new
+checkpoint over a ledger that already holds records first settles, in one
+batch, the bronze records that neither the ledger nor the quarantine holds,
+then streams bronze from the version after the one it settled.
+
 Over 400 lines on purpose: the steps of one micro-batch (validate, rank,
 append, merge) share its transaction id, and keeping them in one module keeps
 that exactly-once argument readable in one place.
@@ -27,6 +32,7 @@ that exactly-once argument readable in one place.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -48,7 +54,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs import contract, lake
+from spark_jobs import bronze, contract, lake
 from spark_jobs.testing import faults
 from warehouse.base import registry
 from warehouse.base.settings import Settings
@@ -491,24 +497,98 @@ def app_id(settings: Settings) -> str:
     return marker.read_text().strip()
 
 
+class WaitingForBronze(Exception):
+    """After a recovery, silver streams from a bronze version that ingest has not written yet.
+
+    Delta refuses a startingVersion past the newest, and "latest" could skip a
+    commit made meanwhile; so the stream starts only once the version exists.
+    """
+
+
+def _positions(spark: SparkSession, path: str, version: int) -> DataFrame:
+    return lake.read_version(spark, path, version).select("partition", "offset")
+
+
+def recover(spark: SparkSession, settings: Settings, txn_app: str) -> int | None:
+    """After a lost checkpoint, settle what bronze holds; the bronze version to stream from.
+
+    None when the checkpoint has progress (the stream resumes there) or nothing
+    was ever settled (a new lake streams bronze from its start).
+
+    The plan is written before any work and fixes the versions read, so a crash
+    part-way repeats the same batch under the same transaction id: its appends
+    are skipped as committed and its MERGEs write the same state again.
+    """
+    checkpoint = SILVER.checkpoint(settings)
+    if bronze.has_progress(checkpoint):
+        return None
+    plan_file = Path(checkpoint) / "regauge_recovery.json"
+    if plan_file.exists():
+        plan = json.loads(plan_file.read_text())
+    else:
+        ledger, quarantine = LEDGER.path(settings), QUARANTINE.path(settings)
+        plan = {
+            "bronze_version": lake.newest_version(spark, registry.BRONZE_EVENTS.path(settings)),
+            "ledger_version": lake.newest_version(spark, ledger),
+            "quarantine_version": lake.newest_version(spark, quarantine),
+            "settled": False,
+        }
+        if (
+            _positions(spark, ledger, plan["ledger_version"]).limit(1).count() == 0
+            and _positions(spark, quarantine, plan["quarantine_version"]).limit(1).count() == 0
+        ):
+            return None
+        _write_json(plan_file, plan)
+    if not plan["settled"]:
+        settled = _positions(spark, LEDGER.path(settings), plan["ledger_version"]).unionByName(
+            _positions(spark, QUARANTINE.path(settings), plan["quarantine_version"])
+        )
+        unsettled = lake.read_version(
+            spark, registry.BRONZE_EVENTS.path(settings), plan["bronze_version"]
+        ).join(settled, ["partition", "offset"], "left_anti")
+        log.warning(
+            "silver has no checkpoint but the ledger already holds records: settling the "
+            "bronze records (up to bronze version %d) that neither the ledger nor the "
+            "quarantine holds, in one batch, instead of reading bronze again from its start",
+            plan["bronze_version"],
+        )
+        result = process_batch(spark, settings, unsettled, 0, f"{txn_app}/recovery")
+        log.info("recovery: %s", result.describe())
+        plan["settled"] = True
+        _write_json(plan_file, plan)
+    return int(plan["bronze_version"]) + 1
+
+
+def _write_json(path: Path, value: dict[str, object]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(value) + "\n")
+    tmp.replace(path)
+
+
 def writer(spark: SparkSession, settings: Settings) -> DataStreamWriter:
     """The bronze -> silver streaming query, not yet started (the runner picks the trigger).
 
     The tables must exist (`ensure_tables`); the ingest runner creates them once.
     """
     txn_app = app_id(settings)
+    starting_version = recover(spark, settings, txn_app)
+    bronze_path = registry.BRONZE_EVENTS.path(settings)
+    if starting_version is not None and lake.newest_version(spark, bronze_path) < starting_version:
+        raise WaitingForBronze(f"silver streams from bronze version {starting_version}")
 
     def each_batch(batch: DataFrame, batch_id: int) -> None:
         log.info("%s", process_batch(spark, settings, batch, batch_id, txn_app).describe())
         faults.maybe_crash("silver_after_commit", batch_id)
 
+    reader = spark.readStream.format("delta")
+    if starting_version is not None:
+        reader = reader.option("startingVersion", starting_version)
     return (
-        spark.readStream.format("delta")
         # Bronze is append-only. A commit that rewrites it (a DELETE by hand, a
         # RESTORE) is not new input: silver skips it rather than stopping for
         # good, and the audit reports what no longer matches.
-        .option("skipChangeCommits", "true")
-        .load(registry.BRONZE_EVENTS.path(settings))
+        reader.option("skipChangeCommits", "true")
+        .load(bronze_path)
         .writeStream.queryName("silver")
         .foreachBatch(each_batch)
         .option("checkpointLocation", SILVER.checkpoint(settings))

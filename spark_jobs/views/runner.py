@@ -190,10 +190,7 @@ def gold_table(view: View) -> registry.Table:
 
 def silver_version(spark: SparkSession, settings: Settings) -> int:
     """The newest commit of silver: the log position a replay is built from."""
-    (last,) = (
-        DeltaTable.forPath(spark, SILVER.path(settings)).history(1).select("version").collect()
-    )
-    return int(last["version"])
+    return lake.newest_version(spark, SILVER.path(settings))
 
 
 def read_silver(spark: SparkSession, settings: Settings, version: int | None = None) -> DataFrame:

@@ -66,6 +66,31 @@ def test_kafka_deleting_unread_records_stops_ingest_until_accepted(faults):
     assert out.note.startswith("300 deleted by Kafka")
 
 
+def test_lost_checkpoints_mean_re_reading_never_doubling(faults):
+    ingest_ctl.stop(faults.settings)
+    out = report(faults.lost_checkpoint(1_000))
+    assert out.produced == 3_000 and out.in_silver > 2_500
+
+
+def test_a_second_writer_beside_ingest_or_a_replay_is_refused(faults, capsys):
+    out = report(faults.concurrent_writer(2_000))
+    assert out.note.startswith("ingest-once beside ingest, a stream beside a replay: 2 of 2")
+    assert capsys.readouterr().out.count("  refused: ") == 2
+
+
+def test_postgres_down_for_a_minute_under_ingest_and_a_stream_loses_nothing(faults):
+    out = report(faults.postgres_down(2_000))
+    assert out.produced == 2_000 and out.in_silver > 1_500
+
+
+def test_a_full_lake_disk_pauses_ingest_which_resumes_when_space_is_freed(faults, capsys):
+    ingest_ctl.stop(faults.settings)
+    out = report(faults.disk_full(2_000))
+    assert out.produced == 2_000
+    said = capsys.readouterr().out
+    assert "  ingest said: " in said and "disk is full" in said
+
+
 def test_the_audit_passes_after_the_faults(faults):
 
     pipeline.ingest_once(faults.spark, faults.settings)

@@ -32,3 +32,18 @@ def test_bronze_keeps_every_record_and_its_raw_bytes(spark):
     assert_df_equality(
         bronze.drop("ingested_at"), expected, ignore_row_order=True, ignore_nullable=True
     )
+
+
+def test_after_a_lost_checkpoint_each_partition_resumes_after_its_last_copied_offset(tmp_path):
+    from spark_jobs.bronze import has_progress, resume_offsets
+
+    # p2 was never copied: it starts at the earliest offset Kafka has (-2).
+    assert resume_offsets({0: 41, 1: 0, 3: 9}, [3, 2, 1, 0]) == {
+        "shop.events": {"0": 42, "1": 1, "2": -2, "3": 10}
+    }
+    # A checkpoint counts once it has planned a batch; an empty one does not.
+    assert not has_progress(str(tmp_path / "none"))
+    (tmp_path / "cp" / "offsets").mkdir(parents=True)
+    assert not has_progress(str(tmp_path / "cp"))
+    (tmp_path / "cp" / "offsets" / "0").write_text("v1\n")
+    assert has_progress(str(tmp_path / "cp"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from spark_jobs import ingest
 from spark_jobs.ingest import error_text, is_data_loss
 
 
@@ -44,3 +45,9 @@ def test_python_causes_are_followed_and_other_failures_are_not_data_loss():
     assert text == "bronze failed\ndisk full"
     assert not is_data_loss(text)
     assert error_text(None) == ""
+
+
+def test_a_full_disk_is_told_apart_from_other_failures():
+    text = "Job aborted.\njava.io.IOException: No space left on device"
+    assert ingest.is_disk_full(text)
+    assert not ingest.is_disk_full("java.io.IOException: Connection reset")

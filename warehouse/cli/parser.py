@@ -34,6 +34,10 @@ CHAOS_CASES = (  # tools.chaos.CASES
     "view_kills",
     "commit_crash",
     "retention",
+    "lost_checkpoint",
+    "concurrent_writer",
+    "postgres_down",
+    "disk_full",
 )
 QUERY_FORMATS = ("table", "csv", "json")  # sql.trino_client.FORMATS
 GENERATOR_START = datetime(2026, 1, 1, tzinfo=UTC)  # spark_jobs.generator.DEFAULT_START

@@ -7,8 +7,9 @@ deleted, waits for an operator's decision), and reports what it produced,
 what reached silver, what was lost or doubled, and how long recovery took.
 The audit runs last and must pass.
 
-The cases, in the order they run (ingest is a daemon in the first three, as
-in production; the others drive ingest themselves, so it is stopped there):
+The cases, in the order they run (ingest is a daemon in those of
+`_INGEST_DAEMON_CASES`, as in production; the others drive ingest themselves,
+so it is stopped there):
 
 - ingest_kills: kill -9 the ingest process (driver and JVM) at random
   moments while a large chaos run lands.
@@ -21,6 +22,16 @@ in production; the others drive ingest themselves, so it is stopped there):
   checkpoint commit, in silver and in a view (REGAUGE_FAULT).
 - retention: Kafka deletes records ingest has not read; ingest must stop
   loudly, and move on only when an operator accepts the gap.
+- lost_checkpoint: the bronze and silver checkpoints are deleted between
+  ingest runs; ingest must re-read, never double.
+- postgres_down: PostgreSQL (the registry, the reference data, Airflow's
+  database) stops for a minute while ingest and a view stream run; they
+  must ride it out, and the watchdog must say why it cannot look meanwhile.
+- disk_full: the lake's disk (a tmpfs of its own, so the real lake is never at
+  risk) fills up under running ingest; ingest must say so, lose nothing, and
+  resume by itself once space is freed.
+- concurrent_writer: a second ingest, and a view's stream beside its own
+  replay, are started while traffic lands; both must be refused at once.
 
 Over 400 lines on purpose: one method per case, in the order above, so the
 fault table `make chaos` prints reads against one file.
@@ -31,6 +42,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,7 +50,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -56,11 +68,25 @@ from warehouse.ops.stack import process, services
 
 log = logging.getLogger(__name__)
 
-CASES = ("ingest_kills", "broker_stop", "bad_input", "view_kills", "commit_crash", "retention")
+CASES = (
+    "ingest_kills",
+    "broker_stop",
+    "bad_input",
+    "view_kills",
+    "commit_crash",
+    "retention",
+    "lost_checkpoint",
+    "concurrent_writer",
+    "postgres_down",
+    "disk_full",
+)
 # The view the view cases kill: not in the version registry, so no stream daemon
 # or watchdog competes with the job being killed.
 VIEW = ("cart_sessions", 1)
 BROKER_DOWN_S = 15.0
+POSTGRES_DOWN_S = 60.0
+# The full disk's tmpfs before it is shrunk to full; only what is written uses memory.
+DISK_FULL_ROOM = "8g"
 
 
 @dataclass
@@ -118,10 +144,15 @@ class Chaos:
 
     # -- helpers ---------------------------------------------------------------------
     def _judge(
-        self, case: str, run: GeneratedRun, since: float, note: str
+        self,
+        case: str,
+        run: GeneratedRun,
+        since: float,
+        note: str,
+        settings: Settings | None = None,
     ) -> tuple[Outcome, Landing]:
         """Wait until the run settles; its figures, and the lake as it was then."""
-        got = wait_until_settled(self.spark, self.settings, run)
+        got = wait_until_settled(self.spark, settings or self.settings, run)
         recovery = time.monotonic() - since
         result = score(run, got)
         outcome = Outcome(
@@ -318,6 +349,175 @@ class Chaos:
         )
         return outcome
 
+    def lost_checkpoint(self, events: int) -> Outcome:
+        first = pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
+        pipeline.ingest_once(self.spark, self.settings)
+        for table in (registry.BRONZE_EVENTS, registry.SILVER_EVENTS):
+            shutil.rmtree(table.checkpoint(self.settings), ignore_errors=True)
+        self.say("  deleted the bronze and silver checkpoints")
+        # Ingested once with no checkpoint (silver settles what it never saw in one
+        # recovery batch), then once more, streaming from the recovery's checkpoint.
+        second = pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
+        restarted = time.monotonic()
+        pipeline.ingest_once(self.spark, self.settings)
+        third = pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
+        pipeline.ingest_once(self.spark, self.settings)
+        outcome, _ = self._judge(
+            "lost_checkpoint", first + second + third, restarted, "bronze and silver checkpoints"
+        )
+        outcome.doubled += self._repeated_positions(outcome, self.settings)
+        outcome.note = "bronze and silver checkpoints deleted; re-read, not doubled"
+        return outcome
+
+    def concurrent_writer(self, events: int) -> Outcome:
+        ingest_ctl.start(self.settings, None)
+        name, version = VIEW
+        logfile = self.settings.state_dir / "chaos" / "view.log"
+        logfile.parent.mkdir(parents=True, exist_ok=True)
+        problems = []
+        with self._producing(events, rate=events / 20) as box:
+            # Replays, then streams on until stopped: it holds the view's lock throughout,
+            # taken before its first Spark job.
+            began = logfile.stat().st_size
+            first = _view_job(logfile, "replay", until_caught_up=False)
+            _wait_for(first, logfile, "events to process", began)
+            for argv, holder in (
+                (["ingest-once"], "`regauge ingest run`"),
+                (
+                    ["views", "run", name, str(version), "--mode", "stream"],
+                    "`regauge views run --mode replay`",
+                ),
+            ):
+                second = _cli(*argv)
+                if second.returncode != 2 or f"is being written by {holder}" not in second.stderr:
+                    problems.append(
+                        f"`regauge {' '.join(argv)}` beside {holder} was not refused: exit "
+                        f"{second.returncode}, {second.stderr.strip()[-300:]}"
+                    )
+                else:
+                    self.say(f"  refused: {second.stderr.strip().splitlines()[-1][:150]}")
+            if first.poll() is not None:
+                problems.append(
+                    "the view job holding the lock ended early:\n" + process.tail(logfile)
+                )
+            else:
+                # Stopped once live (a replay stopped part-way leaves no stream to resume).
+                _wait_for(first, logfile, "recomputed from", began)
+                os.killpg(first.pid, signal.SIGTERM)  # it stops its stream cleanly
+                first.wait(120)
+        outcome, _ = self._judge("concurrent_writer", box[0], time.monotonic(), "")
+        _view_job(logfile, "stream", wait=True)  # catch up on the traffic, all in silver now
+        lost, doubled = self._view_against_code(views.get(*VIEW))
+        outcome.lost += lost
+        outcome.doubled += doubled
+        outcome.problems += problems
+        outcome.note = (
+            f"ingest-once beside ingest, a stream beside a replay: {2 - len(problems)} of 2 "
+            f"refused; {lost + doubled} view rows differ"
+        )
+        return outcome
+
+    def postgres_down(self, events: int) -> Outcome:
+        ingest_ctl.start(self.settings, None)
+        view = views.get(*VIEW)
+        logfile = self.settings.state_dir / "chaos" / "view.log"
+        logfile.parent.mkdir(parents=True, exist_ok=True)
+        if not runner.can_stream(self.settings, view):
+            _view_job(logfile, "replay", wait=True)
+        stream = _view_job(logfile, "stream", until_caught_up=False)
+        postgres = services.Postgres(self.settings)
+        problems = []
+        with self._producing(events, rate=events / POSTGRES_DOWN_S) as box:
+            time.sleep(3.0)
+            postgres.stop()
+            down_at = time.monotonic()
+            self.say(f"  PostgreSQL stopped; down for {POSTGRES_DOWN_S:.0f} s")
+            # The watchdog cannot read the registry: it must say so, and change nothing.
+            watchdog = _cli("streams", "ensure")
+            if watchdog.returncode != 2 or "PostgreSQL is not reachable" not in watchdog.stderr:
+                problems.append(
+                    f"the watchdog without PostgreSQL: exit {watchdog.returncode}, "
+                    f"{watchdog.stderr.strip()[-300:]}"
+                )
+            time.sleep(max(0.0, POSTGRES_DOWN_S - (time.monotonic() - down_at)))
+            postgres.start()
+            restarted = time.monotonic()
+        for what, alive in (
+            ("ingest", ingest_ctl.daemon(self.settings).pid() is not None),
+            (f"{view.name}_v{view.version}'s stream", stream.poll() is None),
+        ):
+            if not alive:
+                problems.append(f"{what} exited while PostgreSQL was down")
+        # Airflow's scheduler, DAG processor and triggerer exit when their database
+        # goes away, and nothing supervises them yet (issue 21): `regauge up` does.
+        airflow = services.Airflow(self.settings)
+        airflow_died = not airflow.running()
+        if airflow_died:
+            self.say("  Airflow exited without its database; `regauge up` restarts it")
+            services.up(self.settings, ["airflow"])
+        watchdog = _cli("streams", "ensure")
+        if watchdog.returncode != 0:
+            problems.append(f"the watchdog still fails: {watchdog.stderr.strip()[-300:]}")
+        outcome, _ = self._judge("postgres_down", box[0], restarted, "")
+        if stream.poll() is None:
+            os.killpg(stream.pid, signal.SIGTERM)  # it stops its stream cleanly
+            stream.wait(120)
+        _view_job(logfile, "stream", wait=True)  # catch up on the traffic, all in silver now
+        lost, doubled = self._view_against_code(view)
+        outcome.lost += lost
+        outcome.doubled += doubled
+        outcome.problems += problems
+        outcome.note = (
+            f"PostgreSQL down {POSTGRES_DOWN_S:.0f} s under ingest and a stream; "
+            f"{lost + doubled} view rows differ; Airflow "
+            + ("exited, restarted by `regauge up`" if airflow_died else "rode it out")
+        )
+        return outcome
+
+    def disk_full(self, events: int) -> Outcome:
+        mount = self.settings.state_dir / "chaos" / "full_disk"
+        # A lake of its own on the small disk; state (logs, status) stays on the big one,
+        # and nothing is published to Trino, which keeps reading the real lake.
+        full = replace(
+            self.settings,
+            lake_root=str(mount / "lake"),
+            state_dir=self.settings.state_dir / "chaos" / "full_disk_state",
+        )
+        problems = []
+        with _tmpfs(mount, DISK_FULL_ROOM):
+            ingest.run_once(self.spark, full)  # the topic so far, copied
+            said = _Messages("spark_jobs.ingest")
+            stop = threading.Event()
+            running = threading.Thread(
+                target=ingest.run,
+                args=(self.spark, full, stop),
+                kwargs={"status_file": full.state_dir / "ingest" / "status.json"},
+                name="chaos-ingest-on-full-disk",
+            )
+            running.start()
+            try:
+                _fill(mount)
+                self.say(f"  the lake's disk is full ({mount})")
+                run = pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
+                message = said.wait_for("disk is full", 180)
+                if message is None:
+                    problems.append("ingest never said that the disk is full")
+                else:
+                    self.say(f"  ingest said: {message[:160]}")
+                _mount_tmpfs(mount, DISK_FULL_ROOM, remount=True)
+                (mount / "filler").unlink()
+                self.say("  space freed")
+                restarted = time.monotonic()
+                outcome, _ = self._judge("disk_full", run, restarted, "", full)
+            finally:
+                stop.set()
+                running.join(120)
+                said.close()
+            outcome.doubled += self._repeated_positions(outcome, full)
+        outcome.problems += problems
+        outcome.note = "lake disk full under running ingest; resumed when freed"
+        return outcome
+
     def audit(self) -> Outcome:
         result = audit.run(self.settings, self.spark)
         failed = [f for f in result.findings if not f.passed]
@@ -327,6 +527,23 @@ class Chaos:
             problems=[f"{f.check} {f.subject}: {f.summary}" for f in failed],
         )
 
+    def _repeated_positions(self, outcome: Outcome, settings: Settings) -> int:
+        """Positions the ledger or the quarantine holds twice (`landing` counts bronze, silver)."""
+        repeated = 0
+        for table in (registry.SILVER_LEDGER, registry.SILVER_QUARANTINE):
+            again = (
+                self.spark.read.format("delta")
+                .load(table.path(settings))
+                .groupBy("partition", "offset")
+                .count()
+                .where("count > 1")
+                .count()
+            )
+            if again:
+                outcome.problems.append(f"{again:,} positions twice in {table.key}")
+            repeated += again
+        return repeated
+
     def _view_against_code(self, view: views.View) -> tuple[int, int]:
         """(rows the view's code gives that gold lacks, rows gold has that it does not)."""
         gold = runner.read_gold(self.spark, self.settings, view)
@@ -334,14 +551,17 @@ class Chaos:
         return want.exceptAll(gold).count(), gold.exceptAll(want).count()
 
 
-def _view_job(log: Path, mode: str, wait: bool = False) -> subprocess.Popen[bytes]:
+def _view_job(
+    log: Path, mode: str, wait: bool = False, until_caught_up: bool = True
+) -> subprocess.Popen[bytes]:
     """`regauge views run` for the chaos view, as an operator runs it, in its own group."""
     name, version = VIEW
+    until = ["--until-caught-up"] if until_caught_up else []
     with log.open("ab") as out:
         job = subprocess.Popen(
             [
                 *(sys.executable, "-m", "warehouse.cli", "views", "run", name),
-                *(str(version), "--mode", mode, "--until-caught-up"),
+                *(str(version), "--mode", mode, *until),
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -353,16 +573,96 @@ def _view_job(log: Path, mode: str, wait: bool = False) -> subprocess.Popen[byte
     return job
 
 
-def _kill_when(job: subprocess.Popen[bytes], log: Path, marker: str, extra_s: float) -> None:
-    """kill -9 the job (driver and JVM) `extra_s` after `marker` shows in its log."""
-    start = log.stat().st_size if log.exists() else 0
+# The cases that run the ingest daemon, as in production; the others drive ingest themselves.
+_INGEST_DAEMON_CASES = (
+    "ingest_kills",
+    "broker_stop",
+    "bad_input",
+    "concurrent_writer",
+    "postgres_down",
+    "disk_full",
+)
+
+
+class _Messages(logging.Handler):
+    """What a logger says, kept to be waited for."""
+
+    def __init__(self, logger: str) -> None:
+        super().__init__(logging.INFO)
+        self.logger = logging.getLogger(logger)
+        self.said: list[str] = []
+        self.logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.said.append(record.getMessage())
+
+    def wait_for(self, text: str, timeout: float) -> str | None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = next((m for m in self.said if text in m), None)
+            if found is not None:
+                return found
+            time.sleep(0.5)
+        return None
+
+    def close(self) -> None:
+        self.logger.removeHandler(self)
+        super().close()
+
+
+def _mount_tmpfs(mount: Path, size: str, *, remount: bool = False) -> None:
+    options = f"remount,size={size}" if remount else f"size={size}"
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], check=True)
+
+
+@contextmanager
+def _tmpfs(mount: Path, size: str) -> Iterator[None]:
+    """A tmpfs at `mount` for the block (mounting needs root, as `make chaos` has here)."""
+    mount.mkdir(parents=True, exist_ok=True)
+    _mount_tmpfs(mount, size)
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount)], check=False)
+
+
+def _fill(mount: Path) -> None:
+    """Shrink the tmpfs to what it holds plus 1 MiB, and fill that MiB."""
+    used = shutil.disk_usage(mount).used
+    _mount_tmpfs(mount, str(used + 2**20), remount=True)
+    with open(mount / "filler", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+        except OSError:
+            pass  # full
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    """One `regauge` command, as an operator (or Airflow) runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "warehouse.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+    )
+
+
+def _wait_for(job: subprocess.Popen[bytes], log: Path, marker: str, start: int = 0) -> None:
+    """Wait until `marker` shows in the job's log after byte `start`."""
     deadline = time.monotonic() + 300
-    while marker not in log.read_text(errors="replace")[start:]:
+    while marker not in log.read_bytes()[start:].decode(errors="replace"):
         if job.poll() is not None:
             raise RuntimeError(f"the job ended before {marker!r}:\n" + process.tail(log))
         if time.monotonic() > deadline:
             raise RuntimeError(f"never saw {marker!r} in {log}")
         time.sleep(0.2)
+
+
+def _kill_when(job: subprocess.Popen[bytes], log: Path, marker: str, extra_s: float) -> None:
+    """kill -9 the job (driver and JVM) `extra_s` after `marker` shows in its log."""
+    _wait_for(job, log, marker, log.stat().st_size if log.exists() else 0)
     time.sleep(extra_s)
     os.killpg(job.pid, signal.SIGKILL)
     job.wait(30)
@@ -417,11 +717,15 @@ def run(
         "view_kills": lambda: chaos.view_kills(max(2_000, events // 20)),
         "commit_crash": lambda: chaos.commit_crash(3_000),
         "retention": lambda: chaos.retention(500),
+        "lost_checkpoint": lambda: chaos.lost_checkpoint(1_000),
+        "concurrent_writer": lambda: chaos.concurrent_writer(small),
+        "postgres_down": lambda: chaos.postgres_down(small),
+        "disk_full": lambda: chaos.disk_full(2_000),
     }
     outcomes = []
     try:
         for case in cases:
-            if case not in ("ingest_kills", "broker_stop", "bad_input"):
+            if case not in _INGEST_DAEMON_CASES:
                 ingest_ctl.stop(settings)  # these cases run ingest themselves
             print(f"chaos: {case}")
             outcome = plan[case]()
