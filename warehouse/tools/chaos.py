@@ -403,17 +403,12 @@ class Chaos:
             else:
                 # Stopped once live (a replay stopped part-way leaves no stream to resume).
                 _wait_for(first, logfile, "recomputed from", began)
-                os.killpg(first.pid, signal.SIGTERM)  # it stops its stream cleanly
-                first.wait(120)
         outcome, _ = self._judge("concurrent_writer", box[0], time.monotonic(), "")
-        _view_job(logfile, "stream", wait=True)  # catch up on the traffic, all in silver now
-        lost, doubled = self._view_against_code(views.get(*VIEW))
-        outcome.lost += lost
-        outcome.doubled += doubled
+        differ = self._view_caught_up(outcome, first, logfile)
         outcome.problems += problems
         outcome.note = (
             f"ingest-once beside ingest, a stream beside a replay: {2 - len(problems)} of 2 "
-            f"refused; {lost + doubled} view rows differ"
+            f"refused; {differ} view rows differ"
         )
         return outcome
 
@@ -459,17 +454,11 @@ class Chaos:
         if watchdog.returncode != 0:
             problems.append(f"the watchdog still fails: {watchdog.stderr.strip()[-300:]}")
         outcome, _ = self._judge("postgres_down", box[0], restarted, "")
-        if stream.poll() is None:
-            os.killpg(stream.pid, signal.SIGTERM)  # it stops its stream cleanly
-            stream.wait(120)
-        _view_job(logfile, "stream", wait=True)  # catch up on the traffic, all in silver now
-        lost, doubled = self._view_against_code(view)
-        outcome.lost += lost
-        outcome.doubled += doubled
+        differ = self._view_caught_up(outcome, stream, logfile)
         outcome.problems += problems
         outcome.note = (
             f"PostgreSQL down {POSTGRES_DOWN_S:.0f} s under ingest and a stream; "
-            f"{lost + doubled} view rows differ; Airflow "
+            f"{differ} view rows differ; Airflow "
             + ("exited, restarted by `regauge up`" if airflow_died else "rode it out")
         )
         return outcome
@@ -543,6 +532,22 @@ class Chaos:
                 outcome.problems.append(f"{again:,} positions twice in {table.key}")
             repeated += again
         return repeated
+
+    def _view_caught_up(
+        self, outcome: Outcome, live: subprocess.Popen[bytes], logfile: Path
+    ) -> int:
+        """Stop the chaos view's live job, catch it up, and count its rows against its code.
+
+        Call once the traffic is settled in silver, or the catch-up misses some of it.
+        """
+        if live.poll() is None:
+            os.killpg(live.pid, signal.SIGTERM)  # it stops its stream cleanly
+            live.wait(120)
+        _view_job(logfile, "stream", wait=True)
+        lost, doubled = self._view_against_code(views.get(*VIEW))
+        outcome.lost += lost
+        outcome.doubled += doubled
+        return lost + doubled
 
     def _view_against_code(self, view: views.View) -> tuple[int, int]:
         """(rows the view's code gives that gold lacks, rows gold has that it does not)."""
