@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 from delta.tables import DeltaTable
@@ -33,6 +32,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from spark_jobs import lake
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 
@@ -80,12 +80,6 @@ def to_bronze_rows(records: DataFrame) -> DataFrame:
     )
 
 
-def has_progress(checkpoint: str) -> bool:
-    """Whether a streaming query has planned a batch in this checkpoint (so it resumes there)."""
-    offsets = Path(checkpoint) / "offsets"
-    return offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir())
-
-
 def resume_offsets(last: dict[int, int], partitions: list[int]) -> dict[str, dict[str, int]]:
     """Kafka startingOffsets: after each partition's last copied offset, else earliest (-2).
 
@@ -105,7 +99,9 @@ def topic_partitions(settings: Settings) -> list[int]:
 def starting_offsets(spark: SparkSession, settings: Settings) -> str:
     """Where a bronze query without a checkpoint starts (one with a checkpoint resumes there)."""
     path = BRONZE.path(settings)
-    if has_progress(BRONZE.checkpoint(settings)) or not DeltaTable.isDeltaTable(spark, path):
+    if lake.checkpoint_has_progress(spark, BRONZE.checkpoint(settings)) or not (
+        DeltaTable.isDeltaTable(spark, path)
+    ):
         return "earliest"
     last = {
         r["partition"]: r["last"]

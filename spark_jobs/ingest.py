@@ -272,8 +272,8 @@ def run(
                     delay = backoff_s(failures[name])
                     retry_at[name] = time.monotonic() + delay
                     if is_disk_full(error):
-                        # Nothing is lost: the batch's commit failed whole, Kafka keeps
-                        # the records, and the retry reads them again from the checkpoint.
+                        # Nothing is lost: the retry reads the batch again from the
+                        # checkpoint, and its commits that did land are skipped (txn ids).
                         log.error(
                             "%s stopped: the lake's disk is full (%s). Nothing is lost; it "
                             "retries in %.0f s and resumes once space is freed",
@@ -291,6 +291,21 @@ def run(
                     queries[name] = _starter(spark, settings, name, False, trigger)()
                 except silver.WaitingForBronze:
                     retry_at[name] = time.monotonic() + WAIT_FOR_BRONZE_S
+                except Exception as exc:
+                    # Starting reads Kafka's partitions and may settle a recovery:
+                    # a broker or a disk that is away now must not end the daemon.
+                    error = error_text(exc)
+                    if is_data_loss(error):
+                        raise DataLossError(DATA_LOSS_HELP) from exc
+                    failures[name] += 1
+                    delay = backoff_s(failures[name])
+                    retry_at[name] = time.monotonic() + delay
+                    log.warning(
+                        "%s could not start (%s); retrying in %.0f s",
+                        name,
+                        first_line(error),
+                        delay,
+                    )
             # A query that has run a while without dying resets its backoff.
             for name, query in queries.items():
                 if query.isActive and query.lastProgress is not None:

@@ -6,7 +6,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from delta.exceptions import (
     ConcurrentAppendException,
@@ -32,6 +32,57 @@ CONFLICTS = (
     ConcurrentWriteException,
     DeltaConcurrentModificationException,
 )
+
+
+# -- small files beside the tables (checkpoint markers, plans) -----------------------
+# Through Hadoop's FileSystem, as Spark reaches checkpoints: the same code then
+# works for a local lake and for s3a://.
+def _fs(spark: SparkSession, path: str) -> tuple[Any, Any]:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    return hadoop_path, hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+
+def list_names(spark: SparkSession, path: str) -> list[str]:
+    """The names in a directory; none if it does not exist."""
+    hadoop_path, fs = _fs(spark, path)
+    if not fs.exists(hadoop_path):
+        return []
+    return [str(st.getPath().getName()) for st in fs.listStatus(hadoop_path)]
+
+
+def read_text(spark: SparkSession, path: str) -> str | None:
+    """A small file's text, or None if it does not exist."""
+    hadoop_path, fs = _fs(spark, path)
+    if not fs.exists(hadoop_path):
+        return None
+    stream = fs.open(hadoop_path)
+    try:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+    finally:
+        stream.close()
+
+
+def write_text(spark: SparkSession, path: str, text: str) -> None:
+    """Replace a small file whole: readers see the old text or the new, never half."""
+    hadoop_path, fs = _fs(spark, path)
+    tmp, _ = _fs(spark, path + ".tmp")
+    out = fs.create(tmp, True)
+    try:
+        out.write(bytearray(text.encode()))
+    finally:
+        out.close()
+    fs.delete(hadoop_path, False)
+    if not fs.rename(tmp, hadoop_path):
+        raise OSError(f"could not write {path}")
+
+
+def checkpoint_has_progress(spark: SparkSession, checkpoint: str) -> bool:
+    """Whether a streaming query planned a batch in this checkpoint (so it resumes there)."""
+    return any(name.isdigit() for name in list_names(spark, checkpoint + "/offsets"))
 
 
 # The columns a change-feed row carries besides the table's own.

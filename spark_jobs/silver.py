@@ -21,9 +21,11 @@ MERGEs write a state computed from the ledger, which a replay computes again
 unchanged.
 
 A lost checkpoint means re-reading, never doubling (`recover`): a new
-checkpoint over a ledger that already holds records first settles, in one
-batch, the bronze records that neither the ledger nor the quarantine holds,
-then streams bronze from the version after the one it settled.
+checkpoint over a ledger or quarantine that already holds records first
+settles, in batches of the usual size, the bronze records that neither holds;
+then it brings silver and the conflict quarantine to the ledger's answer
+wherever they differ (a batch may have stopped between its commits); then it
+streams bronze from the version after the one it settled.
 
 Over 400 lines on purpose: the steps of one micro-batch (validate, rank,
 append, merge) share its transaction id, and keeping them in one module keeps
@@ -37,7 +39,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -54,7 +56,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs import bronze, contract, lake
+from spark_jobs import contract, lake
 from spark_jobs.testing import faults
 from warehouse.base import registry
 from warehouse.base.settings import Settings
@@ -325,6 +327,7 @@ def process_batch(
                 f"{app_id}/ledger",
                 batch_id,
             )
+            faults.maybe_crash("silver_after_ledger", batch_id)
             _settle(spark, settings, checked, accepted, batch_id, app_id, result)
     finally:
         checked.unpersist()
@@ -376,20 +379,10 @@ def _settle(
             batch_id,
         )
         if result.replaced_winners:
-            replaced = to_silver_rows(winners.where(~F.col("fresh")))
-            # Safe to repeat: it writes the ledger's answer, and a conflicting
-            # commit (maintenance, an operator) aborted the first try whole.
-            lake.retry_on_conflict(
-                lambda: (
-                    DeltaTable.forPath(spark, silver_path)
-                    .alias("t")
-                    .merge(replaced.alias("s"), "t.event_id = s.event_id")
-                    .whenMatchedUpdateAll(
-                        condition="t.partition <> s.partition OR t.offset <> s.offset"
-                    )
-                    .whenNotMatchedInsertAll()
-                    .execute()
-                ),
+            _merge_winners(
+                spark,
+                silver_path,
+                to_silver_rows(winners.where(~F.col("fresh"))),
                 f"silver batch {batch_id}: replacing winners",
             )
         # Earlier records change status only when their winner is replaced; so
@@ -407,6 +400,25 @@ def _settle(
             )
     finally:
         state.unpersist()
+
+
+def _merge_winners(spark: SparkSession, silver_path: str, winners: DataFrame, what: str) -> None:
+    """Make these silver's rows for their event ids, replacing another winner if there is one.
+
+    Safe to repeat: it writes the ledger's answer, and a conflicting commit
+    (maintenance, an operator) aborted the first try whole.
+    """
+    lake.retry_on_conflict(
+        lambda: (
+            DeltaTable.forPath(spark, silver_path)
+            .alias("t")
+            .merge(winners.alias("s"), "t.event_id = s.event_id")
+            .whenMatchedUpdateAll(condition="t.partition <> s.partition OR t.offset <> s.offset")
+            .whenNotMatchedInsertAll()
+            .execute()
+        ),
+        what,
+    )
 
 
 def _settle_conflicts(
@@ -483,18 +495,18 @@ def _quarantine_conflicts(
 
 
 # -- the streaming query -------------------------------------------------------------
-def app_id(settings: Settings) -> str:
+def app_id(spark: SparkSession, settings: Settings) -> str:
     """The txnAppId of this silver checkpoint: new when the checkpoint is new.
 
     A fixed id would make a fresh checkpoint (batch ids from 0 again) skip
     every write as "already committed", so the id lives inside the checkpoint.
     """
-    checkpoint = Path(SILVER.checkpoint(settings))
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    marker = checkpoint / "regauge_txn_app_id"
-    if not marker.exists():
-        marker.write_text(f"regauge-silver-{uuid.uuid4()}\n")
-    return marker.read_text().strip()
+    marker = SILVER.checkpoint(settings) + "/regauge_txn_app_id"
+    known = (lake.read_text(spark, marker) or "").strip()
+    if not known:
+        known = f"regauge-silver-{uuid.uuid4()}"
+        lake.write_text(spark, marker, known + "\n")
+    return known
 
 
 class WaitingForBronze(Exception):
@@ -512,19 +524,20 @@ def _positions(spark: SparkSession, path: str, version: int) -> DataFrame:
 def recover(spark: SparkSession, settings: Settings, txn_app: str) -> int | None:
     """After a lost checkpoint, settle what bronze holds; the bronze version to stream from.
 
-    None when the checkpoint has progress (the stream resumes there) or nothing
-    was ever settled (a new lake streams bronze from its start).
+    None when the checkpoint has progress (the stream resumes there) or silver
+    never settled anything (a new lake streams bronze from its start).
 
     The plan is written before any work and fixes the versions read, so a crash
-    part-way repeats the same batch under the same transaction id: its appends
-    are skipped as committed and its MERGEs write the same state again.
+    part-way repeats the same chunks under the same transaction ids: their
+    appends are skipped as committed and their MERGEs write the same state again.
     """
     checkpoint = SILVER.checkpoint(settings)
-    if bronze.has_progress(checkpoint):
+    if lake.checkpoint_has_progress(spark, checkpoint):
         return None
-    plan_file = Path(checkpoint) / "regauge_recovery.json"
-    if plan_file.exists():
-        plan = json.loads(plan_file.read_text())
+    plan_file = checkpoint + "/regauge_recovery.json"
+    text = lake.read_text(spark, plan_file)
+    if text:
+        plan = json.loads(text)
     else:
         ledger, quarantine = LEDGER.path(settings), QUARANTINE.path(settings)
         plan = {
@@ -538,31 +551,99 @@ def recover(spark: SparkSession, settings: Settings, txn_app: str) -> int | None
             and _positions(spark, quarantine, plan["quarantine_version"]).limit(1).count() == 0
         ):
             return None
-        _write_json(plan_file, plan)
+        lake.write_text(spark, plan_file, json.dumps(plan) + "\n")
     if not plan["settled"]:
-        settled = _positions(spark, LEDGER.path(settings), plan["ledger_version"]).unionByName(
-            _positions(spark, QUARANTINE.path(settings), plan["quarantine_version"])
-        )
-        unsettled = lake.read_version(
-            spark, registry.BRONZE_EVENTS.path(settings), plan["bronze_version"]
-        ).join(settled, ["partition", "offset"], "left_anti")
         log.warning(
-            "silver has no checkpoint but the ledger already holds records: settling the "
-            "bronze records (up to bronze version %d) that neither the ledger nor the "
-            "quarantine holds, in one batch, instead of reading bronze again from its start",
+            "silver has no checkpoint but the ledger or the quarantine already holds records: "
+            "settling the bronze records (up to bronze version %d) that neither holds, "
+            "instead of reading bronze again from its start",
             plan["bronze_version"],
         )
-        result = process_batch(spark, settings, unsettled, 0, f"{txn_app}/recovery")
-        log.info("recovery: %s", result.describe())
+        _settle_unsettled(spark, settings, plan, f"{txn_app}/recovery")
+        fixed = reconcile(spark, settings)
+        log.info("recovery: %d event ids brought to the ledger's answer", fixed)
         plan["settled"] = True
-        _write_json(plan_file, plan)
+        lake.write_text(spark, plan_file, json.dumps(plan) + "\n")
     return int(plan["bronze_version"]) + 1
 
 
-def _write_json(path: Path, value: dict[str, object]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(value) + "\n")
-    tmp.replace(path)
+def _settle_unsettled(
+    spark: SparkSession, settings: Settings, plan: dict[str, Any], txn_app: str
+) -> None:
+    """Bronze records in neither the ledger nor the quarantine, as micro-batches of the
+    usual size. Chunks are chosen by position over fixed versions: a rerun makes the same."""
+    settled = _positions(spark, LEDGER.path(settings), plan["ledger_version"]).unionByName(
+        _positions(spark, QUARANTINE.path(settings), plan["quarantine_version"])
+    )
+    unsettled = (
+        lake.read_version(spark, registry.BRONZE_EVENTS.path(settings), plan["bronze_version"])
+        .join(settled, ["partition", "offset"], "left_anti")
+        .localCheckpoint(eager=True)
+    )
+    try:
+        total = unsettled.count()
+        chunks = max(1, -(-total // settings.ingest_max_records_per_batch))
+        chunk = F.pmod(F.xxhash64("partition", "offset"), F.lit(chunks))
+        for n in range(chunks):
+            result = process_batch(spark, settings, unsettled.where(chunk == n), n, txn_app)
+            log.info("recovery %d of %d: %s", n + 1, chunks, result.describe())
+    finally:
+        unsettled.unpersist()
+
+
+def reconcile(spark: SparkSession, settings: Settings) -> int:
+    """Bring silver and the conflict quarantine to the ledger's answer wherever they differ.
+
+    A batch that stopped between its commits (the ledger appended, silver not
+    yet) is finished by its rerun from the checkpoint. Without the checkpoint,
+    this finishes it: it reads the whole ledger, silver and the quarantine, so
+    it is for recovery, not for every batch. Returns the event ids it fixed.
+    """
+    id_pos = ["event_id", "partition", "offset"]
+    state = classify(
+        spark.read.format("delta").load(LEDGER.path(settings)).withColumn("in_batch", F.lit(False))
+    ).localCheckpoint(eager=True)
+    quarantined = (
+        spark.read.format("delta")
+        .load(QUARANTINE.path(settings))
+        .where(F.col("reason") == CONFLICT)
+        .select(*id_pos)
+    )
+    winners = state.where(F.col("status") == ACCEPTED).select(*id_pos)
+    conflicts = state.where(F.col("status") == CONFLICT).select(*id_pos)
+    in_silver = spark.read.format("delta").load(SILVER.path(settings)).select(*id_pos)
+    ids = (
+        winners.join(in_silver, id_pos, "left_anti")
+        .unionByName(conflicts.join(quarantined, id_pos, "left_anti"))
+        .unionByName(quarantined.join(conflicts, id_pos, "left_anti"))
+        .select("event_id")
+        .distinct()
+        .localCheckpoint(eager=True)
+    )
+    try:
+        fixed = ids.count()
+        if not fixed:
+            return 0
+        of_ids = state.join(ids, "event_id", "left_semi")
+        key = ["partition", "offset"]
+        checked = contract.validate(
+            spark.read.format("delta")
+            .load(registry.BRONZE_EVENTS.path(settings))
+            .join(of_ids.select(*key), key, "left_semi")
+        ).localCheckpoint(eager=True)
+        _merge_winners(
+            spark,
+            SILVER.path(settings),
+            to_silver_rows(
+                checked.join(of_ids.where(F.col("status") == ACCEPTED).select(*key), key)
+            ),
+            "recovery: winners",
+        )
+        _settle_conflicts(spark, settings, checked, ids, of_ids)
+        return fixed
+    finally:
+        ids.unpersist()
+        state.unpersist()
 
 
 def writer(spark: SparkSession, settings: Settings) -> DataStreamWriter:
@@ -570,7 +651,7 @@ def writer(spark: SparkSession, settings: Settings) -> DataStreamWriter:
 
     The tables must exist (`ensure_tables`); the ingest runner creates them once.
     """
-    txn_app = app_id(settings)
+    txn_app = app_id(spark, settings)
     starting_version = recover(spark, settings, txn_app)
     bronze_path = registry.BRONZE_EVENTS.path(settings)
     if starting_version is not None and lake.newest_version(spark, bronze_path) < starting_version:

@@ -15,7 +15,7 @@ import os
 log = logging.getLogger(__name__)
 
 ENV = "REGAUGE_FAULT"
-POINTS = ("silver_after_commit", "view_after_commit")
+POINTS = ("silver_after_commit", "silver_after_ledger", "view_after_commit")
 
 
 def maybe_crash(point: str, batch_id: int) -> None:

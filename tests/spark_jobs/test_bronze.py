@@ -34,16 +34,27 @@ def test_bronze_keeps_every_record_and_its_raw_bytes(spark):
     )
 
 
-def test_after_a_lost_checkpoint_each_partition_resumes_after_its_last_copied_offset(tmp_path):
-    from spark_jobs.bronze import has_progress, resume_offsets
+def test_after_a_lost_checkpoint_each_partition_resumes_after_its_last_copied_offset():
+    from spark_jobs.bronze import resume_offsets
 
     # p2 was never copied: it starts at the earliest offset Kafka has (-2).
     assert resume_offsets({0: 41, 1: 0, 3: 9}, [3, 2, 1, 0]) == {
         "shop.events": {"0": 42, "1": 1, "2": -2, "3": 10}
     }
-    # A checkpoint counts once it has planned a batch; an empty one does not.
-    assert not has_progress(str(tmp_path / "none"))
+
+
+def test_a_checkpoint_counts_as_started_once_it_planned_a_batch(spark, tmp_path):
+    from spark_jobs import lake
+
+    assert not lake.checkpoint_has_progress(spark, str(tmp_path / "none"))
     (tmp_path / "cp" / "offsets").mkdir(parents=True)
-    assert not has_progress(str(tmp_path / "cp"))
+    assert not lake.checkpoint_has_progress(spark, str(tmp_path / "cp"))
     (tmp_path / "cp" / "offsets" / "0").write_text("v1\n")
-    assert has_progress(str(tmp_path / "cp"))
+    assert lake.checkpoint_has_progress(spark, str(tmp_path / "cp"))
+    # Markers beside it are written whole, through the same file system API.
+    marker = str(tmp_path / "cp" / "marker")
+    assert lake.read_text(spark, marker) is None
+    lake.write_text(spark, marker, "one\n")
+    lake.write_text(spark, marker, "two\n")
+    assert lake.read_text(spark, marker) == "two\n"
+    assert sorted(lake.list_names(spark, str(tmp_path / "cp"))) == ["marker", "offsets"]

@@ -11,7 +11,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StructField, StructType
 
-from spark_jobs import silver
+from spark_jobs import contract, silver
 from spark_jobs.bronze import BRONZE_SCHEMA
 from warehouse.base import registry
 
@@ -241,3 +241,27 @@ def test_from_records_settles_like_the_streaming_path(spark, lake):
         "malformed_json",
     ]
     same(settled.ledger, ledger)
+
+
+def test_reconcile_finishes_a_batch_that_stopped_after_its_ledger_append(spark, lake):
+    # Batch 0 settled e1 at (2,0). Batch 1 brought an earlier e1 with other content at
+    # (0,7) and e2, and stopped after its ledger append: silver and the quarantine
+    # never saw it, and with its checkpoint gone nothing would replay it.
+    silver.process_batch(spark, lake, _batch(spark, lake, [(2, 0, _event("e1"))]), 0, "app")
+    stopped = _batch(spark, lake, [(0, 7, _event("e1", customer="c9")), (1, 4, _event("e2"))])
+    checked = contract.validate(stopped).where(F.col("reject_reason").isNull())
+    checked.select(*[f.name for f in silver.LEDGER_SCHEMA.fields]).write.format("delta").mode(
+        "append"
+    ).save(silver.LEDGER.path(lake))
+
+    assert silver.reconcile(spark, lake) == 2  # e1's winner replaced, e2 missing
+
+    events, quarantine, _ = _tables(spark, lake)
+    assert sorted((r.event_id, r.partition, r.offset, r.customer_id) for r in events.collect()) == [
+        ("e1", 0, 7, "c9"),
+        ("e2", 1, 4, "c1"),
+    ]
+    assert [(r.partition, r.offset, r.reason) for r in quarantine.collect()] == [
+        (2, 0, "conflicting_duplicate")
+    ]
+    assert silver.reconcile(spark, lake) == 0  # nothing left to fix

@@ -78,7 +78,6 @@ CASES = (
     "lost_checkpoint",
     "concurrent_writer",
     "postgres_down",
-    "disk_full",
 )
 # The view the view cases kill: not in the version registry, so no stream daemon
 # or watchdog competes with the job being killed.
@@ -351,58 +350,47 @@ class Chaos:
 
     def lost_checkpoint(self, events: int) -> Outcome:
         first = pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
-        pipeline.ingest_once(self.spark, self.settings)
+        # The worst moment to lose it: a silver batch stopped after its ledger append,
+        # before silver's, so the ledger holds records silver does not.
+        problems = _crash_between_commit_and_checkpoint(
+            registry.SILVER_EVENTS.checkpoint(self.settings), "silver_after_ledger", ["ingest-once"]
+        )
         for table in (registry.BRONZE_EVENTS, registry.SILVER_EVENTS):
-            shutil.rmtree(table.checkpoint(self.settings), ignore_errors=True)
-        self.say("  deleted the bronze and silver checkpoints")
-        # Ingested once with no checkpoint (silver settles what it never saw in one
-        # recovery batch), then once more, streaming from the recovery's checkpoint.
+            checkpoint = Path(table.checkpoint(self.settings))
+            if not checkpoint.is_dir():
+                problems.append(f"no checkpoint to delete at {checkpoint}")
+            shutil.rmtree(checkpoint, ignore_errors=True)
+        self.say("  silver died after its ledger append; deleted the bronze and silver checkpoints")
+        # Ingested once with no checkpoint (silver settles what it never saw, then
+        # finishes the stopped batch), then once more, streaming from the new checkpoint.
         second = pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
         restarted = time.monotonic()
         pipeline.ingest_once(self.spark, self.settings)
         third = pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
         pipeline.ingest_once(self.spark, self.settings)
-        outcome, _ = self._judge(
-            "lost_checkpoint", first + second + third, restarted, "bronze and silver checkpoints"
-        )
+        outcome, _ = self._judge("lost_checkpoint", first + second + third, restarted, "")
         outcome.doubled += self._repeated_positions(outcome, self.settings)
-        outcome.note = "bronze and silver checkpoints deleted; re-read, not doubled"
+        outcome.problems += problems
+        outcome.note = (
+            "checkpoints deleted after a batch stopped mid-way; re-read, finished, not doubled"
+        )
         return outcome
 
     def concurrent_writer(self, events: int) -> Outcome:
         ingest_ctl.start(self.settings, None)
-        name, version = VIEW
         logfile = self.settings.state_dir / "chaos" / "view.log"
         logfile.parent.mkdir(parents=True, exist_ok=True)
-        problems = []
+        problems: list[str] = []
         with self._producing(events, rate=events / 20) as box:
             # Replays, then streams on until stopped: it holds the view's lock throughout,
             # taken before its first Spark job.
             began = logfile.stat().st_size
             first = _view_job(logfile, "replay", until_caught_up=False)
-            _wait_for(first, logfile, "events to process", began)
-            for argv, holder in (
-                (["ingest-once"], "`regauge ingest run`"),
-                (
-                    ["views", "run", name, str(version), "--mode", "stream"],
-                    "`regauge views run --mode replay`",
-                ),
-            ):
-                second = _cli(*argv)
-                if second.returncode != 2 or f"is being written by {holder}" not in second.stderr:
-                    problems.append(
-                        f"`regauge {' '.join(argv)}` beside {holder} was not refused: exit "
-                        f"{second.returncode}, {second.stderr.strip()[-300:]}"
-                    )
-                else:
-                    self.say(f"  refused: {second.stderr.strip().splitlines()[-1][:150]}")
-            if first.poll() is not None:
-                problems.append(
-                    "the view job holding the lock ended early:\n" + process.tail(logfile)
-                )
-            else:
-                # Stopped once live (a replay stopped part-way leaves no stream to resume).
-                _wait_for(first, logfile, "recomputed from", began)
+            try:
+                self._refusals(first, logfile, began, problems)
+            except BaseException:
+                _stop_job(first)
+                raise
         outcome, _ = self._judge("concurrent_writer", box[0], time.monotonic(), "")
         differ = self._view_caught_up(outcome, first, logfile)
         outcome.problems += problems
@@ -411,6 +399,34 @@ class Chaos:
             f"refused; {differ} view rows differ"
         )
         return outcome
+
+    def _refusals(
+        self, first: subprocess.Popen[bytes], logfile: Path, began: int, problems: list[str]
+    ) -> None:
+        """While `first` (a replay going live) holds the chaos view, try a second writer of
+        it and of ingest; each must be refused at once, naming the holder."""
+        name, version = VIEW
+        _wait_for(first, logfile, "events to process", began)
+        for argv, holder in (
+            (["ingest-once"], "`regauge ingest run`"),
+            (
+                ["views", "run", name, str(version), "--mode", "stream"],
+                "`regauge views run --mode replay`",
+            ),
+        ):
+            second = _cli(*argv)
+            if second.returncode != 2 or f"is being written by {holder}" not in second.stderr:
+                problems.append(
+                    f"`regauge {' '.join(argv)}` beside {holder} was not refused: exit "
+                    f"{second.returncode}, {second.stderr.strip()[-300:]}"
+                )
+            else:
+                self.say(f"  refused: {second.stderr.strip().splitlines()[-1][:150]}")
+        if first.poll() is not None:
+            problems.append("the view job holding the lock ended early:\n" + process.tail(logfile))
+        else:
+            # Stopped once live (a replay stopped part-way leaves no stream to resume).
+            _wait_for(first, logfile, "recomputed from", began)
 
     def postgres_down(self, events: int) -> Outcome:
         ingest_ctl.start(self.settings, None)
@@ -422,21 +438,26 @@ class Chaos:
         stream = _view_job(logfile, "stream", until_caught_up=False)
         postgres = services.Postgres(self.settings)
         problems = []
-        with self._producing(events, rate=events / POSTGRES_DOWN_S) as box:
-            time.sleep(3.0)
-            postgres.stop()
-            down_at = time.monotonic()
-            self.say(f"  PostgreSQL stopped; down for {POSTGRES_DOWN_S:.0f} s")
-            # The watchdog cannot read the registry: it must say so, and change nothing.
-            watchdog = _cli("streams", "ensure")
-            if watchdog.returncode != 2 or "PostgreSQL is not reachable" not in watchdog.stderr:
-                problems.append(
-                    f"the watchdog without PostgreSQL: exit {watchdog.returncode}, "
-                    f"{watchdog.stderr.strip()[-300:]}"
-                )
-            time.sleep(max(0.0, POSTGRES_DOWN_S - (time.monotonic() - down_at)))
-            postgres.start()
-            restarted = time.monotonic()
+        try:
+            with self._producing(events, rate=events / POSTGRES_DOWN_S) as box:
+                time.sleep(3.0)
+                postgres.stop()
+                down_at = time.monotonic()
+                self.say(f"  PostgreSQL stopped; down for {POSTGRES_DOWN_S:.0f} s")
+                # The watchdog cannot read the registry: it must say so, and change nothing.
+                watchdog = _cli("streams", "ensure")
+                if watchdog.returncode != 2 or "PostgreSQL is not reachable" not in watchdog.stderr:
+                    problems.append(
+                        f"the watchdog without PostgreSQL: exit {watchdog.returncode}, "
+                        f"{watchdog.stderr.strip()[-300:]}"
+                    )
+                time.sleep(max(0.0, POSTGRES_DOWN_S - (time.monotonic() - down_at)))
+        except BaseException:
+            _stop_job(stream)
+            raise
+        finally:
+            postgres.start()  # never left down, whatever happened above
+        restarted = time.monotonic()
         for what, alive in (
             ("ingest", ingest_ctl.daemon(self.settings).pid() is not None),
             (f"{view.name}_v{view.version}'s stream", stream.poll() is None),
@@ -500,8 +521,11 @@ class Chaos:
                 outcome, _ = self._judge("disk_full", run, restarted, "", full)
             finally:
                 stop.set()
-                running.join(120)
+                running.join(300)
                 said.close()
+                if running.is_alive():
+                    # Unmounting now would let its writes land on the disk underneath.
+                    raise RuntimeError(f"ingest on {mount} did not stop; left mounted")
             outcome.doubled += self._repeated_positions(outcome, full)
         outcome.problems += problems
         outcome.note = "lake disk full under running ingest; resumed when freed"
@@ -540,9 +564,7 @@ class Chaos:
 
         Call once the traffic is settled in silver, or the catch-up misses some of it.
         """
-        if live.poll() is None:
-            os.killpg(live.pid, signal.SIGTERM)  # it stops its stream cleanly
-            live.wait(120)
+        _stop_job(live)
         _view_job(logfile, "stream", wait=True)
         lost, doubled = self._view_against_code(views.get(*VIEW))
         outcome.lost += lost
@@ -585,7 +607,6 @@ _INGEST_DAEMON_CASES = (
     "bad_input",
     "concurrent_writer",
     "postgres_down",
-    "disk_full",
 )
 
 
@@ -615,9 +636,16 @@ class _Messages(logging.Handler):
         super().close()
 
 
-def _mount_tmpfs(mount: Path, size: str, *, remount: bool = False) -> None:
+def _mount_tmpfs(
+    mount: Path, size: str, *, remount: bool = False, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     options = f"remount,size={size}" if remount else f"size={size}"
-    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], check=True)
+    return subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)],
+        check=check,
+        capture_output=True,
+        text=True,
+    )
 
 
 @contextmanager
@@ -628,19 +656,35 @@ def _tmpfs(mount: Path, size: str) -> Iterator[None]:
     try:
         yield
     finally:
-        subprocess.run(["umount", "--lazy", str(mount)], check=False)
+        done = subprocess.run(["umount", "--lazy", str(mount)], capture_output=True, text=True)
+        if done.returncode != 0:
+            log.error("could not unmount %s: %s", mount, done.stderr.strip())
 
 
 def _fill(mount: Path) -> None:
     """Shrink the tmpfs to what it holds plus 1 MiB, and fill that MiB."""
-    used = shutil.disk_usage(mount).used
-    _mount_tmpfs(mount, str(used + 2**20), remount=True)
+    for attempt in range(5):
+        # Ingest may write between the look and the shrink; the remount then refuses.
+        used = shutil.disk_usage(mount).used
+        done = _mount_tmpfs(mount, str(used + 2**20), remount=True, check=False)
+        if done.returncode == 0:
+            break
+        if attempt == 4:
+            raise RuntimeError(f"could not shrink {mount}: {done.stderr.strip()}")
+        time.sleep(1.0)
     with open(mount / "filler", "wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 65536)
         except OSError:
             pass  # full
+
+
+def _stop_job(job: subprocess.Popen[bytes]) -> None:
+    """Stop a `regauge views run` job: SIGTERM stops its stream cleanly."""
+    if job.poll() is None:
+        os.killpg(job.pid, signal.SIGTERM)
+        job.wait(120)
 
 
 def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
