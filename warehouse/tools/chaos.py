@@ -78,6 +78,7 @@ CASES = (
     "lost_checkpoint",
     "concurrent_writer",
     "postgres_down",
+    "disk_full",
 )
 # The view the view cases kill: not in the version registry, so no stream daemon
 # or watchdog competes with the job being killed.
