@@ -264,27 +264,14 @@ def run(
                 if query is not None and query.isActive:
                     continue
                 if query is not None:
-                    error = error_text(query.exception()) or "stopped"
                     del queries[name]
-                    if is_data_loss(error):
-                        raise DataLossError(DATA_LOSS_HELP)
-                    failures[name] += 1
-                    delay = backoff_s(failures[name])
-                    retry_at[name] = time.monotonic() + delay
-                    if is_disk_full(error):
-                        # Nothing is lost: the retry reads the batch again from the
-                        # checkpoint, and its commits that did land are skipped (txn ids).
-                        log.error(
-                            "%s stopped: the lake's disk is full (%s). Nothing is lost; it "
-                            "retries in %.0f s and resumes once space is freed",
-                            name,
-                            settings.lake_root,
-                            delay,
-                        )
-                    else:
-                        log.warning(
-                            "%s stopped (%s); restarting in %.0f s", name, first_line(error), delay
-                        )
+                    retry_at[name] = _retry_at(
+                        settings,
+                        name,
+                        "stopped",
+                        error_text(query.exception()) or "stopped",
+                        failures,
+                    )
                 if time.monotonic() < retry_at[name]:
                     continue
                 try:
@@ -294,17 +281,8 @@ def run(
                 except Exception as exc:
                     # Starting reads Kafka's partitions and may settle a recovery:
                     # a broker or a disk that is away now must not end the daemon.
-                    error = error_text(exc)
-                    if is_data_loss(error):
-                        raise DataLossError(DATA_LOSS_HELP) from exc
-                    failures[name] += 1
-                    delay = backoff_s(failures[name])
-                    retry_at[name] = time.monotonic() + delay
-                    log.warning(
-                        "%s could not start (%s); retrying in %.0f s",
-                        name,
-                        first_line(error),
-                        delay,
+                    retry_at[name] = _retry_at(
+                        settings, name, "could not start", error_text(exc), failures
                     )
             # A query that has run a while without dying resets its backoff.
             for name, query in queries.items():
@@ -317,6 +295,30 @@ def run(
                 log.info("stopping %s", name)
                 query.stop()
         spark.streams.removeListener(listener)
+
+
+def _retry_at(
+    settings: Settings, name: str, what: str, error: str, failures: dict[str, int]
+) -> float:
+    """When to try a query again that stopped or could not start; a gap in the log stops all."""
+    if is_data_loss(error):
+        raise DataLossError(DATA_LOSS_HELP)
+    failures[name] += 1
+    delay = backoff_s(failures[name])
+    if is_disk_full(error):
+        # Nothing is lost: the retry reads the batch again from the checkpoint,
+        # and its commits that did land are skipped (txn ids).
+        log.error(
+            "%s %s: the lake's disk is full (%s). Nothing is lost; it retries in %.0f s "
+            "and resumes once space is freed",
+            name,
+            what,
+            settings.lake_root,
+            delay,
+        )
+    else:
+        log.warning("%s %s (%s); retrying in %.0f s", name, what, first_line(error), delay)
+    return time.monotonic() + delay
 
 
 def backoff_s(failures: int) -> float:

@@ -22,16 +22,17 @@ so it is stopped there):
   checkpoint commit, in silver and in a view (REGAUGE_FAULT).
 - retention: Kafka deletes records ingest has not read; ingest must stop
   loudly, and move on only when an operator accepts the gap.
-- lost_checkpoint: the bronze and silver checkpoints are deleted between
-  ingest runs; ingest must re-read, never double.
+- lost_checkpoint: a silver batch stops after its ledger append, then the
+  bronze and silver checkpoints are deleted; ingest must re-read, finish the
+  batch, and never double.
+- concurrent_writer: a second ingest, and a view's stream beside its own
+  replay, are started while traffic lands; both must be refused at once.
 - postgres_down: PostgreSQL (the registry, the reference data, Airflow's
   database) stops for a minute while ingest and a view stream run; they
   must ride it out, and the watchdog must say why it cannot look meanwhile.
 - disk_full: the lake's disk (a tmpfs of its own, so the real lake is never at
   risk) fills up under running ingest; ingest must say so, lose nothing, and
   resume by itself once space is freed.
-- concurrent_writer: a second ingest, and a view's stream beside its own
-  replay, are started while traffic lands; both must be refused at once.
 
 Over 400 lines on purpose: one method per case, in the order above, so the
 fault table `make chaos` prints reads against one file.
@@ -260,8 +261,7 @@ class Chaos:
 
     def view_kills(self, events: int) -> Outcome:
         view = views.get(*VIEW)
-        logfile = self.settings.state_dir / "chaos" / "view.log"
-        logfile.parent.mkdir(parents=True, exist_ok=True)
+        logfile = self._view_log()
         first = pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
         pipeline.ingest_once(self.spark, self.settings)
         _kill_when(
@@ -379,8 +379,7 @@ class Chaos:
 
     def concurrent_writer(self, events: int) -> Outcome:
         ingest_ctl.start(self.settings, None)
-        logfile = self.settings.state_dir / "chaos" / "view.log"
-        logfile.parent.mkdir(parents=True, exist_ok=True)
+        logfile = self._view_log()
         problems: list[str] = []
         with self._producing(events, rate=events / 20) as box:
             # Replays, then streams on until stopped: it holds the view's lock throughout,
@@ -432,8 +431,7 @@ class Chaos:
     def postgres_down(self, events: int) -> Outcome:
         ingest_ctl.start(self.settings, None)
         view = views.get(*VIEW)
-        logfile = self.settings.state_dir / "chaos" / "view.log"
-        logfile.parent.mkdir(parents=True, exist_ok=True)
+        logfile = self._view_log()
         if not runner.can_stream(self.settings, view):
             _view_job(logfile, "replay", wait=True)
         stream = _view_job(logfile, "stream", until_caught_up=False)
@@ -541,6 +539,12 @@ class Chaos:
             problems=[f"{f.check} {f.subject}: {f.summary}" for f in failed],
         )
 
+    def _view_log(self) -> Path:
+        """Where the chaos view's jobs write, one file for every case."""
+        logfile = self.settings.state_dir / "chaos" / "view.log"
+        logfile.parent.mkdir(parents=True, exist_ok=True)
+        return logfile
+
     def _repeated_positions(self, outcome: Outcome, settings: Settings) -> int:
         """Positions the ledger or the quarantine holds twice (`landing` counts bronze, silver)."""
         repeated = 0
@@ -624,13 +628,11 @@ class _Messages(logging.Handler):
         self.said.append(record.getMessage())
 
     def wait_for(self, text: str, timeout: float) -> str | None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = next((m for m in self.said if text in m), None)
-            if found is not None:
-                return found
-            time.sleep(0.5)
-        return None
+        def found() -> str | None:
+            return next((m for m in self.said if text in m), None)
+
+        process.wait_until(lambda: found() is not None, timeout)
+        return found()
 
     def close(self) -> None:
         self.logger.removeHandler(self)
@@ -701,13 +703,15 @@ def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
 
 def _wait_for(job: subprocess.Popen[bytes], log: Path, marker: str, start: int = 0) -> None:
     """Wait until `marker` shows in the job's log after byte `start`."""
-    deadline = time.monotonic() + 300
-    while marker not in log.read_bytes()[start:].decode(errors="replace"):
-        if job.poll() is not None:
-            raise RuntimeError(f"the job ended before {marker!r}:\n" + process.tail(log))
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"never saw {marker!r} in {log}")
-        time.sleep(0.2)
+
+    def shown() -> bool:
+        return marker in log.read_bytes()[start:].decode(errors="replace")
+
+    if process.wait_until(shown, 300, alive=lambda: job.poll() is None, interval=0.2):
+        return
+    if job.poll() is not None:
+        raise RuntimeError(f"the job ended before {marker!r}:\n" + process.tail(log))
+    raise RuntimeError(f"never saw {marker!r} in {log}")
 
 
 def _kill_when(job: subprocess.Popen[bytes], log: Path, marker: str, extra_s: float) -> None:
