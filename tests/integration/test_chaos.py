@@ -34,7 +34,7 @@ def test_kill_9_of_ingest_twice_loses_and_doubles_nothing(faults, capsys):
     out = report(faults.ingest_kills(20_000, kills=2))
     assert out.produced == 20_000
     assert capsys.readouterr().out.count(": ingest died during") == 2
-    assert ingest_ctl.daemon(faults.settings).pid() is not None
+    assert ingest_ctl.pid(faults.settings) is not None
 
 
 def test_a_broker_killed_mid_stream_loses_and_doubles_nothing(faults):

@@ -207,23 +207,20 @@ def test_reprocess_roll_out_and_retire_while_events_flow(
     ]
     assert set(assert_routing(settings, USERS).values()) == {2}
 
-    # The watchdog brings a dead host, and the streams in it, back; and a dead
-    # ingest too, since it was started (wanted) and not stopped.
+    # Ingest and the streams share the view host's JVM. The watchdog brings a
+    # dead host back, with the streams in it and ingest, since it was started
+    # (wanted) and not stopped.
     old_pid = streams.pid(settings, VIEW, 2)
-    old_ingest = ingest_ctl.daemon(settings).pid()
-    assert old_pid is not None and old_ingest is not None
+    assert old_pid is not None and ingest_ctl.pid(settings) == old_pid
     os.killpg(old_pid, signal.SIGKILL)
-    os.killpg(old_ingest, signal.SIGKILL)
-    # One watchdog run restarts ingest, then the host: up to a minute apart each.
-    deadline = time.monotonic() + 360
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline and (
-        streams.pid(settings, VIEW, 2) in (None, old_pid)
-        or ingest_ctl.daemon(settings).pid() in (None, old_ingest)
+        streams.pid(settings, VIEW, 2) in (None, old_pid) or ingest_ctl.pid(settings) is None
     ):
         time.sleep(5)
     new_pid = streams.pid(settings, VIEW, 2)
     assert new_pid not in (None, old_pid), "the watchdog did not restart v2's stream"
-    assert ingest_ctl.daemon(settings).pid() not in (None, old_ingest), "nor ingest"
+    assert ingest_ctl.pid(settings) == new_pid, "nor ingest beside it"
 
     # Retire v1: its stream stops, its table leaves Trino, everyone sees v2.
     airflow.run("regauge_retire", {"view": VIEW, "version": 1})
@@ -287,22 +284,21 @@ def test_nothing_the_project_started_listens_beyond_loopback(
     from warehouse.ops.stack import sockets
 
     assert settings.bind_host == "127.0.0.1"
-    host_pid, ingest_pid = streams.host(settings).pid(), ingest_ctl.daemon(settings).pid()
-    assert host_pid is not None and ingest_pid is not None, "ingest and the view host run here"
+    host_pid = streams.host(settings).pid()
+    assert host_pid is not None and ingest_ctl.pid(settings) == host_pid, "ingest runs in the host"
     ours = [
         lst
         for lst in sockets.listeners()
         if sockets.started_from(lst, (REPO_ROOT, settings.state_dir))
     ]
-    # The check sees what it judges: each service's port, and the Spark UIs of
-    # the two daemons' JVMs (each in its daemon's process group).
+    # The check sees what it judges: each service's port, and the Spark UI of
+    # the host's JVM (in the host's process group).
     ports = {lst.port for lst in ours}
     for port in (settings.trino_port, settings.airflow_port, settings.kafka_port):
         assert port in ports, f"nothing listens on {port}: {sorted(ports)}"
     assert settings.postgres_port in ports
-    for daemon_pid in (host_pid, ingest_pid):
-        ui = [lst for lst in ours if _group(lst.pid) == daemon_pid and 4040 <= lst.port < 4100]
-        assert ui, f"no Spark UI found in the process group of pid {daemon_pid}"
+    ui = [lst for lst in ours if _group(lst.pid) == host_pid and 4040 <= lst.port < 4100]
+    assert ui, f"no Spark UI found in the process group of pid {host_pid}"
     exposed = [str(lst) for lst in ours if not ipaddress.ip_address(lst.address).is_loopback]
     assert not exposed, "listening beyond loopback:\n" + "\n".join(exposed)
 
@@ -321,12 +317,12 @@ def test_status_says_how_far_ingest_is_behind_kafka(settings: Settings, flowing:
 
 
 def test_a_second_writer_is_refused_naming_the_first(settings: Settings, flowing: Any) -> None:
-    """v2's query runs in the view host and ingest runs as a daemon: a replay of v2
+    """v2's query and ingest run in the view host: a replay of v2
     or an ingest-once beside them would corrupt what they write (issue 19 item 6)."""
     assert streams.pid(settings, VIEW, 2) is not None
     for argv, holder in (
         (["views", "run", VIEW, "2", "--mode", "replay"], "the view host"),
-        (["ingest-once"], "`regauge ingest run`"),
+        (["ingest-once"], "the view host"),
     ):
         proc = subprocess.run(
             [sys.executable, "-m", "warehouse.cli", *argv], capture_output=True, text=True
@@ -336,7 +332,7 @@ def test_a_second_writer_is_refused_naming_the_first(settings: Settings, flowing
         assert "stop that one first" in proc.stderr
     # Both still run, untouched.
     assert streams.pid(settings, VIEW, 2) == streams.host(settings).pid()
-    assert ingest_ctl.daemon(settings).pid() is not None
+    assert ingest_ctl.pid(settings) is not None
 
 
 def _group(pid: int) -> int | None:

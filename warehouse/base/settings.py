@@ -62,11 +62,6 @@ class Settings:
     # Kafka records per bronze micro-batch at most: a backlog (after an outage, or a
     # first start on a long topic) is read in bounded batches, not one that outgrows memory.
     ingest_max_records_per_batch: int = 250_000
-    # The niceness view streams run at. Ingest is upstream of every view: when the
-    # cores are short, its batches go first and the views take what is left,
-    # catching up in fewer, larger batches. On 2 cores under 200 events/s with
-    # three live streams, freshness p50 went from 117 s to 97 s. 0 turns it off.
-    view_stream_nice: int = 10
     # The address every server regauge starts listens on (Trino, Airflow, the
     # Spark drivers and their UIs; Kafka and PostgreSQL are on 127.0.0.1 in their
     # own config). Loopback locally, so nothing is reachable from the network:
@@ -174,7 +169,6 @@ OVERRIDES: dict[str, tuple[str, type]] = {
     "REGAUGE_AIRFLOW_PORT": ("airflow_port", int),
     "REGAUGE_TRIGGER_INTERVAL": ("trigger_interval", str),
     "REGAUGE_INGEST_MAX_RECORDS_PER_BATCH": ("ingest_max_records_per_batch", int),
-    "REGAUGE_VIEW_STREAM_NICE": ("view_stream_nice", int),
     "REGAUGE_BIND_HOST": ("bind_host", str),
     "REGAUGE_INGEST_LAG_ALERT_S": ("ingest_lag_alert_s", float),
 }

@@ -212,7 +212,9 @@ def _pipeline(add: Add) -> None:
     p = add(
         "ingest",
         "ingest:ingest_",
-        "run Kafka -> bronze -> silver: run (foreground), start (background), stop, status",
+        "run Kafka -> bronze -> silver: start (in the view host, the Spark application "
+        "that runs every live view stream; started if need be), stop, status, or run "
+        "(in the foreground, a Spark application of its own)",
     )
     p.add_argument("action", choices=("run", "start", "stop", "status"))
     p.add_argument(
@@ -253,11 +255,11 @@ def _pipeline(add: Add) -> None:
     p = add(
         "streams",
         "views:streams_",
-        "live view streams, each a query in one Spark application, the view host: "
-        "list, start/stop VIEW VERSION, ensure (start ingest if it is wanted and "
-        "not running, then every live version's stream that is not running; what "
-        "regauge_watchdog runs every minute), host (run the host in the "
-        "foreground; start/stop launch it as a daemon)",
+        "live view streams, each a query in one Spark application, the view host, "
+        "which runs ingest too: list, start/stop VIEW VERSION, ensure (start the host "
+        "if ingest is wanted and it is not running, then every live version's stream "
+        "that is not running; what regauge_watchdog runs every minute), host (run the "
+        "host in the foreground; start/stop launch it as a daemon)",
     )
     p.add_argument("action", choices=("list", "start", "stop", "ensure", "host"))
     _view_version(p, optional=True)

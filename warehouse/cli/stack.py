@@ -33,9 +33,7 @@ def down(args: argparse.Namespace) -> int:
         services.down(s, ["airflow"])
         # What is wanted stays: the next `streams ensure` brings it back.
         if streams.stop_host(s):
-            print("view host stopped (every view stream in it)")
-        if ingest_ctl.stop(s, keep_wanted=True):
-            print("ingest stopped")
+            print("view host stopped (ingest and every view stream in it)")
     services.down(s, args.services)
     return 0
 

@@ -13,15 +13,13 @@ from warehouse.tools import demo as demo_mod
 
 def chaos(args: argparse.Namespace) -> int:
     s = settings_mod.get()
+    cases = tuple(args.cases or chaos_mod.CASES)
+    # Before Spark starts: a refusal costs no JVM.
+    chaos_mod.check_view_unregistered(s, cases)
     spark = build_session("regauge-chaos", s, ui=False)
     try:
         outcomes = chaos_mod.run(
-            s,
-            spark,
-            events=args.events,
-            kills=args.kills,
-            cases=args.cases or chaos_mod.CASES,
-            seed=args.seed,
+            s, spark, events=args.events, kills=args.kills, cases=cases, seed=args.seed
         )
     finally:
         spark.stop()

@@ -31,8 +31,6 @@ class Daemon:
     base: Path
     # Arguments of `python -m warehouse.cli`.
     cli_args: tuple[str, ...]
-    # Niceness (see `nice(1)`); the JVM the process starts inherits it.
-    nice: int = 0
 
     @property
     def pidfile(self) -> PidFile:
@@ -47,9 +45,7 @@ class Daemon:
         return self.base / f"{self.name}.status.json"
 
     def argv(self) -> list[str]:
-        argv = [sys.executable, "-m", "warehouse.cli", *self.cli_args]
-        # nice(1) execs the command: the pid (and the pid file) stay the process's own.
-        return ["nice", "-n", str(self.nice), *argv] if self.nice else argv
+        return [sys.executable, "-m", "warehouse.cli", *self.cli_args]
 
     def pid(self) -> int | None:
         return self.pidfile.live_pid()

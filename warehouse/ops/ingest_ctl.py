@@ -1,39 +1,48 @@
-"""`regauge ingest start|stop|status`: ingest as a background process with a pid file.
+"""`regauge ingest start|stop|status`: ingest as a part of the view host.
 
-`regauge ingest run` is the process itself (foreground, logs to stdout);
-`start` launches it detached with its log in the state directory, the same
-way the stack's services run, so `stop` and `status` find it again.
+Ingest runs in the view host (`regauge streams host`), the one Spark
+application that also runs every live view's stream: no JVM of its own. `start`
+records that ingest is wanted (the file `wanted` under the state directory's
+`ingest/`, holding its trigger), starts the host if it is not running, and
+waits until both queries report running; `stop` removes the file and waits
+until the host has stopped them between micro-batches. The host restarts
+ingest after a backoff if it fails, and `ensure`, which the `regauge_watchdog`
+DAG runs every minute, starts a host that died while ingest was wanted.
+`regauge down` stops the host but keeps ingest wanted, so the watchdog brings
+it back after the next `regauge up`.
 
-Ingest is supervised like the view streams: `start` also records that it is
-wanted (the file `wanted` beside its pid file, holding its trigger), `stop`
-removes that, and `ensure`, which the `regauge_watchdog` DAG runs every
-minute, starts a wanted ingest that died. `regauge down` stops it but keeps it
-wanted, so the watchdog brings it back after the next `regauge up`.
+`regauge ingest run` is the same ingest as a foreground process of its own.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 from warehouse.base.settings import Settings
-from warehouse.ops import lag
-from warehouse.ops.daemon import Daemon
+from warehouse.ops import lag, streams
+from warehouse.ops.stack import process
+from warehouse.ops.stack.process import ServiceError
 
 log = logging.getLogger(__name__)
 
+QUERIES = ("bronze", "silver")
 
-def daemon(settings: Settings, trigger: str | None = None) -> Daemon:
-    args: tuple[str, ...] = ("ingest", "run")
-    if trigger:
-        args += ("--trigger", trigger)
-    # The status file is written by spark_jobs.ingest.ProgressLog, per query.
-    return Daemon("ingest", settings.state_dir / "ingest", args)
+
+def _base(settings: Settings) -> Path:
+    return settings.state_dir / "ingest"
+
+
+def status_file(settings: Settings) -> Path:
+    """Each ingest query's latest progress, written by spark_jobs.ingest.ProgressLog."""
+    return _base(settings) / "ingest.status.json"
 
 
 def _wanted(settings: Settings) -> Path:
-    return settings.state_dir / "ingest" / "wanted"
+    return _base(settings) / "wanted"
 
 
 def wanted(settings: Settings) -> tuple[bool, str | None]:
@@ -45,51 +54,102 @@ def wanted(settings: Settings) -> tuple[bool, str | None]:
     return True, text or None
 
 
-def start(settings: Settings, trigger: str | None, timeout: float = 180.0) -> int:
-    """Launch `regauge ingest run` detached; wait until both queries report running."""
+def pid(settings: Settings) -> int | None:
+    """The view host's pid while ingest runs in it, else None."""
+    host_pid = streams.host(settings).pid()
+    if host_pid is None:
+        return None
+    return host_pid if _host_state(settings).get("state") == "running" else None
+
+
+def _host_state(settings: Settings) -> dict[str, Any]:
+    return dict(streams.host(settings).read_status().get("ingest") or {})
+
+
+def _running(status: dict[str, Any]) -> bool:
+    return all(status.get(q, {}).get("state") == "running" for q in QUERIES)
+
+
+def start(settings: Settings, trigger: str | None, timeout: float = 240.0) -> int:
+    """Ask the view host to run ingest (starting the host if need be); wait until both
+    queries report running. Returns the host's pid."""
     marker = _wanted(settings)
     marker.parent.mkdir(parents=True, exist_ok=True)
+    running = pid(settings)
     marker.write_text(f"{trigger or ''}\n")
-    d = daemon(settings, trigger)
+    if running is not None and _running(read_status(settings)):
+        print(f"ingest already running in the view host (pid {running})")
+        return running
+    # A status file left by an earlier run would say "running" before this one does.
+    status_file(settings).unlink(missing_ok=True)
+    host_pid, _ = streams.start_host(settings)
+    host = streams.host(settings)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if host.pid() is None:
+            raise ServiceError(
+                f"the view host (pid {host_pid}) died while starting ingest; its log ends "
+                f"with:\n{process.tail(host.log)}"
+            )
+        if _running(read_status(settings)):
+            print(f"ingest running in the view host (pid {host_pid}); log: {host.log}")
+            return host_pid
+        state = _host_state(settings)
+        if state.get("state") == "failed":
+            raise ServiceError(
+                f"ingest failed to start in the view host: {state.get('error')}; "
+                f"the host retries it; see {host.log}"
+            )
+        time.sleep(0.5)
+    raise ServiceError(f"ingest did not start within {timeout:.0f} s; see {host.log}")
 
-    def running(states: dict[str, Any]) -> bool:
-        return all(states.get(q, {}).get("state") == "running" for q in ("bronze", "silver"))
 
-    pid, started = d.start(running, timeout)
-    print(f"ingest {'running' if started else 'already running'} (pid {pid}); log: {d.log}")
-    return pid
-
-
-def stop(settings: Settings, timeout: float = 90.0, *, keep_wanted: bool = False) -> bool:
-    """Ask ingest to finish its micro-batches and stop; force it after `timeout`.
-
-    Unless `keep_wanted`, it is no longer wanted either, so the watchdog leaves it
-    stopped."""
-    if not keep_wanted:
-        _wanted(settings).unlink(missing_ok=True)
-    return daemon(settings).stop(timeout)
+def stop(settings: Settings, timeout: float = 90.0) -> bool:
+    """Ask the host to stop ingest between micro-batches and no longer want it, so the
+    watchdog leaves it stopped. False if it was not running."""
+    _wanted(settings).unlink(missing_ok=True)
+    was_running = pid(settings) is not None
+    host = streams.host(settings)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if host.pid() is None or not _host_state(settings):
+            return was_running
+        time.sleep(0.5)
+    # Forcing it would take every view stream in the host down with it.
+    raise ServiceError(
+        f"ingest did not stop within {timeout:.0f} s; the view host is still stopping it, "
+        f"see {host.log}"
+    )
 
 
 def ensure(settings: Settings) -> str | None:
-    """Start ingest if it is wanted and not running; say what was done, if anything."""
+    """Start the view host if ingest is wanted and the host is not running; say so."""
     want, trigger = wanted(settings)
-    if not want or daemon(settings).pid() is not None:
+    if not want or streams.host(settings).pid() is not None:
         return None
-    log.warning("ingest is wanted but not running: starting it")
-    pid = start(settings, trigger)
-    return f"ingest restarted (pid {pid})"
+    log.warning("ingest is wanted but the view host is not running: starting it")
+    host_pid = start(settings, trigger)
+    return f"ingest restarted (view host pid {host_pid})"
 
 
 def read_status(settings: Settings) -> dict[str, Any]:
-    return daemon(settings).read_status()
+    try:
+        loaded: dict[str, Any] = json.loads(status_file(settings).read_text())
+    except (OSError, ValueError):
+        return {}
+    return loaded
 
 
 def describe(settings: Settings, *, kafka_up: bool = True) -> tuple[bool, str]:
     """Whether ingest runs, a few lines on each query's latest batch, and (if Kafka
     is up) how far bronze is behind Kafka now, in records and in seconds."""
-    d = daemon(settings)
-    pid = d.pid()
-    lines = [f"ingest: {'running, pid ' + str(pid) if pid else 'not running'} (log {d.log})"]
+    host = streams.host(settings)
+    running = pid(settings)
+    state = _host_state(settings)
+    where = f"in the view host, pid {running}" if running else "not running"
+    lines = [f"ingest: {where} (log {host.log})"]
+    if state.get("state") == "failed":
+        lines.append(f"  failed: {state.get('error')}; retrying in {state.get('retry_in_s')} s")
     status = read_status(settings)
     copied = status.get("bronze", {}).get("copied")
     if not kafka_up:
@@ -106,4 +166,4 @@ def describe(settings: Settings, *, kafka_up: bool = True) -> tuple[bool, str]:
             f"{st.get('rows_per_s', 0):,.0f} rows/s, at {st.get('at', '-')}"
             + (f"\n          error: {st['error']}" if st.get("error") else "")
         )
-    return pid is not None, "\n".join(lines)
+    return running is not None, "\n".join(lines)

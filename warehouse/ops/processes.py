@@ -1,11 +1,12 @@
-"""The main loops of the processes regauge runs for a long time: ingest, a view
-version in the foreground, and the view host that runs every live version's
-stream (`regauge ingest run`, `regauge views run`, `regauge streams host`).
+"""The main loops of the processes regauge runs for a long time: ingest or a view
+version in the foreground, and the view host that runs ingest and every live
+version's stream in one Spark application (`regauge ingest run`,
+`regauge views run`, `regauge streams host`).
 
 Each builds one Spark application, runs its queries until SIGTERM or SIGINT,
-and stops them between micro-batches. `ingest_ctl` and `streams` start these
-same commands detached, with pid and status files, so a daemon and a
-foreground run are one code path.
+and stops them between micro-batches. `streams` starts the host detached,
+with pid and status files; `ingest start` and `streams start` say what the
+host should run, and it runs it with the same code as the foreground commands.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from spark_jobs import views as views_mod
 from spark_jobs.session import build_session
 from spark_jobs.views import runner
 from spark_jobs.views.base import View
-from warehouse.base.settings import Settings
+from warehouse.base.settings import REPO_ROOT, Settings
 from warehouse.ops import ingest_ctl, pipeline, streams, writers
 
 log = logging.getLogger(__name__)
@@ -47,11 +48,7 @@ def run_ingest(settings: Settings, trigger: str | None) -> int:
     spark = build_session("regauge-ingest", settings)
     try:
         pipeline.run_ingest(
-            spark,
-            settings,
-            stop,
-            trigger=trigger,
-            status_file=ingest_ctl.daemon(settings).status_file,
+            spark, settings, stop, trigger=trigger, status_file=ingest_ctl.status_file(settings)
         )
     except ingest.DataLossError as exc:
         print(f"regauge: {exc}", file=sys.stderr)
@@ -114,18 +111,48 @@ def run_view(
         lock.release()
 
 
-class _Hosted:
-    """One wanted stream in the view host: its query, or why it is not running."""
+class _Supervised:
+    """Something the host runs while it is wanted, retried after a growing backoff if it fails."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.query: StreamingQuery | None = None
         self.failures = 0
         self.retry_at = 0.0
         self.error: str | None = None
         self.since: datetime | None = None
-        # Held while the version is wanted here, its query running or waiting to retry.
+        # Held while it is wanted here, running or waiting to retry.
         self.writer: writers.Writer | None = None
+
+    def failed(self, error: str) -> None:
+        """Record why it is not running; retry after a backoff that grows with each failure."""
+        self.error = ingest.first_line(error)
+        self.failures += 1
+        delay = ingest.backoff_s(self.failures)
+        self.retry_at = time.monotonic() + delay
+        log.warning("%s: not running (%s); trying again in %.0f s", self.name, self.error, delay)
+
+    def started(self) -> None:
+        self.error, self.since = None, datetime.now(UTC)
+        log.info("%s: started", self.name)
+
+    def release_writer(self) -> None:
+        if self.writer is not None:
+            self.writer.release()
+            self.writer = None
+
+    def failed_state(self) -> dict[str, Any]:
+        if self.error is not None:
+            retry_in = round(max(0.0, self.retry_at - time.monotonic()), 1)
+            return {"state": "failed", "error": self.error, "retry_in_s": retry_in}
+        return {"state": "starting"}
+
+
+class _Hosted(_Supervised):
+    """One wanted view stream in the host: its query, or why it is not running."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.query: StreamingQuery | None = None
 
     def release(self) -> None:
         """Stop its query (between micro-batches) and let another writer have its table."""
@@ -134,21 +161,11 @@ class _Hosted:
             self.query.stop()  # type: ignore[union-attr]
             log.info("%s: stream stopped", self.name)
         self.query = None
-        if self.writer is not None:
-            self.writer.release()
-            self.writer = None
+        self.release_writer()
 
     @property
     def active(self) -> bool:
         return self.query is not None and self.query.isActive
-
-    def failed(self, error: str) -> None:
-        """Record why it is not running; retry after a backoff that grows with each failure."""
-        self.query, self.error = None, ingest.first_line(error)
-        self.failures += 1
-        delay = ingest.backoff_s(self.failures)
-        self.retry_at = time.monotonic() + delay
-        log.warning("%s: not running (%s); trying again in %.0f s", self.name, self.error, delay)
 
     def state(self) -> dict[str, Any]:
         if self.query is not None and self.query.isActive:
@@ -159,24 +176,106 @@ class _Hosted:
                 "batch": progress.get("batchId"),
                 "batch_at": progress.get("timestamp"),
             }
-        if self.error is not None:
-            retry_in = round(max(0.0, self.retry_at - time.monotonic()), 1)
-            return {"state": "failed", "error": self.error, "retry_in_s": retry_in}
-        return {"state": "starting"}
+        return self.failed_state()
+
+
+# Ingest's scheduler pool (infra/spark/fairscheduler.xml): every view waits for
+# what ingest writes, so when the two cores are short its tasks go first.
+INGEST_POOL = "ingest"
+FAIR_SCHEDULER_FILE = REPO_ROOT / "infra" / "spark" / "fairscheduler.xml"
+
+
+class _HostedIngest(_Supervised):
+    """Ingest (Kafka -> bronze -> silver) as a thread of the host, in its own session
+    and scheduler pool. Its own supervisor (`ingest.run`) restarts a query that
+    dies; the host restarts the thread if the supervisor itself gives up."""
+
+    def __init__(self) -> None:
+        super().__init__("ingest")
+        self.thread: threading.Thread | None = None
+        self.trigger: str | None = None
+        self._stop = threading.Event()
+        self._outcome: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def start(self, spark: SparkSession, settings: Settings, trigger: str | None) -> None:
+        try:
+            if self.writer is None:
+                self.writer = writers.ingest(settings, "the view host").acquire()
+        except writers.WriterBusy as exc:
+            self.failed(str(exc))
+            return
+        self._stop, self._outcome, self.trigger = threading.Event(), None, trigger
+        session = spark.newSession()
+        self.thread = threading.Thread(
+            target=self._run, args=(session, settings), name="regauge-ingest", daemon=True
+        )
+        self.thread.start()
+        self.started()
+
+    def _run(self, spark: SparkSession, settings: Settings) -> None:
+        # The queries' threads inherit the pool from the thread that starts them.
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", INGEST_POOL)
+        try:
+            pipeline.run_ingest(
+                spark,
+                settings,
+                self._stop,
+                trigger=self.trigger,
+                status_file=ingest_ctl.status_file(settings),
+            )
+        except Exception as exc:
+            log.error("ingest stopped: %s", exc)
+            self._outcome = f"{type(exc).__name__}: {exc}"
+        else:
+            self._outcome = "stopped"
+
+    def check(self) -> None:
+        """If the thread ended without being asked to, record why (and back off)."""
+        if self.thread is not None and not self.thread.is_alive():
+            self.thread = None
+            self.failed(self._outcome or "stopped")
+
+    def release(self) -> None:
+        if self.thread is not None:
+            log.info("ingest: stopping its queries")
+            self._stop.set()
+            self.thread.join()
+            self.thread = None
+            log.info("ingest: stopped")
+        self.release_writer()
+
+    def state(self) -> dict[str, Any]:
+        if self.active:
+            return {"state": "running", "since": self.since, "trigger": self.trigger}
+        return self.failed_state()
 
 
 def run_view_host(settings: Settings) -> int:
-    """Run every wanted view stream as a query of one Spark application until stopped.
+    """Run ingest and every wanted view stream in one Spark application until stopped.
 
-    `streams.start|stop` say which are wanted. A query that dies is restarted
-    after a backoff (its error in the status file meanwhile); the others run on.
+    `ingest start|stop` and `streams start|stop` say what is wanted. A query
+    that dies is restarted after a backoff (its error in the status file
+    meanwhile); the others run on.
     """
     stop = _stop_on_signals()
     daemon = streams.host(settings)
-    # Fair scheduling between pools, one pool per query (see _start_hosted): one
-    # version's long batch shares the cores with the others' short ones.
-    spark = build_session("regauge-views", settings, extra_conf={"spark.scheduler.mode": "FAIR"})
+    # Fair scheduling between pools: ingest's weighs most, and each view query
+    # has one of its own (see _start_hosted), so one version's long batch
+    # shares the cores with the others' short ones.
+    spark = build_session(
+        "regauge-host",
+        settings,
+        extra_conf={
+            "spark.scheduler.mode": "FAIR",
+            "spark.scheduler.allocation.file": FAIR_SCHEDULER_FILE.as_uri(),
+        },
+    )
     hosted: dict[str, _Hosted] = {}
+    ingesting = _HostedIngest()
     since = datetime.now(UTC)
 
     def save(state: str) -> None:
@@ -184,6 +283,7 @@ def run_view_host(settings: Settings) -> int:
             state=state,
             pid=os.getpid(),
             since=since,
+            ingest=ingesting.state() if ingesting.active or ingesting.error else None,
             queries={name: h.state() for name, h in sorted(hosted.items())},
         )
 
@@ -191,6 +291,7 @@ def run_view_host(settings: Settings) -> int:
     try:
         save("running")
         while not stop.is_set():
+            _supervise_ingest(spark, settings, ingesting)
             wanted = {streams.query_name(v, n): (v, n) for v, n in streams.wanted(settings)}
             for name in [n for n in hosted if n not in wanted]:
                 hosted.pop(name).release()
@@ -202,12 +303,15 @@ def run_view_host(settings: Settings) -> int:
                         h.failures = 0
                     continue
                 if h.query is not None:
-                    h.failed(str(h.query.exception() or "stopped"))
+                    error = str(h.query.exception() or "stopped")
+                    h.query = None
+                    h.failed(error)
                 if time.monotonic() >= h.retry_at:
                     _start_hosted(spark, settings, h, view_name, version)
             save("running")
             stop.wait(streams.POLL_S)
     finally:
+        ingesting.release()
         for h in hosted.values():
             h.release()
         hosted.clear()
@@ -215,6 +319,26 @@ def run_view_host(settings: Settings) -> int:
         spark.stop()
     log.info("view host stopped")
     return 0
+
+
+# A thread that has run this long without its supervisor giving up resets its backoff.
+_SETTLED_S = 60.0
+
+
+def _supervise_ingest(spark: SparkSession, settings: Settings, ingesting: _HostedIngest) -> None:
+    """Start, stop or restart ingest as its `wanted` marker says."""
+    want, trigger = ingest_ctl.wanted(settings)
+    if not want:
+        if ingesting.active or ingesting.writer is not None:
+            ingesting.release()
+        ingesting.error = None
+        return
+    ingesting.check()
+    if ingesting.active:
+        if ingesting.since and (datetime.now(UTC) - ingesting.since).total_seconds() > _SETTLED_S:
+            ingesting.failures = 0
+    elif time.monotonic() >= ingesting.retry_at:
+        ingesting.start(spark, settings, trigger)
 
 
 def _start_hosted(
@@ -237,7 +361,7 @@ def _start_hosted(
         finally:
             spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
     except Exception as exc:
+        h.query = None
         h.failed(f"{type(exc).__name__}: {exc}")
         return
-    h.error, h.since = None, datetime.now(UTC)
-    log.info("%s: stream started", h.name)
+    h.started()

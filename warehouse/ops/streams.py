@@ -71,7 +71,6 @@ def host(settings: Settings) -> Daemon:
         "host",
         settings.state_dir / "streams",
         ("streams", "host"),
-        nice=settings.view_stream_nice,
     )
 
 

@@ -64,7 +64,7 @@ from spark_jobs.testing.landing import Landing, fresh_seed, landing, score, wait
 from spark_jobs.views import runner
 from warehouse.base import registry
 from warehouse.base.settings import REPO_ROOT, Settings
-from warehouse.ops import audit, ingest_ctl, pipeline
+from warehouse.ops import audit, ingest_ctl, pipeline, streams
 from warehouse.ops.stack import process, services
 
 log = logging.getLogger(__name__)
@@ -189,14 +189,14 @@ class Chaos:
 
     def _kill_ingest(self) -> str:
         """kill -9 ingest's driver and JVM; say which batches were under way."""
-        d = ingest_ctl.daemon(self.settings)
-        pid = d.pid()
+        pid = ingest_ctl.pid(self.settings)
         if pid is None:
             raise RuntimeError("ingest is not running, so there is nothing to kill")
         # The status file names each query's last finished batch; the next was under way.
-        done = {q: st.get("batch") for q, st in d.read_status().items()}
+        done = {q: st.get("batch") for q, st in ingest_ctl.read_status(self.settings).items()}
+        # Ingest runs in the view host: its driver and JVM are the host's.
         process.stop_group(pid, signal.SIGKILL, 30)
-        d.pidfile.clear()
+        streams.host(self.settings).pidfile.clear()
         return ", ".join(f"{q} batch {0 if b is None else b + 1}" for q, b in sorted(done.items()))
 
     # -- the cases -------------------------------------------------------------------
@@ -228,7 +228,7 @@ class Chaos:
             kafka.start()
             restarted = time.monotonic()
         outcome, _ = self._judge("broker_stop", box[0], restarted, "broker kill -9, restart")
-        if ingest_ctl.daemon(self.settings).pid() is None:
+        if ingest_ctl.pid(self.settings) is None:
             outcome.problems.append("ingest exited instead of riding out the broker's absence")
         return outcome
 
@@ -408,7 +408,7 @@ class Chaos:
         name, version = VIEW
         _wait_for(first, logfile, "events to process", began)
         for argv, holder in (
-            (["ingest-once"], "`regauge ingest run`"),
+            (["ingest-once"], "the view host"),
             (
                 ["views", "run", name, str(version), "--mode", "stream"],
                 "`regauge views run --mode replay`",
@@ -458,7 +458,7 @@ class Chaos:
             postgres.start()  # never left down, whatever happened above
         restarted = time.monotonic()
         for what, alive in (
-            ("ingest", ingest_ctl.daemon(self.settings).pid() is not None),
+            ("ingest", ingest_ctl.pid(self.settings) is not None),
             (f"{view.name}_v{view.version}'s stream", stream.poll() is None),
         ):
             if not alive:
@@ -605,6 +605,8 @@ def _view_job(
     return job
 
 
+# The cases that run VIEW's jobs themselves, so no stream may hold its table.
+_VIEW_CASES = ("view_kills", "commit_crash", "concurrent_writer", "postgres_down")
 # The cases that run the ingest daemon, as in production; the others drive ingest themselves.
 _INGEST_DAEMON_CASES = (
     "ingest_kills",
@@ -761,7 +763,8 @@ def run(
     seed: int | None = None,
 ) -> list[Outcome]:
     """Every chosen case, then the audit; ingest is left as it was found."""
-    was_running = ingest_ctl.daemon(settings).pid() is not None
+    check_view_unregistered(settings, cases)
+    was_running = ingest_ctl.pid(settings) is not None
     chaos = Chaos(settings, spark, random.Random(seed))
     small = max(2_000, events // 10)
     plan: dict[str, Callable[[], Outcome]] = {
@@ -797,3 +800,25 @@ def run(
         else:
             ingest_ctl.stop(settings)
     return outcomes
+
+
+def check_view_unregistered(settings: Settings, cases: tuple[str, ...]) -> None:
+    """Refuse, before any fault, view cases whose VIEW is a registered version: its
+    stream in the view host holds the table, and every job the case runs would be
+    refused (`make bench` registers all three views, cart_sessions v1 included)."""
+    from warehouse.sql import versions
+
+    chosen = [c for c in cases if c in _VIEW_CASES]
+    name, number = VIEW
+    registered = [
+        v
+        for v in versions.versions(settings, name)
+        if v.version == number and v.status not in ("retired", "failed")
+    ]
+    if chosen and registered:
+        raise process.ServiceError(
+            f"the chaos cases {', '.join(chosen)} kill and rerun {name} v{number}'s jobs, but "
+            f"{name} v{number} is registered ({registered[0].status}) and its stream holds "
+            f"its table. Run the other cases (--cases), or start a new lake with `make clean` "
+            "(and `make chaos` before `make bench`)"
+        )

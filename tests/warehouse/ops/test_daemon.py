@@ -1,27 +1,29 @@
-"""Daemons' command lines (the view host yields the cores to ingest when they are short),
-and the wanted set through which `regauge streams start|stop` steer the view host."""
+"""Daemons' command lines, the view host's scheduler pools (ingest goes first when
+the cores are short), and the wanted set through which `regauge ingest|streams
+start|stop` steer the view host."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
+from xml.etree import ElementTree
 
 import pytest
 
 from warehouse.base.settings import load
-from warehouse.ops import ingest_ctl, streams
+from warehouse.ops import ingest_ctl, processes, streams
 from warehouse.ops.daemon import Daemon
 
 
-def test_view_streams_run_nicer_than_ingest(tmp_path):
+def test_ingest_goes_first_in_the_host_s_scheduler(tmp_path):
+    """Ingest shares the view host's JVM; its pool is served before any view's."""
     settings = load({"REGAUGE_STATE_DIR": str(tmp_path)})
     host = streams.host(settings).argv()
-    assert host[:3] == ["nice", "-n", "10"]
-    assert host[3:] == [sys.executable, "-m", "warehouse.cli", "streams", "host"]
-    assert ingest_ctl.daemon(settings).argv()[0] == sys.executable
-    off = load({"REGAUGE_STATE_DIR": str(tmp_path), "REGAUGE_VIEW_STREAM_NICE": "0"})
-    assert streams.host(off).argv()[0] == sys.executable
+    assert host == [sys.executable, "-m", "warehouse.cli", "streams", "host"]
+    pools = ElementTree.parse(processes.FAIR_SCHEDULER_FILE).getroot().findall("pool")
+    (ingest_pool,) = [p for p in pools if p.get("name") == processes.INGEST_POOL]
+    # A pool under its minShare is offered free slots first; 2 is every local core.
+    assert int(ingest_pool.findtext("minShare") or 0) >= 2
+    assert int(ingest_pool.findtext("weight") or 1) > 1
 
 
 def test_the_wanted_streams_are_what_start_and_stop_leave(tmp_path):
@@ -46,16 +48,6 @@ def test_a_stream_name_is_checked_before_it_becomes_a_file(tmp_path):
     with pytest.raises(ValueError, match="plain identifier"):
         streams.want(settings, "../../etc", 1, True)
     assert not (tmp_path / "streams").exists()
-
-
-def test_the_niceness_reaches_the_process(tmp_path):
-    argv = Daemon("probe", tmp_path, ("settings",), nice=7).argv()
-    # The same command line, asking the running process for its own niceness.
-    shown = subprocess.run(
-        [*argv[:3], sys.executable, "-c", "import os; print(os.nice(0))"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    assert shown.stdout.strip() == str(7 + os.nice(0))
 
 
 class _Sleeper(Daemon):
@@ -96,8 +88,7 @@ def test_ingest_is_wanted_from_start_until_stop_unless_kept(tmp_path):
     marker.parent.mkdir(parents=True)
     marker.write_text("5 seconds\n")
     assert ingest_ctl.wanted(settings) == (True, "5 seconds")
-    # `regauge down` stops it and keeps it wanted; `regauge ingest stop` does not.
-    assert ingest_ctl.stop(settings, keep_wanted=True) is False
-    assert ingest_ctl.wanted(settings) == (True, "5 seconds")
+    # No view host runs here, so ingest is not running; `stop` no longer wants it.
+    assert ingest_ctl.pid(settings) is None
     assert ingest_ctl.stop(settings) is False
     assert ingest_ctl.wanted(settings) == (False, None)

@@ -26,17 +26,16 @@ class PeakMemory:
 
     def sample(self) -> dict[str, int]:
         """Resident bytes now, per part of the stack."""
-        from warehouse.ops import ingest_ctl, streams
+        from warehouse.ops import streams
         from warehouse.ops.stack import process, services
 
         parts: dict[str, int] = {}
         for svc in services.services(self.settings):
             pids = [pid for pid in svc.live_pids().values() if pid is not None]
             parts[svc.name] = sum(process.group_rss_bytes(pid) for pid in pids)
-        ingest_pid = ingest_ctl.daemon(self.settings).pid()
-        parts["ingest"] = process.group_rss_bytes(ingest_pid) if ingest_pid else 0
+        # Ingest and every view stream run in the view host's one JVM.
         host_pid = streams.host(self.settings).pid()
-        parts["view streams"] = process.group_rss_bytes(host_pid) if host_pid else 0
+        parts["view host"] = process.group_rss_bytes(host_pid) if host_pid else 0
         parts["bench spark"] = process.descendants_rss_bytes(os.getpid())
         return parts
 

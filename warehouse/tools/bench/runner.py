@@ -30,7 +30,7 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
 
     report = Report(sizes=asdict(sizes), started_at=datetime.now(UTC).isoformat(timespec="seconds"))
     began = time.monotonic()
-    ingest_was_running = ingest_ctl.daemon(settings).pid() is not None
+    ingest_was_running = ingest_ctl.pid(settings) is not None
     running_streams = [(s.view, s.version) for s in streams.known(settings) if s.pid]
     airflow = airflow_client.Client(settings)
     # The watchdog restarts live versions' streams every minute, and the hourly audit

@@ -122,7 +122,7 @@ def ingest(
                 spark,
                 bench.settings,
                 stop,
-                status_file=ingest_ctl.daemon(bench.settings).status_file,
+                status_file=ingest_ctl.status_file(bench.settings),
             )
         except BaseException as exc:
             failure.append(exc)
