@@ -15,7 +15,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -189,6 +189,22 @@ def proc_stats() -> Iterator[ProcStat]:
 def group_rss_bytes(pgid: int) -> int:
     """Resident memory of every process in a process group (a service and its children)."""
     return sum(p.rss_bytes for p in proc_stats() if p.pgrp == pgid)
+
+
+def tree_pids(roots: Iterable[int], stats: list[ProcStat]) -> set[int]:
+    """The roots and every process under them, whatever group or session it moved to
+    (Airflow runs each task in a session of its own, under its scheduler)."""
+    children: dict[int, list[int]] = {}
+    for p in stats:
+        children.setdefault(p.ppid, []).append(p.pid)
+    found: set[int] = set()
+    todo = [r for r in roots if any(p.pid == r for p in stats)]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    return found
 
 
 def descendants_rss_bytes(pid: int) -> int:

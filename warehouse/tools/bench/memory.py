@@ -9,18 +9,18 @@ from warehouse.base.settings import Settings
 
 
 class PeakMemory:
-    """Samples the whole stack's resident memory every second; `peak` in bytes.
+    """Samples the whole stack's resident memory every second; the peak of each phase
+    (`phase` names the one under way) in bytes, and the parts at that peak.
 
-    The stack is every service's process group, the ingest and view-stream
-    daemons, and this process's own Spark JVM (where the bench runs ingest and
-    the replay). The bench's Python process itself is left out: it only holds
-    the records it is about to send.
+    The stack is every service's process group (Airflow's tasks included), the
+    view host (ingest and every view stream), and this process's own Spark JVM
+    (where the bench runs ingest and the replay in its first phases).
     """
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.peak = 0
-        self.at_peak: dict[str, int] = {}
+        self.phase = "measuring"
+        self.peaks: dict[str, tuple[int, dict[str, int]]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="bench-memory")
 
@@ -29,21 +29,26 @@ class PeakMemory:
         from warehouse.ops import streams
         from warehouse.ops.stack import process, services
 
-        parts: dict[str, int] = {}
-        for svc in services.services(self.settings):
-            pids = [pid for pid in svc.live_pids().values() if pid is not None]
-            parts[svc.name] = sum(process.group_rss_bytes(pid) for pid in pids)
-        # Ingest and every view stream run in the view host's one JVM.
+        stats = list(process.proc_stats())
+        rss = {p.pid: p.rss_bytes for p in stats}
+        # Ingest and every view stream run in the view host's one JVM (its group).
         host_pid = streams.host(self.settings).pid()
-        parts["view host"] = process.group_rss_bytes(host_pid) if host_pid else 0
+        claimed = {p.pid for p in stats if host_pid is not None and p.pgrp == host_pid}
+        parts: dict[str, int] = {"view host": sum(rss[pid] for pid in claimed)}
+        for svc in services.services(self.settings):
+            roots = [pid for pid in svc.live_pids().values() if pid is not None]
+            # A service's whole tree: Airflow's tasks and the JVMs they start too.
+            mine = process.tree_pids(roots, stats) - claimed
+            claimed |= mine
+            parts[svc.name] = sum(rss[pid] for pid in mine)
         parts["bench spark"] = process.descendants_rss_bytes(os.getpid())
         return parts
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            parts = self.sample()
-            if sum(parts.values()) > self.peak:
-                self.peak, self.at_peak = sum(parts.values()), parts
+            parts, phase = self.sample(), self.phase
+            if sum(parts.values()) > self.peaks.get(phase, (0, {}))[0]:
+                self.peaks[phase] = (sum(parts.values()), parts)
             self._stop.wait(1.0)
 
     def __enter__(self) -> PeakMemory:

@@ -12,6 +12,7 @@ from warehouse.ops.stack.process import (
     proc_stats,
     spawn,
     stop_group,
+    tree_pids,
 )
 
 
@@ -84,3 +85,30 @@ def test_descendants_count_only_children_that_stayed_in_the_group():
         daemon.kill()
         child.wait()
         daemon.wait()
+
+
+def test_a_tree_follows_children_into_sessions_of_their_own():
+    """How the bench counts Airflow's tasks: each runs in a session of its own, under
+    the scheduler, and starts a JVM there."""
+    import os
+
+    # A parent that starts a grandchild in a new session, as Airflow's task runner does.
+    script = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen(['sleep', '30'], start_new_session=True); time.sleep(30)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    stranger = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        time.sleep(0.5)
+        stats = list(proc_stats())
+        (grandchild,) = [p for p in stats if p.ppid == parent.pid]
+        assert grandchild.pgrp != parent.pid  # a group of its own: group_rss_bytes misses it
+        tree = tree_pids([parent.pid], stats)
+        assert tree == {parent.pid, grandchild.pid}
+        assert stranger.pid not in tree and os.getpid() not in tree
+        assert tree_pids([2**22 + 7], stats) == set()  # a root that is gone
+    finally:
+        for proc in (parent, stranger):
+            proc.kill()
+            proc.wait()
