@@ -11,10 +11,10 @@ each micro-batch's MERGE; the view's declared scope says where an event lands.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     IntegerType,
@@ -48,6 +48,20 @@ RESTATEMENTS_SCHEMA = StructType(
     ]
 )
 _RESTATEMENT_KEY = ("view", "version", "window_start", "window_key", "event_id")
+# The change-feed rows that put an event in silver.
+LANDED = ("insert", "update_postimage")
+
+
+def vouched_time() -> Column:
+    """The time an event vouches for (CONTRACT.md §3): its event time, at most its
+    Kafka record timestamp."""
+    return F.least("event_time", "kafka_timestamp")
+
+
+def newest_landed() -> Column:
+    """Aggregate over change-feed rows: the newest time (UTC microseconds) the events
+    they put in silver vouch for; null if they put none."""
+    return F.unix_micros(F.max(F.when(F.col("_change_type").isin(*LANDED), vouched_time())))
 
 
 def restated(
@@ -85,32 +99,35 @@ def ensure_table(spark: SparkSession, settings: Settings) -> None:
     lake.ensure_table(spark, RESTATEMENTS.path(settings), RESTATEMENTS_SCHEMA)
 
 
-def newest_before(
-    spark: SparkSession, settings: Settings, view: View, version: int, since: int | None
-) -> DataFrame:
+def newest_before(spark: SparkSession, settings: Settings, view: View, version: int) -> DataFrame:
     """One row, `newest`: the newest time the view's events in silver as of `version`
-    vouch for (null if none): max(min(event_time, kafka_timestamp)).
-
-    `since` (UTC microseconds), when given, must be at most that answer: then only
-    silver's days from it on are read, not all of history. Any earlier answer
-    qualifies, because silver only grows: a replaced winner keeps its content. An
-    event below `since` in event time is below it capped too, so the filter on
-    event time loses nothing.
-    """
-    silver = lake.read_version(spark, registry.SILVER_EVENTS.path(settings), version).where(
-        F.col("event_type").isin(*view.event_types)
+    vouch for (null if none): max(min(event_time, kafka_timestamp))."""
+    silver = lake.read_version(spark, registry.SILVER_EVENTS.path(settings), version)
+    return silver.where(F.col("event_type").isin(*view.event_types)).agg(
+        F.max(vouched_time()).alias("newest")
     )
-    if since is not None:
-        at = F.timestamp_micros(F.lit(since))
-        silver = silver.where(F.col("event_date") >= F.to_date(at)).where(F.col("event_time") >= at)
-    return silver.agg(F.max(F.least("event_time", "kafka_timestamp")).alias("newest"))
 
 
-class Recorded(NamedTuple):
-    restatements: int
-    # The newest event time (UTC microseconds) the view had seen before the batch:
-    # the next batch's `since`.
-    newest: int | None
+@dataclass
+class Watermark:
+    """The newest time (UTC microseconds, None: no event yet) the view's events in
+    silver vouch for, as a stream knows it from one micro-batch to the next.
+
+    Read from silver once, at the stream's first batch with scopes (`record`);
+    then each batch carries it forward with what it landed (`advance`). That is
+    the same answer as reading silver again, because the stream sees every
+    change silver makes to the view's events, and silver only grows: a replaced
+    winner keeps its content. So a live batch reads no silver for it, however
+    long the history.
+    """
+
+    known: bool = False
+    micros: int | None = None
+
+    def advance(self, landed: int | None) -> None:
+        """Take in a batch's `newest_landed` (once the batch is done)."""
+        if self.known and landed is not None:
+            self.micros = landed if self.micros is None else max(self.micros, landed)
 
 
 def record(
@@ -121,23 +138,26 @@ def record(
     silver: DataFrame,
     gold_path: str,
     first_version: int,
-    since: int | None = None,
-) -> Recorded:
+    watermark: Watermark,
+) -> int:
     """Record what a change-feed micro-batch (already limited to the view's event
     types, from silver's commit `first_version` on) restated; idempotent (insert if
-    absent).
+    absent). Returns how many restatements it found.
 
     `silver` must hold every `of` event of the scopes the batch touched (it may
-    hold no more: `View.narrowed`); `since` is as for `newest_before`.
+    hold no more: `View.narrowed`). `watermark` is as of the commit before
+    `first_version`; if it is not known yet, it is read from silver here.
     """
-    landed = changes.where(F.col("_change_type").isin("insert", "update_postimage")).drop(
-        *lake.CDF_COLUMNS
-    )
-    if first_version == 0:
-        return Recorded(0, since)
-    (micros,) = newest_before(spark, settings, view, first_version - 1, since).select(
-        F.unix_micros("newest")
-    ).first() or (None,)
+    landed = changes.where(F.col("_change_type").isin(*LANDED)).drop(*lake.CDF_COLUMNS)
+    if not watermark.known:
+        if first_version > 0:
+            (watermark.micros,) = newest_before(spark, settings, view, first_version - 1).select(
+                F.unix_micros("newest")
+            ).first() or (None,)
+        watermark.known = True
+    micros = watermark.micros
+    if micros is None:
+        return 0
     # As a literal: no second pass over silver where it is used.
     newest = spark.range(1).select(
         F.timestamp_micros(F.lit(micros)).alias("newest")
@@ -161,4 +181,4 @@ def record(
             ),
             f"restatements of {view.table_name}",
         )
-    return Recorded(n, micros if micros is not None else since)
+    return n

@@ -283,16 +283,18 @@ def stream(
 
     restatements.ensure_table(spark, settings)
 
-    # The newest event time the view has seen, as far as this process knows: a
-    # lower bound that lets each batch read only silver's newest days for it.
-    since: list[int | None] = [None]
+    # The newest event time the view has seen, read from silver once and then
+    # carried from batch to batch: what decides whether a window was final.
+    watermark = restatements.Watermark()
 
     def each_batch(changes: DataFrame, batch_id: int) -> None:
         mine = changes.where(relevant).localCheckpoint(eager=True)
-        versions = mine.agg(F.min("_commit_version"), F.max("_commit_version")).first()
-        if versions is None or versions[1] is None:
+        stats = mine.agg(
+            F.min("_commit_version"), F.max("_commit_version"), restatements.newest_landed()
+        ).first()
+        if stats is None or stats[1] is None:
             return
-        first, last = versions
+        first, last, landed = stats
         # One snapshot of silver, the batch's last commit, for the recompute
         # and for placing restatements.
         silver = read_silver(spark, settings, int(last))
@@ -301,12 +303,14 @@ def stream(
             # Pre-images matter too: a replaced winner may leave a scope it was in.
             applied = apply_changes(spark, path, view, mine.drop(*lake.CDF_COLUMNS), silver)
             if applied.scopes:
-                recorded = restatements.record(
-                    spark, settings, view, mine, applied.silver, path, int(first), since[0]
+                restated = restatements.record(
+                    spark, settings, view, mine, applied.silver, path, int(first), watermark
                 )
-                since[0] = recorded.newest
         finally:
             spark.conf.unset(TAG_CONF)
+        # Only once the batch is done: a batch retried after a failure must see
+        # the watermark as it was before it.
+        watermark.advance(landed)
         faults.maybe_crash("view_after_commit", batch_id)
         if applied.scopes:
             log.info(
@@ -316,7 +320,7 @@ def stream(
                 batch_id,
                 applied.scopes,
                 int(last),
-                recorded.restatements,
+                restated,
             )
 
     writer = (

@@ -1,5 +1,6 @@
-"""The watermark's lookup and a live batch's reads, on silver as the lake lays it out:
-partitioned by event type and date, so both read only the days they need."""
+"""The watermark (read from silver once, then carried from batch to batch) and a live
+batch's reads, on silver as the lake lays it out: partitioned by event type and
+date, so a batch reads only the days it needs."""
 
 from __future__ import annotations
 
@@ -36,14 +37,42 @@ def _micros(spark, when) -> int:
     return int(micros[0])
 
 
-def test_the_newest_event_time_is_the_same_whatever_lower_bound_it_starts_from(spark, lake):
-    def newest(since):
-        (row,) = restatements.newest_before(spark, lake, VIEW, 1, since).collect()
-        return row["newest"]
+def test_a_stream_s_watermark_carried_forward_equals_silver_read_again(spark, lake, silver_df):
+    """A live batch never reads silver for the watermark once its stream knows it:
+    what each batch lands carries it forward, to the answer a read would give."""
+    path = silver.SILVER.path(lake)
 
-    assert newest(None) == at(hours=26)
-    for bound in (at(hours=-30), at(5), at(hours=26)):
-        assert newest(_micros(spark, bound)) == at(hours=26)
+    def newest_in_silver(version):
+        (row,) = restatements.newest_before(spark, lake, VIEW, version).collect()
+        return None if row["newest"] is None else _micros(spark, row["newest"])
+
+    watermark = restatements.Watermark()
+    watermark.advance(_micros(spark, at(hours=90)))
+    assert not watermark.known  # unknown stays unknown: the first batch reads silver
+    watermark.known, watermark.micros = True, newest_in_silver(1)
+    assert watermark.micros == _micros(spark, at(hours=26))
+    batches = [
+        # Older than the watermark: it stays.
+        [order("o4", at(hours=2), "4.00", event_id="b2-0")],
+        # Newer, but its Kafka timestamp vouches only for at(hours=30).
+        [
+            order("o5", at(hours=40), "5.00", kafka_timestamp=at(hours=30), event_id="b3-0"),
+            cart("c2", at(hours=60)),
+        ],
+    ]
+    for version, rows in enumerate(batches, start=2):
+        silver_df(rows).write.format("delta").mode("append").save(path)
+        changes = (
+            spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", version)
+            .load(path)
+            .where(F.col("event_type").isin(*VIEW.event_types))
+        )
+        (landed,) = changes.agg(restatements.newest_landed()).first()
+        watermark.advance(landed)
+        assert watermark.micros == newest_in_silver(version)
+    assert watermark.micros == _micros(spark, at(hours=30))
 
 
 def test_reads_of_a_live_batch_prune_silver_by_type_and_day(spark, lake):
@@ -55,9 +84,6 @@ def test_reads_of_a_live_batch_prune_silver_by_type_and_day(spark, lake):
     plan = narrowed._jdf.queryExecution().executedPlan().toString()
     assert "PartitionFilters: [" in plan and "event_date" in plan.split("PartitionFilters: [")[1]
     assert sorted(r.order_id for r in narrowed.collect()) == ["o1", "o2"]  # the cancel, o2
-    newest = restatements.newest_before(spark, lake, VIEW, 1, hour)
-    plan = newest._jdf.queryExecution().executedPlan().toString()
-    assert "event_date" in plan.split("PartitionFilters: [")[1]
 
 
 def test_an_event_from_a_fast_clock_cannot_finalise_on_time_windows(
@@ -72,7 +98,7 @@ def test_an_event_from_a_fast_clock_cannot_finalise_on_time_windows(
     silver_df([order("o1", at(1), "1.00"), ahead]).write.format("delta").mode("append").save(
         silver.SILVER.path(s)
     )
-    (row,) = restatements.newest_before(spark, s, VIEW, 1, None).collect()
+    (row,) = restatements.newest_before(spark, s, VIEW, 1).collect()
     assert row["newest"] == at(5)  # the fast event's Kafka timestamp, not its 23 h ahead
     on_time = silver_df([order("o2", at(6), "2.00"), order("o3", at(hours=-1, minutes=30), "3.00")])
     newest = spark.createDataFrame([(row["newest"],)], "newest timestamp")
