@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -36,8 +37,19 @@ def build_session(
         # RPC and block manager bind to spark.driver.bindAddress.
         os.environ["SPARK_LOCAL_IP"] = s.bind_host
         bind = {"spark.driver.bindAddress": s.bind_host, "spark.driver.host": s.bind_host}
+    events: dict[str, str] = {}
+    if s.spark_event_log_dir:
+        if "://" not in s.spark_event_log_dir:  # a local folder; Spark will not make it
+            Path(s.spark_event_log_dir).mkdir(parents=True, exist_ok=True)
+        events = {
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": s.spark_event_log_dir,
+            # Plain JSON lines, so jq or a few lines of Python can read them.
+            "spark.eventLog.compress": "false",
+        }
     conf = {
         "spark.master": s.spark_master,
+        **events,
         **bind,
         "spark.driver.memory": s.spark_driver_memory,
         "spark.jars": ",".join(jvm.spark_jars(s)),

@@ -72,6 +72,10 @@ class Settings:
     # than this: ingest has stalled (dead, stuck, or far behind), and "not copied
     # yet" has become "not being copied".
     ingest_lag_alert_s: float = 300.0
+    # Where every Spark application regauge starts writes Spark's event log (plain
+    # JSON lines: every job, stage and task with its duration and micro-batch),
+    # to profile a slow batch with; None writes none. `make bench` sets it.
+    spark_event_log_dir: str | None = None
     versions: Versions = field(default_factory=Versions)
 
     @property
@@ -171,6 +175,7 @@ OVERRIDES: dict[str, tuple[str, type]] = {
     "REGAUGE_INGEST_MAX_RECORDS_PER_BATCH": ("ingest_max_records_per_batch", int),
     "REGAUGE_BIND_HOST": ("bind_host", str),
     "REGAUGE_INGEST_LAG_ALERT_S": ("ingest_lag_alert_s", float),
+    "REGAUGE_SPARK_EVENT_LOG_DIR": ("spark_event_log_dir", str),
 }
 
 

@@ -5,8 +5,9 @@ JSON, the chart and the BENCHMARKS.md section."""
 from __future__ import annotations
 
 import json
+import os
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ QUIET_DAGS = ("regauge_watchdog", "regauge_audit")
 # yet, and Trino answering. The phases before run ingest, the replay and the
 # history in the bench's own JVM, with DuckDB beside it: reported apart.
 SERVING = "serving"
+EVENT_LOG_VAR = "REGAUGE_SPARK_EVENT_LOG_DIR"
 
 
 def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC) -> Report:
@@ -53,18 +55,12 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
                 streams.stop(settings, view, version)
             # An idle host still holds a JVM's memory.
             streams.stop_host(settings)
-            # The event log is what to profile a slow phase with (Spark's history UI reads it).
-            events_dir = settings.state_dir / "bench" / "spark-events"
-            events_dir.mkdir(parents=True, exist_ok=True)
+            # The event log is what to profile a slow phase with (Spark's history UI
+            # reads it): the bench's own phases, and the view host it starts later.
+            events_dir = str(settings.state_dir / "bench" / "spark-events")
+            os.environ[EVENT_LOG_VAR] = events_dir
             spark = build_session(
-                "regauge-bench",
-                settings,
-                extra_conf={
-                    "spark.eventLog.enabled": "true",
-                    "spark.eventLog.dir": str(events_dir),
-                    # Plain JSON lines, so jq or a few lines of Python can read them.
-                    "spark.eventLog.compress": "false",
-                },
+                "regauge-bench", replace(settings, spark_event_log_dir=events_dir)
             )
             spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "1000")
             report.machine = machine(spark)
@@ -108,6 +104,9 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
     finally:
         for dag, paused in was_paused.items():
             airflow.pause(dag, paused)
+        # The host the bench started logs every job; the one it leaves behind does not.
+        os.environ.pop(EVENT_LOG_VAR, None)
+        streams.stop_host(settings)
         if ingest_was_running:
             ingest_ctl.start(settings, None)
         else:
