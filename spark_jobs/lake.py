@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -83,6 +84,20 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
 def checkpoint_has_progress(spark: SparkSession, checkpoint: str) -> bool:
     """Whether a streaming query planned a batch in this checkpoint (so it resumes there)."""
     return any(name.isdigit() for name in list_names(spark, checkpoint + "/offsets"))
+
+
+def checkpoint_app_id(spark: SparkSession, checkpoint: str, prefix: str) -> str:
+    """The Delta txnAppId of one streaming checkpoint: new when the checkpoint is new.
+
+    A fixed id would make a fresh checkpoint (batch ids from 0 again) skip every
+    write as "already committed", so the id lives inside the checkpoint.
+    """
+    marker = checkpoint + "/regauge_txn_app_id"
+    known = (read_text(spark, marker) or "").strip()
+    if not known:
+        known = f"{prefix}-{uuid.uuid4()}"
+        write_text(spark, marker, known + "\n")
+    return known
 
 
 # The columns a change-feed row carries besides the table's own.

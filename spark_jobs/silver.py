@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -501,12 +500,7 @@ def app_id(spark: SparkSession, settings: Settings) -> str:
     A fixed id would make a fresh checkpoint (batch ids from 0 again) skip
     every write as "already committed", so the id lives inside the checkpoint.
     """
-    marker = SILVER.checkpoint(settings) + "/regauge_txn_app_id"
-    known = (lake.read_text(spark, marker) or "").strip()
-    if not known:
-        known = f"regauge-silver-{uuid.uuid4()}"
-        lake.write_text(spark, marker, known + "\n")
-    return known
+    return lake.checkpoint_app_id(spark, SILVER.checkpoint(settings), "regauge-silver")
 
 
 class WaitingForBronze(Exception):

@@ -47,7 +47,7 @@ RESTATEMENTS_SCHEMA = StructType(
         StructField("restated_at", TimestampType(), False),
     ]
 )
-_RESTATEMENT_KEY = ("view", "version", "window_start", "window_key", "event_id")
+RESTATEMENT_KEY = ("view", "version", "window_start", "window_key", "event_id")
 # The change-feed rows that put an event in silver.
 LANDED = ("insert", "update_postimage")
 
@@ -139,14 +139,23 @@ def record(
     gold_path: str,
     first_version: int,
     watermark: Watermark,
+    txn: tuple[str, int],
+    replaced: bool,
 ) -> int:
     """Record what a change-feed micro-batch (already limited to the view's event
-    types, from silver's commit `first_version` on) restated; idempotent (insert if
-    absent). Returns how many restatements it found.
+    types, from silver's commit `first_version` on) restated, exactly once.
+    Returns how many restatements it found.
 
     `silver` must hold every `of` event of the scopes the batch touched (it may
     hold no more: `View.narrowed`). `watermark` is as of the commit before
     `first_version`; if it is not known yet, it is read from silver here.
+
+    An event enters silver once, so the restatements of a batch that only
+    inserted events are new: they are appended under `txn` (the stream's
+    txnAppId and the batch id), which skips the append if a retry of the batch
+    already made it, and reads nothing of the table, however large it has
+    grown. A batch that `replaced` a winner (an event id already in silver,
+    maybe already restated) inserts only the rows not there yet, with a MERGE.
     """
     landed = changes.where(F.col("_change_type").isin(*LANDED)).drop(*lake.CDF_COLUMNS)
     if not watermark.known:
@@ -169,13 +178,26 @@ def record(
     gold = None if view.fixed_windows else spark.read.format("delta").load(gold_path)
     found = restated(view, landed, silver, gold, newest).localCheckpoint(eager=True)
     n = found.count()
-    if n:
+    if n and not replaced:
+        app_id, batch_id = txn
+        # A repeat after a conflicting commit is skipped if the first try landed.
+        lake.retry_on_conflict(
+            lambda: (
+                found.write.format("delta")
+                .mode("append")
+                .option("txnAppId", app_id)
+                .option("txnVersion", batch_id)
+                .save(RESTATEMENTS.path(settings))
+            ),
+            f"restatements of {view.table_name}",
+        )
+    elif n:
         # Insert-if-absent, so a retry after a concurrent commit is harmless.
         lake.retry_on_conflict(
             lambda: (
                 DeltaTable.forPath(spark, RESTATEMENTS.path(settings))
                 .alias("t")
-                .merge(found.alias("s"), lake.merge_condition(_RESTATEMENT_KEY))
+                .merge(found.alias("s"), lake.merge_condition(RESTATEMENT_KEY))
                 .whenNotMatchedInsertAll()
                 .execute()
             ),

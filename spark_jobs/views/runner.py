@@ -282,6 +282,8 @@ def stream(
     relevant = F.col("event_type").isin(*view.event_types) & (F.col("_commit_version") > floor)
 
     restatements.ensure_table(spark, settings)
+    # Restatements are appended once per batch under this id (see restatements.record).
+    app_id = lake.checkpoint_app_id(spark, checkpoint, f"regauge-{view.table_name}")
 
     # The newest event time the view has seen, read from silver once and then
     # carried from batch to batch: what decides whether a window was final.
@@ -290,11 +292,14 @@ def stream(
     def each_batch(changes: DataFrame, batch_id: int) -> None:
         mine = changes.where(relevant).localCheckpoint(eager=True)
         stats = mine.agg(
-            F.min("_commit_version"), F.max("_commit_version"), restatements.newest_landed()
+            F.min("_commit_version"),
+            F.max("_commit_version"),
+            restatements.newest_landed(),
+            F.count(F.when(F.col("_change_type") == "update_postimage", True)),
         ).first()
         if stats is None or stats[1] is None:
             return
-        first, last, landed = stats
+        first, last, landed, replaced = stats
         # One snapshot of silver, the batch's last commit, for the recompute
         # and for placing restatements.
         silver = read_silver(spark, settings, int(last))
@@ -304,7 +309,16 @@ def stream(
             applied = apply_changes(spark, path, view, mine.drop(*lake.CDF_COLUMNS), silver)
             if applied.scopes:
                 restated = restatements.record(
-                    spark, settings, view, mine, applied.silver, path, int(first), watermark
+                    spark,
+                    settings,
+                    view,
+                    mine,
+                    applied.silver,
+                    path,
+                    int(first),
+                    watermark,
+                    txn=(app_id, batch_id),
+                    replaced=replaced > 0,
                 )
         finally:
             spark.conf.unset(TAG_CONF)

@@ -108,3 +108,35 @@ def test_an_event_from_a_fast_clock_cannot_finalise_on_time_windows(
     uncapped = spark.createDataFrame([(at(hours=23),)], "newest timestamp")
     late = restatements.restated(VIEW, on_time, on_time, None, uncapped).collect()
     assert sorted(r.event_id for r in late) == ["e0", "e1"]
+
+
+def test_a_batch_run_again_after_a_crash_records_its_restatements_once(spark, lake, silver_df):
+    """Restatements are appended under the stream's txnAppId and the batch id: a batch
+    that committed and died before its checkpoint did, run again, adds none twice."""
+    from pathlib import Path
+
+    from spark_jobs.views import runner
+
+    runner.replay(spark, lake, VIEW)
+    # Long after its hour closed (the newest event is 26 h in): a restatement.
+    late = order("o-late", at(hours=-5), "9.00", event_id="late-1", offset=100)
+    silver_df([late]).write.format("delta").mode("append").save(silver.SILVER.path(lake))
+
+    def stream_once() -> list[int]:
+        query = runner.stream(spark, lake, VIEW, available_now=True)
+        query.awaitTermination()
+        return [p.batchId for p in query.recentProgress if p.numInputRows]
+
+    def restated() -> list[tuple]:
+        table = spark.read.format("delta").load(restatements.RESTATEMENTS.path(lake))
+        return sorted((r.event_id, r.window_start) for r in table.collect())
+
+    assert stream_once() == [0]
+    once = restated()
+    assert [e for e, _ in once] == ["late-1"]
+    # The crash: the batch's commits landed, its checkpoint commit did not.
+    commits = Path(runner.gold_table(VIEW).checkpoint(lake)) / "commits"
+    for name in ("0", ".0.crc"):
+        (commits / name).unlink()
+    assert stream_once() == [0]  # the same batch, run again
+    assert restated() == once
