@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from delta.exceptions import (
@@ -153,6 +154,25 @@ def ensure_table(
 def merge_condition(key: tuple[str, ...] | list[str]) -> str:
     """`t.a = s.a AND t.b = s.b`: a MERGE's match on key columns, target `t`, source `s`."""
     return " AND ".join(f"t.{k} = s.{k}" for k in key)
+
+
+_MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
+
+
+@contextlib.contextmanager
+def source_checkpointed(spark: SparkSession) -> Iterator[None]:
+    """For a MERGE whose source is already materialised (a localCheckpoint): Delta
+    copies a source it cannot prove unchanged between its two passes, which costs
+    a Spark job per MERGE; this one cannot change."""
+    before = spark.conf.get(_MATERIALIZE_SOURCE, None)
+    spark.conf.set(_MATERIALIZE_SOURCE, "none")
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(_MATERIALIZE_SOURCE)
+        else:
+            spark.conf.set(_MATERIALIZE_SOURCE, before)
 
 
 def retry_on_conflict(

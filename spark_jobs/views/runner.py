@@ -101,17 +101,18 @@ def apply_changes(
     values: dict[str, str | Column] = {f.name: f"s.{f.name}" for f in view.schema.fields}
     # Replacing whole scopes is safe to repeat after a conflicting commit
     # (table maintenance, an operator's fix) aborted the first try.
-    lake.retry_on_conflict(
-        lambda: (
-            gold.alias("t")
-            .merge(source.alias("s"), lake.merge_condition(key))
-            .whenMatchedDelete(condition="s._op = 'delete'")
-            .whenMatchedUpdate(condition="s._op = 'upsert'", set=values)
-            .whenNotMatchedInsert(condition="s._op = 'upsert'", values=values)
-            .execute()
-        ),
-        f"{view.table_name}: replacing {n_scopes} scopes",
-    )
+    with lake.source_checkpointed(spark):
+        lake.retry_on_conflict(
+            lambda: (
+                gold.alias("t")
+                .merge(source.alias("s"), lake.merge_condition(key))
+                .whenMatchedDelete(condition="s._op = 'delete'")
+                .whenMatchedUpdate(condition="s._op = 'upsert'", set=values)
+                .whenNotMatchedInsert(condition="s._op = 'upsert'", values=values)
+                .execute()
+            ),
+            f"{view.table_name}: replacing {n_scopes} scopes",
+        )
     return Applied(n_scopes, silver)
 
 
