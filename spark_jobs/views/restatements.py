@@ -12,6 +12,7 @@ each micro-batch's MERGE; the view's declared scope says where an event lands.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -58,10 +59,49 @@ def vouched_time() -> Column:
     return F.least("event_time", "kafka_timestamp")
 
 
-def newest_landed() -> Column:
-    """Aggregate over change-feed rows: the newest time (UTC microseconds) the events
-    they put in silver vouch for; null if they put none."""
-    return F.unix_micros(F.max(F.when(F.col("_change_type").isin(*LANDED), vouched_time())))
+class Landed(NamedTuple):
+    """What a change-feed micro-batch put in silver, as far as restatements care."""
+
+    # The newest time (UTC microseconds) its events vouch for (None: it put none).
+    newest: int | None
+    # The earliest event time (UTC microseconds) of its `of` events (an order, a
+    # cart event), and how many linked events (a cancellation) it put.
+    earliest_of: int | None
+    linked: int
+    # Winners it replaced: event ids already in silver.
+    replaced: int
+
+    @staticmethod
+    def columns(view: View) -> list[Column]:
+        """Aggregates over the batch's change-feed rows, in the fields' order."""
+        landed = F.col("_change_type").isin(*LANDED)
+        of = landed & F.col("event_type").isin(*view.scope.of)
+        linked = landed & F.col("event_type").isin(*view.scope.linked)
+        return [
+            F.unix_micros(F.max(F.when(landed, vouched_time()))),
+            F.unix_micros(F.min(F.when(of, F.col("event_time")))),
+            F.count(F.when(linked, True)),
+            F.count(F.when(F.col("_change_type") == "update_postimage", True)),
+        ]
+
+
+def can_restate(view: View, newest: int | None, landed: Landed) -> bool:
+    """Whether a batch could restate a final window, by its summary alone.
+
+    A window is final once its end is at or before the watermark: `newest`, the
+    newest time seen before the batch, minus the allowed lateness. An `of`
+    event lands in a window that ends after its own time, so if the earliest of
+    them is past that point none can restate anything. A linked event lands in
+    the windows of the events it links to, which may be old: so any linked
+    event may restate.
+    """
+    if newest is None:
+        return False
+    if landed.linked:
+        return True
+    if landed.earliest_of is None:
+        return False
+    return landed.earliest_of <= newest - int(view.allowed_lateness.total_seconds() * 1_000_000)
 
 
 def restated(
@@ -125,7 +165,7 @@ class Watermark:
     micros: int | None = None
 
     def advance(self, landed: int | None) -> None:
-        """Take in a batch's `newest_landed` (once the batch is done)."""
+        """Take in a batch's `Landed.newest` (once the batch is done)."""
         if self.known and landed is not None:
             self.micros = landed if self.micros is None else max(self.micros, landed)
 
@@ -140,7 +180,7 @@ def record(
     first_version: int,
     watermark: Watermark,
     txn: tuple[str, int],
-    replaced: bool,
+    summary: Landed,
 ) -> int:
     """Record what a change-feed micro-batch (already limited to the view's event
     types, from silver's commit `first_version` on) restated, exactly once.
@@ -154,8 +194,9 @@ def record(
     inserted events are new: they are appended under `txn` (the stream's
     txnAppId and the batch id), which skips the append if a retry of the batch
     already made it, and reads nothing of the table, however large it has
-    grown. A batch that `replaced` a winner (an event id already in silver,
+    grown. A batch that replaced a winner (an event id already in silver,
     maybe already restated) inserts only the rows not there yet, with a MERGE.
+    A batch that cannot restate anything (`can_restate`) costs no Spark job.
     """
     landed = changes.where(F.col("_change_type").isin(*LANDED)).drop(*lake.CDF_COLUMNS)
     if not watermark.known:
@@ -165,20 +206,16 @@ def record(
             ).first() or (None,)
         watermark.known = True
     micros = watermark.micros
-    if micros is None:
+    if micros is None or not can_restate(view, micros, summary):
         return 0
     # As a literal: no second pass over silver where it is used.
-    newest = spark.range(1).select(
-        F.timestamp_micros(F.lit(micros)).alias("newest")
-        if micros is not None
-        else F.lit(None).cast("timestamp").alias("newest")
-    )
+    newest = spark.range(1).select(F.timestamp_micros(F.lit(micros)).alias("newest"))
     # Read after this batch's MERGE: a session is placed in gold as recomputed
     # (fixed windows, an hour say, are placed from the event alone).
     gold = None if view.fixed_windows else spark.read.format("delta").load(gold_path)
     found = restated(view, landed, silver, gold, newest).localCheckpoint(eager=True)
     n = found.count()
-    if n and not replaced:
+    if n and not summary.replaced:
         app_id, batch_id = txn
         # A repeat after a conflicting commit is skipped if the first try landed.
         lake.retry_on_conflict(

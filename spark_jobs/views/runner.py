@@ -295,12 +295,12 @@ def stream(
         stats = mine.agg(
             F.min("_commit_version"),
             F.max("_commit_version"),
-            restatements.newest_landed(),
-            F.count(F.when(F.col("_change_type") == "update_postimage", True)),
+            *restatements.Landed.columns(view),
         ).first()
         if stats is None or stats[1] is None:
             return
-        first, last, landed, replaced = stats
+        first, last = stats[0], stats[1]
+        landed = restatements.Landed(*stats[2:])
         # One snapshot of silver, the batch's last commit, for the recompute
         # and for placing restatements.
         silver = read_silver(spark, settings, int(last))
@@ -319,13 +319,13 @@ def stream(
                     int(first),
                     watermark,
                     txn=(app_id, batch_id),
-                    replaced=replaced > 0,
+                    summary=landed,
                 )
         finally:
             spark.conf.unset(TAG_CONF)
         # Only once the batch is done: a batch retried after a failure must see
         # the watermark as it was before it.
-        watermark.advance(landed)
+        watermark.advance(landed.newest)
         faults.maybe_crash("view_after_commit", batch_id)
         if applied.scopes:
             log.info(

@@ -69,8 +69,8 @@ def test_a_stream_s_watermark_carried_forward_equals_silver_read_again(spark, la
             .load(path)
             .where(F.col("event_type").isin(*VIEW.event_types))
         )
-        (landed,) = changes.agg(restatements.newest_landed()).first()
-        watermark.advance(landed)
+        landed = restatements.Landed(*changes.agg(*restatements.Landed.columns(VIEW)).first())
+        watermark.advance(landed.newest)
         assert watermark.micros == newest_in_silver(version)
     assert watermark.micros == _micros(spark, at(hours=30))
 
@@ -140,3 +140,25 @@ def test_a_batch_run_again_after_a_crash_records_its_restatements_once(spark, la
         (commits / name).unlink()
     assert stream_once() == [0]  # the same batch, run again
     assert restated() == once
+
+
+def test_a_batch_of_on_time_events_cannot_restate_and_costs_no_job():
+    """The summary alone rules a batch out: every `of` event it landed is past the
+    watermark, so every window it lands in ends past it too. A linked event (a
+    cancellation) lands in its order's window, however old: never ruled out."""
+    hour = 3_600_000_000
+    newest = 100 * hour  # the watermark is 98 h: two hours of allowed lateness
+    assert VIEW.allowed_lateness.total_seconds() == 2 * 3600
+
+    def landed(earliest_of, linked=0):
+        return restatements.Landed(newest=None, earliest_of=earliest_of, linked=linked, replaced=0)
+
+    assert not restatements.can_restate(VIEW, newest, landed(98 * hour + 1))
+    # At the watermark, an event's window (ending after it) may still be final
+    # for a view whose windows end at their last event: not ruled out.
+    assert restatements.can_restate(VIEW, newest, landed(98 * hour))
+    assert restatements.can_restate(VIEW, newest, landed(10 * hour))
+    assert restatements.can_restate(VIEW, newest, landed(99 * hour, linked=1))
+    assert restatements.can_restate(VIEW, newest, landed(None, linked=1))
+    assert not restatements.can_restate(VIEW, newest, landed(None))  # nothing landed
+    assert not restatements.can_restate(VIEW, None, landed(10 * hour))  # nothing seen before
