@@ -24,7 +24,6 @@ from typing import Any
 
 from warehouse.base.settings import Settings
 from warehouse.ops import lag, streams
-from warehouse.ops.stack import process
 from warehouse.ops.stack.process import ServiceError
 
 log = logging.getLogger(__name__)
@@ -83,25 +82,18 @@ def start(settings: Settings, trigger: str | None, timeout: float = 240.0) -> in
     # A status file left by an earlier run would say "running" before this one does.
     status_file(settings).unlink(missing_ok=True)
     host_pid, _ = streams.start_host(settings)
-    host = streams.host(settings)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if host.pid() is None:
-            raise ServiceError(
-                f"the view host (pid {host_pid}) died while starting ingest; its log ends "
-                f"with:\n{process.tail(host.log)}"
-            )
+
+    def state() -> dict[str, Any]:
+        # Running once both queries say so (the host's thread runs sooner); failed
+        # as the host says.
         if _running(read_status(settings)):
-            print(f"ingest running in the view host (pid {host_pid}); log: {host.log}")
-            return host_pid
-        state = _host_state(settings)
-        if state.get("state") == "failed":
-            raise ServiceError(
-                f"ingest failed to start in the view host: {state.get('error')}; "
-                f"the host retries it; see {host.log}"
-            )
-        time.sleep(0.5)
-    raise ServiceError(f"ingest did not start within {timeout:.0f} s; see {host.log}")
+            return {"state": "running"}
+        host_state = _host_state(settings)
+        return host_state if host_state.get("state") == "failed" else {}
+
+    host_pid = streams.wait_in_host(settings, host_pid, "ingest", state, timeout)
+    print(f"ingest running in the view host (pid {host_pid}); log: {streams.host(settings).log}")
+    return host_pid
 
 
 def stop(settings: Settings, timeout: float = 90.0) -> bool:

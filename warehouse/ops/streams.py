@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,25 +136,42 @@ def start(settings: Settings, view: str, version: int, timeout: float = 300.0) -
         return f"{view} v{version} stream already running (view host pid {running})"
     want(settings, view, version, True)
     host_pid, _ = start_host(settings)
+    now_pid = wait_in_host(
+        settings, host_pid, name, lambda: _queries(settings)[1].get(name, {}), timeout
+    )
+    return f"{view} v{version} stream started (view host pid {now_pid})"
+
+
+def wait_in_host(
+    settings: Settings,
+    host_pid: int,
+    what: str,
+    state: Callable[[], dict[str, Any]],
+    timeout: float,
+) -> int:
+    """Wait until `state()` (what the host says of `what`) is running; the host's pid.
+
+    Raises at once if the host dies or reports `what` failed (it retries it
+    after a backoff), and after `timeout`."""
     h = host(settings)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        now_pid, queries = _queries(settings)
+        now_pid = h.pid()
         if now_pid is None:
             raise ServiceError(
-                f"the view host (pid {host_pid}) died while starting {name}; its log ends "
+                f"the view host (pid {host_pid}) died while starting {what}; its log ends "
                 f"with:\n{process.tail(h.log)}"
             )
-        q = queries.get(name, {})
-        if q.get("state") == "running":
-            return f"{view} v{version} stream started (view host pid {now_pid})"
-        if q.get("state") == "failed":
+        st = state()
+        if st.get("state") == "running":
+            return now_pid
+        if st.get("state") == "failed":
             raise ServiceError(
-                f"{name} failed to start in the view host: {q.get('error')}; "
+                f"{what} failed to start in the view host: {st.get('error')}; "
                 f"the host retries it; see {h.log}"
             )
         time.sleep(0.5)
-    raise ServiceError(f"{name} did not start within {timeout:.0f} s; see {h.log}")
+    raise ServiceError(f"{what} did not start within {timeout:.0f} s; see {h.log}")
 
 
 def stop(settings: Settings, view: str, version: int, timeout: float = 90.0) -> str:
