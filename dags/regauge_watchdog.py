@@ -1,6 +1,7 @@
-"""regauge_watchdog: every minute, restart ingest if it is wanted (started and not
-stopped on purpose) and died, then the live stream of any ready or serving view
-version that died (and stop streams of failed or retired ones)."""
+"""regauge_watchdog: every minute, restart the view host if it died while ingest was
+wanted (started and not stopped on purpose; the host brings ingest back), then
+the live stream of any ready or serving view version that died (and stop streams
+of failed or retired ones)."""
 
 from __future__ import annotations
 

@@ -251,13 +251,17 @@ def run(
     """
     trigger = trigger or settings.trigger_interval
     listener = ProgressLog(status_file)
-    spark.streams.addListener(listener)
-    prepare(spark, settings)
     queries: dict[str, StreamingQuery] = {}
     failures = dict.fromkeys(QUERIES, 0)
     retry_at = dict.fromkeys(QUERIES, 0.0)
-    log.info("ingest running: %s -> bronze -> silver, trigger every %s", registry.TOPIC, trigger)
+    # Inside the try: the view host runs this again after a failed start, in the
+    # same application, and must not gather one listener per try.
+    spark.streams.addListener(listener)
     try:
+        prepare(spark, settings)
+        log.info(
+            "ingest running: %s -> bronze -> silver, trigger every %s", registry.TOPIC, trigger
+        )
         while not stop.is_set():
             for name in QUERIES:
                 query = queries.get(name)

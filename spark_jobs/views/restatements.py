@@ -156,18 +156,24 @@ class Watermark:
     Read from silver once, at the stream's first batch with scopes (`record`);
     then each batch carries it forward with what it landed (`advance`). That is
     the same answer as reading silver again, because the stream sees every
-    change silver makes to the view's events, and silver only grows: a replaced
-    winner keeps its content. So a live batch reads no silver for it, however
+    change silver makes to the view's events, and a batch that only inserts
+    events can only raise the maximum. A batch that replaced a winner may have
+    taken away the event that set it (the earlier record of an id can carry an
+    older Kafka timestamp, or other content), so after one the next batch
+    reads silver again. A live batch otherwise reads no silver for it, however
     long the history.
     """
 
     known: bool = False
     micros: int | None = None
 
-    def advance(self, landed: int | None) -> None:
-        """Take in a batch's `Landed.newest` (once the batch is done)."""
-        if self.known and landed is not None:
-            self.micros = landed if self.micros is None else max(self.micros, landed)
+    def advance(self, landed: Landed) -> None:
+        """Take in what a batch landed (once the batch is done)."""
+        if landed.replaced:
+            self.known, self.micros = False, None
+        elif self.known and landed.newest is not None:
+            new = landed.newest
+            self.micros = new if self.micros is None else max(self.micros, new)
 
 
 def record(
@@ -213,7 +219,13 @@ def record(
     # Read after this batch's MERGE: a session is placed in gold as recomputed
     # (fixed windows, an hour say, are placed from the event alone).
     gold = None if view.fixed_windows else spark.read.format("delta").load(gold_path)
-    found = restated(view, landed, silver, gold, newest).localCheckpoint(eager=True)
+    # One row per key: a cancellation lands once per order it cancels, and two
+    # orders may share an id and an hour.
+    found = (
+        restated(view, landed, silver, gold, newest)
+        .dropDuplicates(list(RESTATEMENT_KEY))
+        .localCheckpoint(eager=True)
+    )
     n = found.count()
     if n and not summary.replaced:
         app_id, batch_id = txn
@@ -230,14 +242,15 @@ def record(
         )
     elif n:
         # Insert-if-absent, so a retry after a concurrent commit is harmless.
-        lake.retry_on_conflict(
-            lambda: (
-                DeltaTable.forPath(spark, RESTATEMENTS.path(settings))
-                .alias("t")
-                .merge(found.alias("s"), lake.merge_condition(RESTATEMENT_KEY))
-                .whenNotMatchedInsertAll()
-                .execute()
-            ),
-            f"restatements of {view.table_name}",
-        )
+        with lake.source_checkpointed(spark):
+            lake.retry_on_conflict(
+                lambda: (
+                    DeltaTable.forPath(spark, RESTATEMENTS.path(settings))
+                    .alias("t")
+                    .merge(found.alias("s"), lake.merge_condition(RESTATEMENT_KEY))
+                    .whenNotMatchedInsertAll()
+                    .execute()
+                ),
+                f"restatements of {view.table_name}",
+            )
     return n

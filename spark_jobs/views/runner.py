@@ -325,7 +325,7 @@ def stream(
             spark.conf.unset(TAG_CONF)
         # Only once the batch is done: a batch retried after a failure must see
         # the watermark as it was before it.
-        watermark.advance(landed.newest)
+        watermark.advance(landed)
         faults.maybe_crash("view_after_commit", batch_id)
         if applied.scopes:
             log.info(

@@ -65,8 +65,24 @@ def _host_state(settings: Settings) -> dict[str, Any]:
     return dict(streams.host(settings).read_status().get("ingest") or {})
 
 
+def failure(settings: Settings) -> str | None:
+    """Why ingest is not running in the host, if it failed (None if it runs or is not asked)."""
+    if streams.host(settings).pid() is None:
+        return None
+    state = _host_state(settings)
+    return str(state.get("error")) if state.get("state") == "failed" else None
+
+
 def _running(status: dict[str, Any]) -> bool:
     return all(status.get(q, {}).get("state") == "running" for q in QUERIES)
+
+
+def asked_at(settings: Settings) -> int | None:
+    """When ingest was last asked for (the marker's mtime, ns): each `start` is news."""
+    try:
+        return _wanted(settings).stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
 
 
 def start(settings: Settings, trigger: str | None, timeout: float = 240.0) -> int:
@@ -79,6 +95,7 @@ def start(settings: Settings, trigger: str | None, timeout: float = 240.0) -> in
     if running is not None and _running(read_status(settings)):
         print(f"ingest already running in the view host (pid {running})")
         return running
+    asked = asked_at(settings)
     # A status file left by an earlier run would say "running" before this one does.
     status_file(settings).unlink(missing_ok=True)
     host_pid, _ = streams.start_host(settings)
@@ -89,7 +106,8 @@ def start(settings: Settings, trigger: str | None, timeout: float = 240.0) -> in
         if _running(read_status(settings)):
             return {"state": "running"}
         host_state = _host_state(settings)
-        return host_state if host_state.get("state") == "failed" else {}
+        failed = host_state.get("state") == "failed" and host_state.get("asked") == asked
+        return host_state if failed else {}
 
     host_pid = streams.wait_in_host(settings, host_pid, "ingest", state, timeout)
     print(f"ingest running in the view host (pid {host_pid}); log: {streams.host(settings).log}")
@@ -99,8 +117,8 @@ def start(settings: Settings, trigger: str | None, timeout: float = 240.0) -> in
 def stop(settings: Settings, timeout: float = 90.0) -> bool:
     """Ask the host to stop ingest between micro-batches and no longer want it, so the
     watchdog leaves it stopped. False if it was not running."""
-    _wanted(settings).unlink(missing_ok=True)
     was_running = pid(settings) is not None
+    _wanted(settings).unlink(missing_ok=True)
     host = streams.host(settings)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -141,7 +159,9 @@ def describe(settings: Settings, *, kafka_up: bool = True) -> tuple[bool, str]:
     where = f"in the view host, pid {running}" if running else "not running"
     lines = [f"ingest: {where} (log {host.log})"]
     if state.get("state") == "failed":
-        lines.append(f"  failed: {state.get('error')}; retrying in {state.get('retry_in_s')} s")
+        retry = state.get("retry_in_s")
+        when = f"retrying in {retry} s" if retry is not None else "`regauge ingest start` retries"
+        lines.append(f"  failed: {state.get('error')}; {when}")
     status = read_status(settings)
     copied = status.get("bronze", {}).get("copied")
     if not kafka_up:

@@ -12,6 +12,7 @@ host should run, and it runs it with the same code as the foreground commands.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import sys
@@ -20,6 +21,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from pyspark import InheritableThread
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -142,7 +144,12 @@ class _Supervised:
 
     def failed_state(self) -> dict[str, Any]:
         if self.error is not None:
-            retry_in = round(max(0.0, self.retry_at - time.monotonic()), 1)
+            # None: it waits for an operator, not for a backoff.
+            retry_in = (
+                round(max(0.0, self.retry_at - time.monotonic()), 1)
+                if self.retry_at != math.inf
+                else None
+            )
             return {"state": "failed", "error": self.error, "retry_in_s": retry_in}
         return {"state": "starting"}
 
@@ -192,10 +199,14 @@ class _HostedIngest(_Supervised):
 
     def __init__(self) -> None:
         super().__init__("ingest")
-        self.thread: threading.Thread | None = None
+        self.thread: InheritableThread | None = None
         self.trigger: str | None = None
+        # The `wanted` marker's mtime when last looked at: a new `ingest start`.
+        self.asked: int | None = None
         self._stop = threading.Event()
         self._outcome: str | None = None
+        # A gap in the log: never retried on its own (see check).
+        self._data_loss = False
 
     @property
     def active(self) -> bool:
@@ -209,9 +220,11 @@ class _HostedIngest(_Supervised):
             self.failed(str(exc))
             return
         self._stop, self._outcome, self.trigger = threading.Event(), None, trigger
+        self._data_loss = False
         session = spark.newSession()
-        self.thread = threading.Thread(
-            target=self._run, args=(session, settings), name="regauge-ingest", daemon=True
+        # PySpark's thread: its JVM thread is released with it.
+        self.thread = InheritableThread(
+            self._run, args=(session, settings), name="regauge-ingest", daemon=True
         )
         self.thread.start()
         self.started()
@@ -227,6 +240,8 @@ class _HostedIngest(_Supervised):
                 trigger=self.trigger,
                 status_file=ingest_ctl.status_file(settings),
             )
+        except ingest.DataLossError as exc:
+            self._data_loss, self._outcome = True, str(exc)
         except Exception as exc:
             log.error("ingest stopped: %s", exc)
             self._outcome = f"{type(exc).__name__}: {exc}"
@@ -234,10 +249,24 @@ class _HostedIngest(_Supervised):
             self._outcome = "stopped"
 
     def check(self) -> None:
-        """If the thread ended without being asked to, record why (and back off)."""
-        if self.thread is not None and not self.thread.is_alive():
-            self.thread = None
+        """If the thread ended without being asked to, record why and back off; after
+        a gap in the log, stop for good and let go of the lake, so the operator's
+        `ingest-once --accept-data-loss` can run, until the next `ingest start`."""
+        if self.thread is None or self.thread.is_alive():
+            return
+        self.thread = None
+        if not self._data_loss:
             self.failed(self._outcome or "stopped")
+            return
+        log.error("ingest stopped: %s", self._outcome)
+        # Whole, not cut to a line's length: its last sentence says what to do.
+        self.error, self.retry_at = self._outcome or "a gap in the log", math.inf
+        self.release_writer()
+
+    def asked_again(self, asked: int | None) -> None:
+        """A new `ingest start` (the marker rewritten): try at once, whatever failed before."""
+        if asked != self.asked:
+            self.asked, self.retry_at, self.failures = asked, 0.0, 0
 
     def release(self) -> None:
         if self.thread is not None:
@@ -249,9 +278,15 @@ class _HostedIngest(_Supervised):
         self.release_writer()
 
     def state(self) -> dict[str, Any]:
+        # `asked`: which `ingest start` this answers (a failure before it is old news).
         if self.active:
-            return {"state": "running", "since": self.since, "trigger": self.trigger}
-        return self.failed_state()
+            return {
+                "state": "running",
+                "since": self.since,
+                "trigger": self.trigger,
+                "asked": self.asked,
+            }
+        return {**self.failed_state(), "asked": self.asked}
 
 
 def run_view_host(settings: Settings) -> int:
@@ -334,6 +369,7 @@ def _supervise_ingest(spark: SparkSession, settings: Settings, ingesting: _Hoste
         ingesting.error = None
         return
     ingesting.check()
+    ingesting.asked_again(ingest_ctl.asked_at(settings))
     if ingesting.active:
         if ingesting.since and (datetime.now(UTC) - ingesting.since).total_seconds() > _SETTLED_S:
             ingesting.failures = 0

@@ -104,16 +104,17 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
     finally:
         for dag, paused in was_paused.items():
             airflow.pause(dag, paused)
-        # The host the bench started logs every job; the one it leaves behind does not.
+        # The host the bench started logs every job; the one it leaves behind does not,
+        # and runs only what ran before.
         os.environ.pop(EVENT_LOG_VAR, None)
+        for view, version in streams.wanted(settings):
+            if (view, version) not in running_streams:
+                streams.want(settings, view, version, False)
         streams.stop_host(settings)
         if ingest_was_running:
             ingest_ctl.start(settings, None)
         else:
             ingest_ctl.stop(settings)
-        for s in streams.known(settings):
-            if s.pid and (s.view, s.version) not in running_streams:
-                streams.stop(settings, s.view, s.version)
         for view, version in running_streams:
             streams.start(settings, view, version)
         if not running_streams and not ingest_was_running:
