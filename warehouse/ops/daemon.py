@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from warehouse.base.settings import REPO_ROOT
 from warehouse.ops.stack import process
 from warehouse.ops.stack.process import PidFile, Proc, ServiceError
 
@@ -78,7 +79,11 @@ class Daemon:
             if pid is not None:
                 return pid, False
             self.status_file.unlink(missing_ok=True)
-            pid = process.spawn(Proc(self.name, self.argv()), self.pidfile, self.log)
+            # In the project's folder, not the caller's: an Airflow task runs in a
+            # temporary folder that is deleted when it ends, and a daemon it starts
+            # outlives it (Spark fails to start in a folder that is gone).
+            proc = Proc(self.name, self.argv(), cwd=REPO_ROOT)
+            pid = process.spawn(proc, self.pidfile, self.log)
         if not process.wait_until(
             lambda: ready(self.read_status()), timeout, alive=lambda: self.pid() is not None
         ):

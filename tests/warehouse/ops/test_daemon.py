@@ -5,6 +5,7 @@ start|stop` steer the view host."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
@@ -77,6 +78,23 @@ def test_two_starts_at_once_launch_one_daemon(tmp_path):
     finally:
         assert d.stop(5)
     assert d.pid() is None
+
+
+def test_a_daemon_runs_in_the_project_folder_not_its_launcher_s(tmp_path, monkeypatch):
+    """The watchdog starts the view host from an Airflow task, whose temporary folder
+    is deleted when the task ends; a daemon left in it could not start Spark."""
+    from warehouse.base.settings import REPO_ROOT
+
+    launcher = tmp_path / "task-folder"
+    launcher.mkdir()
+    monkeypatch.chdir(launcher)
+    d = _Sleeper("probe", tmp_path / "state", ())
+    try:
+        pid, started = d.start(lambda st: bool(st), 30)
+        assert started
+        assert Path(f"/proc/{pid}/cwd").resolve() == REPO_ROOT.resolve()
+    finally:
+        assert d.stop(5)
 
 
 def test_ingest_is_wanted_from_start_until_stop_unless_kept(tmp_path):
