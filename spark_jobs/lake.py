@@ -82,6 +82,30 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
         raise OSError(f"could not write {path}")
 
 
+def exists(spark: SparkSession, path: str) -> bool:
+    """Whether a file or directory exists."""
+    hadoop_path, fs = _fs(spark, path)
+    return bool(fs.exists(hadoop_path))
+
+
+def delete_tree(spark: SparkSession, path: str) -> None:
+    """Remove a directory and everything under it; nothing if it does not exist."""
+    hadoop_path, fs = _fs(spark, path)
+    if fs.exists(hadoop_path):
+        fs.delete(hadoop_path, True)
+
+
+def move(spark: SparkSession, src: str, dest: str) -> None:
+    """Move a directory (a rename locally; a copy and delete on an object store)."""
+    source, fs = _fs(spark, src)
+    target, _ = _fs(spark, dest)
+    if not fs.exists(source):
+        raise FileNotFoundError(f"cannot move {src}: it does not exist")
+    fs.mkdirs(target.getParent())
+    if not fs.rename(source, target):
+        raise OSError(f"could not move {src} to {dest}")
+
+
 def checkpoint_has_progress(spark: SparkSession, checkpoint: str) -> bool:
     """Whether a streaming query planned a batch in this checkpoint (so it resumes there)."""
     return any(name.isdigit() for name in list_names(spark, checkpoint + "/offsets"))

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import NamedTuple
 
 from delta.tables import DeltaTable
@@ -274,7 +272,7 @@ def stream(
     path = table.path(settings)
     ensure_gold(spark, path, view)
     checkpoint = table.checkpoint(settings)
-    floor = replayed_through(settings, view)
+    floor = replayed_through(spark, settings, view)
     # A change feed cannot start at a version that does not exist yet, so the
     # stream starts *at* the replay's commit and skips it and everything before.
     reader = spark.readStream.format("delta").option("readChangeFeed", "true")
@@ -352,23 +350,23 @@ def stream(
     return writer.start()
 
 
-def has_checkpoint(settings: Settings, view: View) -> bool:
-    return (Path(gold_table(view).checkpoint(settings)) / "offsets").is_dir()
+def has_checkpoint(spark: SparkSession, settings: Settings, view: View) -> bool:
+    return lake.exists(spark, gold_table(view).checkpoint(settings) + "/offsets")
 
 
-def can_stream(settings: Settings, view: View) -> bool:
+def can_stream(spark: SparkSession, settings: Settings, view: View) -> bool:
     """Whether a stream knows where to start: its checkpoint, or its replay's marker."""
-    return has_checkpoint(settings, view) or replayed_through(settings, view) >= 0
+    return has_checkpoint(spark, settings, view) or replayed_through(spark, settings, view) >= 0
 
 
-def _marker(settings: Settings, view: View) -> Path:
-    return Path(gold_table(view).checkpoint(settings)) / "regauge_replayed_through"
+def _marker(settings: Settings, view: View) -> str:
+    return gold_table(view).checkpoint(settings) + "/regauge_replayed_through"
 
 
-def replayed_through(settings: Settings, view: View) -> int:
+def replayed_through(spark: SparkSession, settings: Settings, view: View) -> int:
     """The silver version the view's last replay was built from (-1: none)."""
-    marker = _marker(settings, view)
-    return int(marker.read_text()) if marker.exists() else -1
+    text = lake.read_text(spark, _marker(settings, view))
+    return int(text) if text else -1
 
 
 def replay(spark: SparkSession, settings: Settings, view: View, source: str = "bronze") -> int:
@@ -377,11 +375,9 @@ def replay(spark: SparkSession, settings: Settings, view: View, source: str = "b
     Clears the view's stream checkpoint and leaves the position beside it, so
     the stream started next (`stream`) continues right after it.
     """
-    checkpoint = Path(gold_table(view).checkpoint(settings))
-    shutil.rmtree(checkpoint, ignore_errors=True)
+    lake.delete_tree(spark, gold_table(view).checkpoint(settings))
     version = batch(spark, settings, view, source=source)
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    _marker(settings, view).write_text(f"{version}\n")
+    lake.write_text(spark, _marker(settings, view), f"{version}\n")
     return version
 
 

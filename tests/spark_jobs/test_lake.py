@@ -69,3 +69,25 @@ def test_a_write_that_conflicts_is_tried_again_and_other_errors_are_not():
 
     with pytest.raises(ConcurrentAppendException):
         lake.retry_on_conflict(always, "a merge", attempts=2, backoff_s=0.01)
+
+
+def test_files_beside_the_tables_are_reached_through_hadoops_filesystem(spark, tmp_path):
+    """Markers, checkpoints and archives go through the same calls for a local
+    folder and an s3a:// bucket; here, the local folder."""
+    root = str(tmp_path)
+    lake.write_text(spark, f"{root}/ckpt/marker", "41\n")
+    lake.write_text(spark, f"{root}/ckpt/marker", "42\n")  # replaced whole
+    assert lake.read_text(spark, f"{root}/ckpt/marker") == "42\n"
+    assert lake.exists(spark, f"{root}/ckpt") and not lake.exists(spark, f"{root}/nope")
+    assert lake.read_text(spark, f"{root}/nope") is None
+
+    lake.move(spark, f"{root}/ckpt", f"{root}/_archive/checkpoint/x@1")
+    assert not lake.exists(spark, f"{root}/ckpt")
+    assert lake.list_names(spark, f"{root}/_archive/checkpoint") == ["x@1"]
+    assert lake.read_text(spark, f"{root}/_archive/checkpoint/x@1/marker") == "42\n"
+
+    lake.delete_tree(spark, f"{root}/_archive")
+    lake.delete_tree(spark, f"{root}/_archive")  # gone already: nothing to do
+    assert lake.list_names(spark, root) == []
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        lake.move(spark, f"{root}/nope", f"{root}/elsewhere")

@@ -79,18 +79,21 @@ def write_profiles(settings: Settings) -> Path:
     return target
 
 
-def lake_tables(settings: Settings) -> list[registry.Table]:
-    """silver.shop_events and every dbt relation the lake already holds."""
+def lake_tables(spark: SparkSession, settings: Settings) -> list[registry.Table]:
+    """silver.shop_events and every dbt relation the lake already holds.
+
+    Listed through Hadoop's FileSystem, as Spark reaches the lake, so a local
+    folder and an s3a:// bucket are read by the same code."""
+    from spark_jobs import lake
+
     found = [registry.SILVER_EVENTS]
-    root = Path(settings.lake_root)
+    root = settings.lake_root.rstrip("/")
     for schema in registry.DBT_SCHEMAS:
-        base = root / schema
-        if base.is_dir():
-            found += [
-                registry.Table(schema, d.name)
-                for d in sorted(base.iterdir())
-                if (d / "_delta_log").is_dir()
-            ]
+        found += [
+            registry.Table(schema, name)
+            for name in sorted(lake.list_names(spark, f"{root}/{schema}"))
+            if lake.exists(spark, f"{root}/{schema}/{name}/_delta_log")
+        ]
     return found
 
 
@@ -98,7 +101,7 @@ def register_lake_tables(spark: SparkSession, settings: Settings) -> list[regist
     """Spark's in-memory catalog, rebuilt from the lake's layout (see the module doc)."""
     from warehouse.base.sqlnames import check_identifier, quote_location
 
-    tables = lake_tables(settings)
+    tables = lake_tables(spark, settings)
     for schema in {"silver", *registry.DBT_SCHEMAS}:
         spark.sql(f"CREATE DATABASE IF NOT EXISTS `{check_identifier(schema, 'schema')}`")
     for t in tables:
@@ -124,11 +127,11 @@ def dbt_args(settings: Settings, args: Sequence[str], profiles: Path) -> list[st
     return out
 
 
-def publish_marts(settings: Settings) -> list[str]:
+def publish_marts(spark: SparkSession, settings: Settings) -> list[str]:
     """Register every mart in Trino (a no-op for those it knows already)."""
     from warehouse.sql import catalog
 
-    marts = [t for t in lake_tables(settings) if t.schema == registry.MARTS_SCHEMA]
+    marts = [t for t in lake_tables(spark, settings) if t.schema == registry.MARTS_SCHEMA]
     for t in marts:
         catalog.publish(t, settings)
     return [t.trino_name for t in marts]
@@ -158,15 +161,15 @@ def run(settings: Settings, args: Sequence[str]) -> int:
         log.info("catalog rebuilt from the lake: %s", ", ".join(t.key for t in tables))
     try:
         result = dbtRunner().invoke(dbt_args(settings, args, profiles))
+        if result.exception is not None:
+            print(f"regauge dbt: {result.exception}", file=sys.stderr)
+            return 2
+        if not result.success:
+            return 1
+        if command in BUILDS and spark is not None:
+            for name in publish_marts(spark, settings):
+                print(f"published {name}")
+        return 0
     finally:
         if spark is not None:
             spark.stop()
-    if result.exception is not None:
-        print(f"regauge dbt: {result.exception}", file=sys.stderr)
-        return 2
-    if not result.success:
-        return 1
-    if command in BUILDS:
-        for name in publish_marts(settings):
-            print(f"published {name}")
-    return 0

@@ -9,9 +9,7 @@ what; this module also moves the lake, the streams and Trino along with it.
 from __future__ import annotations
 
 import logging
-import shutil
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from warehouse.base import registry
@@ -159,21 +157,32 @@ def retire(settings: Settings, view: str, version: int) -> list[str]:
 
 
 def archive(settings: Settings, table: registry.Table) -> list[str]:
-    """Move a table and its stream checkpoint under _archive/, stamped with the time."""
-    if not settings.is_local:
-        return [
-            f"{table.path(settings)} left in place: archiving on {settings.lake_root} is an "
-            "object-store copy, which regauge does not do for you"
-        ]
+    """Move a table and its stream checkpoint under <lake>/_archive/, stamped with the time.
+
+    Through Hadoop's FileSystem (a Spark driver with no executors of its own), so
+    a local lake is renamed and an s3a:// one copied and deleted by the same code.
+    """
+    from spark_jobs import lake
+    from spark_jobs.session import build_session
+
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    root = Path(settings.lake_root) / "_archive"
+    root = f"{settings.lake_root.rstrip('/')}/_archive"
     done = []
-    for what, src in (("table", table.path(settings)), ("checkpoint", table.checkpoint(settings))):
-        if Path(src).exists():
-            dest = root / what / table.schema / f"{table.name}@{stamp}"
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(src, dest)
-            done.append(f"{what} archived to {dest}")
+    # A file move needs no executors: a cluster's are left to the streams.
+    spark = build_session(
+        "regauge-archive", settings, ui=False, extra_conf={"spark.master": "local[1]"}
+    )
+    try:
+        for what, src in (
+            ("table", table.path(settings)),
+            ("checkpoint", table.checkpoint(settings)),
+        ):
+            if lake.exists(spark, src):
+                dest = f"{root}/{what}/{table.schema}/{table.name}@{stamp}"
+                lake.move(spark, src, dest)
+                done.append(f"{what} archived to {dest}")
+    finally:
+        spark.stop()
     return done
 
 

@@ -87,7 +87,7 @@ def run_view(
                 f"{table.trino_name}: replayed {source} (silver up to version {after}); "
                 "continuing live"
             )
-        elif not runner.can_stream(settings, view):
+        elif not runner.can_stream(spark, settings, view):
             print(
                 f"regauge: {table.trino_name} has no stream yet; start it with --mode replay",
                 file=sys.stderr,
@@ -385,7 +385,7 @@ def _start_hosted(
         view = views_mod.get(view_name, version)
         if h.writer is None:
             h.writer = writers.view(settings, view_name, version, "the view host").acquire()
-        if not runner.can_stream(settings, view):
+        if not runner.can_stream(spark, settings, view):
             raise RuntimeError(f"{h.name} has never been replayed; build it first")
         # Each micro-batch tags its gold commits through a session setting, which
         # must not leak into another query's commits.

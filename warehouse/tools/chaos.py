@@ -297,7 +297,7 @@ class Chaos:
         pipeline.ingest_once(self.spark, self.settings)  # must skip the crashed batch's appends
         outcome, _ = self._judge("commit_crash", run, restarted, "")
         view = views.get(*VIEW)
-        if not runner.has_checkpoint(self.settings, view):
+        if not runner.has_checkpoint(self.spark, self.settings, view):
             pipeline.replay(self.spark, self.settings, view)
             pipeline.stream(self.spark, self.settings, view, available_now=True).awaitTermination()
         pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
@@ -457,7 +457,7 @@ class Chaos:
         ingest_ctl.start(self.settings, None)
         view = views.get(*VIEW)
         logfile = self._view_log()
-        if not runner.can_stream(self.settings, view):
+        if not runner.can_stream(self.spark, self.settings, view):
             _view_job(logfile, "replay", wait=True)
         stream = _view_job(logfile, "stream", until_caught_up=False)
         postgres = services.Postgres(self.settings)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from pyspark.sql import SparkSession
+
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 from warehouse.ops import dbt_runner
@@ -27,12 +29,14 @@ def test_the_profile_is_the_in_process_session_on_the_marts_schema(settings: Set
     assert (target["type"], target["method"], target["schema"]) == ("spark", "session", "marts")
 
 
-def test_the_catalog_is_silver_and_the_delta_tables_the_lake_holds(settings: Settings, tmp_path):
+def test_the_catalog_is_silver_and_the_delta_tables_the_lake_holds(
+    spark: SparkSession, settings: Settings, tmp_path
+):
     s = replace(settings, lake_root=str(tmp_path))
     (tmp_path / "marts" / "fct_orders" / "_delta_log").mkdir(parents=True)
     (tmp_path / "marts" / "half_written").mkdir(parents=True)  # no Delta log: not a table
     (tmp_path / "staging" / "stg_shop__orders" / "_delta_log").mkdir(parents=True)
-    assert dbt_runner.lake_tables(s) == [
+    assert dbt_runner.lake_tables(spark, s) == [
         registry.SILVER_EVENTS,
         registry.Table("staging", "stg_shop__orders"),
         registry.mart("fct_orders"),
