@@ -33,7 +33,7 @@ from pyspark.sql.types import (
 )
 
 from spark_jobs import lake
-from warehouse.base import registry
+from warehouse.base import kafka_conf, registry
 from warehouse.base.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ def resume_offsets(last: dict[int, int], partitions: list[int]) -> dict[str, dic
 
 
 def topic_partitions(settings: Settings) -> list[int]:
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = AdminClient(kafka_conf.client_conf(settings))
     topic = admin.list_topics(registry.TOPIC, timeout=30).topics[registry.TOPIC]
     if topic.error is not None:
         raise RuntimeError(f"cannot list the partitions of {registry.TOPIC}: {topic.error}")
@@ -137,7 +137,7 @@ def read_kafka(
     """
     return (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .options(**kafka_conf.spark_options(settings))
         .option("subscribe", registry.TOPIC)
         .option("startingOffsets", starting)
         # A gap in the log (retention passed before we read it) must stop the
@@ -152,7 +152,7 @@ def read_kafka_batch(spark: SparkSession, settings: Settings) -> DataFrame:
     """Every record the topic still holds, as one batch (a replay's source)."""
     return (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .options(**kafka_conf.spark_options(settings))
         .option("subscribe", registry.TOPIC)
         .option("startingOffsets", "earliest")
         .option("endingOffsets", "latest")

@@ -24,7 +24,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from spark_jobs import generator
 from spark_jobs.testing import expectations
-from warehouse.base import registry
+from warehouse.base import kafka_conf, registry
 from warehouse.base.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ Position = tuple[int, int]  # (partition, offset)
 
 def producer_config(settings: Settings) -> dict[str, Any]:
     return {
-        "bootstrap.servers": settings.kafka_bootstrap,
+        **kafka_conf.client_conf(settings),
         "enable.idempotence": True,
         "acks": "all",
         "compression.type": "lz4",

@@ -27,9 +27,8 @@ def build_session(
     resolves anything over the network.
     """
     s = settings or get_settings()
-    if s.is_local:
-        # Spark 4.2 needs Java 17's jdk.incubator.vector; never pick up another JVM.
-        os.environ["JAVA_HOME"] = jvm.java17_home()
+    # Spark 4.2 needs Java 17's jdk.incubator.vector; never pick up another JVM.
+    os.environ["JAVA_HOME"] = jvm.java17_home()
     bind: dict[str, str] = {}
     if s.bind_host:
         # The UI's server binds to SPARK_LOCAL_IP, read from the JVM's environment
@@ -49,6 +48,8 @@ def build_session(
         }
     conf = {
         "spark.master": s.spark_master,
+        **_cluster_conf(s),
+        **_object_store_conf(s),
         **events,
         **bind,
         "spark.driver.memory": s.spark_driver_memory,
@@ -84,3 +85,42 @@ def build_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _cluster_conf(s: Settings) -> dict[str, str]:
+    """Executors' size and each application's share of a Spark cluster."""
+    if s.spark_master.startswith("local"):
+        return {}
+    return {
+        "spark.executor.memory": s.spark_executor_memory,
+        "spark.executor.cores": str(s.spark_executor_cores),
+        "spark.cores.max": str(s.spark_cores_max),
+    }
+
+
+def _object_store_conf(s: Settings) -> dict[str, str]:
+    """S3A for a lake on s3a:// (nothing for a local folder).
+
+    hadoop-aws and the AWS SDK go on the driver's and the executors' classpath at
+    start, not through spark.jars: Hadoop looks file systems up through the JVM's
+    own class loader, and the 650 MB SDK would otherwise be copied to every
+    executor of every application. An executor must therefore find them at the
+    same path: on the one-box cluster it shares the disk; an image for the Spark
+    operator carries them.
+    """
+    if not s.lake_root.startswith("s3a://"):
+        return {}
+    jars = ":".join(jvm.spark_s3_jars(s))
+    conf = {"spark.driver.extraClassPath": jars, "spark.executor.extraClassPath": jars}
+    if s.s3_endpoint:
+        conf |= {
+            "spark.hadoop.fs.s3a.endpoint": s.s3_endpoint,
+            "spark.hadoop.fs.s3a.endpoint.region": s.s3_region,
+            "spark.hadoop.fs.s3a.path.style.access": "true",
+        }
+    if s.s3_access_key and s.s3_secret_key:
+        conf |= {
+            "spark.hadoop.fs.s3a.access.key": s.s3_access_key,
+            "spark.hadoop.fs.s3a.secret.key": s.s3_secret_key,
+        }
+    return conf

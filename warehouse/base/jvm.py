@@ -32,6 +32,16 @@ class Layout:
         return self.root / "jars" / "spark"
 
     @property
+    def spark_s3_jars(self) -> Path:
+        """hadoop-aws and the AWS SDK: only for a lake on s3a:// (the cluster profile)."""
+        return self.root / "jars" / "spark-s3"
+
+    @property
+    def s3proxy_jar(self) -> Path:
+        """S3Proxy, the one-box cluster's object store: one jar with its dependencies."""
+        return self.root / "jars" / "s3proxy" / "s3proxy.jar"
+
+    @property
     def kafka_jars(self) -> Path:
         return self.root / "jars" / "kafka"
 
@@ -54,6 +64,16 @@ def spark_jars(settings: Settings) -> list[str]:
     if not listing.is_file():
         raise SetupError(f"Spark jars are not fetched yet ({listing} missing): run `make setup`")
     return [line for line in listing.read_text().splitlines() if line]
+
+
+def spark_s3_jars(settings: Settings) -> list[str]:
+    """hadoop-aws and the AWS SDK bundle, for a lake on s3a://."""
+    where = layout(settings).spark_s3_jars
+    if not (where / ".complete").is_file():
+        raise SetupError(
+            f"the object-store jars are not fetched yet ({where}): run `regauge cluster fetch`"
+        )
+    return sorted(str(p) for p in where.glob("*.jar"))
 
 
 def java25() -> str:

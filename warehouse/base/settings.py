@@ -62,6 +62,17 @@ class Settings:
     # Kafka records per bronze micro-batch at most: a backlog (after an outage, or a
     # first start on a long topic) is read in bounded batches, not one that outgrows memory.
     ingest_max_records_per_batch: int = 250_000
+    # Copies of each partition of the event topic: 1 on one broker; 3 on a
+    # cluster, whose brokers also require 2 in sync before a write counts.
+    kafka_replication: int = 1
+    # How clients reach a secured Kafka (warehouse.base.kafka_conf spells them for
+    # librdkafka and for Spark): PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; a SASL
+    # mechanism of PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; the CA (PEM) for TLS.
+    kafka_security_protocol: str = "PLAINTEXT"
+    kafka_sasl_mechanism: str | None = None
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: str | None = None
+    kafka_ssl_ca_file: str | None = None
     # The address every server regauge starts listens on (Trino, Airflow, the
     # Spark drivers and their UIs; Kafka and PostgreSQL are on 127.0.0.1 in their
     # own config). Loopback locally, so nothing is reachable from the network:
@@ -76,6 +87,26 @@ class Settings:
     # JSON lines: every job, stage and task with its duration and micro-batch),
     # to profile a slow batch with; None writes none. `make bench` sets it.
     spark_event_log_dir: str | None = None
+    # Per application on a Spark cluster (ignored by local[N]): without a cap, the
+    # first application (the view host) would take every core of the standalone
+    # master and leave none for Airflow's tasks.
+    spark_executor_memory: str = "1g"
+    spark_executor_cores: int = 1
+    spark_cores_max: int = 2
+    # The object store of an s3a:// lake. None: AWS's own endpoint and its
+    # default credential chain. An endpoint of one's own (MinIO, S3Proxy, Ceph) is
+    # addressed path-style, as S3-compatible servers expect.
+    s3_endpoint: str | None = None
+    s3_region: str = "us-east-1"
+    s3_access_key: str | None = None
+    s3_secret_key: str | None = None
+    # Trino over HTTPS with a password: the user regauge logs in as; other users
+    # (analysts) are then impersonated by it, which Trino's rules must allow.
+    trino_scheme: str = "http"
+    trino_login: str = "regauge"
+    trino_password: str | None = None
+    # The CA (PEM) that signed Trino's certificate; None: the system's CAs.
+    trino_ca_file: str | None = None
     versions: Versions = field(default_factory=Versions)
 
     @property
@@ -84,7 +115,7 @@ class Settings:
 
     @property
     def trino_url(self) -> str:
-        return f"http://{self.trino_host}:{self.trino_port}"
+        return f"{self.trino_scheme}://{self.trino_host}:{self.trino_port}"
 
     @property
     def airflow_url(self) -> str:
@@ -164,6 +195,12 @@ OVERRIDES: dict[str, tuple[str, type]] = {
     "REGAUGE_KAFKA_BOOTSTRAP": ("kafka_bootstrap", str),
     "REGAUGE_KAFKA_CONTROLLER_PORT": ("kafka_controller_port", int),
     "REGAUGE_KAFKA_PARTITIONS": ("kafka_partitions", int),
+    "REGAUGE_KAFKA_REPLICATION": ("kafka_replication", int),
+    "REGAUGE_KAFKA_SECURITY_PROTOCOL": ("kafka_security_protocol", str),
+    "REGAUGE_KAFKA_SASL_MECHANISM": ("kafka_sasl_mechanism", str),
+    "REGAUGE_KAFKA_SASL_USERNAME": ("kafka_sasl_username", str),
+    "REGAUGE_KAFKA_SASL_PASSWORD": ("kafka_sasl_password", str),
+    "REGAUGE_KAFKA_SSL_CA_FILE": ("kafka_ssl_ca_file", str),
     "REGAUGE_TRINO_HOST": ("trino_host", str),
     "REGAUGE_TRINO_PORT": ("trino_port", int),
     "REGAUGE_TRINO_HEAP": ("trino_heap", str),
@@ -176,6 +213,17 @@ OVERRIDES: dict[str, tuple[str, type]] = {
     "REGAUGE_BIND_HOST": ("bind_host", str),
     "REGAUGE_INGEST_LAG_ALERT_S": ("ingest_lag_alert_s", float),
     "REGAUGE_SPARK_EVENT_LOG_DIR": ("spark_event_log_dir", str),
+    "REGAUGE_SPARK_EXECUTOR_MEMORY": ("spark_executor_memory", str),
+    "REGAUGE_SPARK_EXECUTOR_CORES": ("spark_executor_cores", int),
+    "REGAUGE_SPARK_CORES_MAX": ("spark_cores_max", int),
+    "REGAUGE_S3_ENDPOINT": ("s3_endpoint", str),
+    "REGAUGE_S3_REGION": ("s3_region", str),
+    "REGAUGE_S3_ACCESS_KEY": ("s3_access_key", str),
+    "REGAUGE_S3_SECRET_KEY": ("s3_secret_key", str),
+    "REGAUGE_TRINO_SCHEME": ("trino_scheme", str),
+    "REGAUGE_TRINO_LOGIN": ("trino_login", str),
+    "REGAUGE_TRINO_PASSWORD": ("trino_password", str),
+    "REGAUGE_TRINO_CA_FILE": ("trino_ca_file", str),
 }
 
 
@@ -193,7 +241,25 @@ def load(env: dict[str, str] | None = None) -> Settings:
                 changes[attr] = kind(env[var])
             except ValueError as exc:
                 raise SettingsError(f"{var}={env[var]!r} is not a valid {kind.__name__}") from exc
-    return replace(settings, **changes)  # type: ignore[arg-type]
+    settings = replace(settings, **changes)  # type: ignore[arg-type]
+    protocols = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+    if settings.kafka_security_protocol not in protocols:
+        raise SettingsError(
+            f"REGAUGE_KAFKA_SECURITY_PROTOCOL={settings.kafka_security_protocol!r}: "
+            f"expected one of {', '.join(protocols)}"
+        )
+    mechanisms = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+    if settings.kafka_sasl_mechanism and settings.kafka_sasl_mechanism not in mechanisms:
+        raise SettingsError(
+            f"REGAUGE_KAFKA_SASL_MECHANISM={settings.kafka_sasl_mechanism!r}: "
+            f"expected one of {', '.join(mechanisms)}"
+        )
+    if settings.trino_scheme not in ("http", "https"):
+        raise SettingsError(f"REGAUGE_TRINO_SCHEME={settings.trino_scheme!r}: http or https")
+    if settings.trino_password and settings.trino_scheme != "https":
+        # Trino refuses a password over plain HTTP; say so before a query is sent.
+        raise SettingsError("REGAUGE_TRINO_PASSWORD needs REGAUGE_TRINO_SCHEME=https")
+    return settings
 
 
 @cache

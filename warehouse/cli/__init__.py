@@ -40,7 +40,10 @@ def _configure_logging(verbose: bool) -> None:
         datefmt="%H:%M:%S",
     )
     # py4j and Spark's Python side are noisy at INFO and say nothing an operator needs.
-    for noisy in ("py4j", "urllib3", "trino"):
+    # trino's modules set their own loggers to INFO when imported: import them first.
+    import trino.client  # noqa: F401
+
+    for noisy in ("py4j", "urllib3", "trino", "trino.client", "trino.dbapi", "trino.auth"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

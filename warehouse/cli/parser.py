@@ -178,6 +178,21 @@ def _stack(add: Add) -> None:
         "stack:settings",
         "print the active settings and the variables that change them",
     )
+    p = add(
+        "cluster",
+        "cluster:main",
+        "the one-box cluster: Spark standalone (master, 2 workers), S3Proxy, 3 Kafka "
+        "brokers, Trino over HTTPS (coordinator, worker), PostgreSQL and Airflow, as "
+        "separate processes on this machine, to run regauge's cluster profile on",
+    )
+    p.add_argument(
+        "action",
+        choices=("fetch", "up", "down", "status", "env", "run"),
+        help="fetch: the cluster-only artifacts; up/down/status: its processes; env: the "
+        'REGAUGE_* settings that point at it (eval "$(regauge cluster env)"); run: a '
+        "command with those settings, e.g. `regauge cluster run -- regauge query ...`",
+    )
+    p.add_argument("argv", nargs=argparse.REMAINDER, help="for run: the command")
 
 
 def _pipeline(add: Add) -> None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs import audit as spark_audit
 from spark_jobs.audit import MAX_KEYS, Finding, Run
-from warehouse.base import registry
+from warehouse.base import kafka_conf, registry
 from warehouse.base.settings import Settings
 from warehouse.ops.lag import kafka_watermarks, uncopied_age_s
 from warehouse.sql import catalog, serving, trino_client, versions
@@ -63,7 +63,7 @@ def kafka_records_in(settings: Settings, partition: int, start: int, end: int) -
 
     consumer = Consumer(
         {
-            "bootstrap.servers": settings.kafka_bootstrap,
+            **kafka_conf.client_conf(settings),
             "group.id": "regauge-audit",
             "enable.auto.commit": False,
             "isolation.level": "read_uncommitted",

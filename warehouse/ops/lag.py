@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from warehouse.base import registry
+from warehouse.base import kafka_conf, registry
 from warehouse.base.settings import Settings
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def _consumer(settings: Settings) -> Consumer:
 
     return Consumer(
         {
-            "bootstrap.servers": settings.kafka_bootstrap,
+            **kafka_conf.client_conf(settings),
             "group.id": "regauge-lag",
             "enable.auto.commit": False,
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import requests
 import trino
 
 from warehouse.base.settings import Settings
@@ -17,12 +18,32 @@ class Result:
 
 
 def connect(settings: Settings, user: str = "regauge") -> trino.dbapi.Connection:
+    """A connection as `user`.
+
+    Without a password (the local stack), Trino takes the user name as sent. With
+    one (a cluster), regauge logs in over HTTPS as its own login and acts as `user`,
+    which Trino's impersonation rules (infra/trino/rules.json) must allow: the
+    analyst's own rules then apply, as if they had logged in themselves.
+    """
+    extra: dict[str, Any] = {}
+    if settings.trino_password:
+        extra["auth"] = trino.auth.BasicAuthentication(
+            settings.trino_login, settings.trino_password
+        )
+    if settings.trino_ca_file:
+        # Through a session of our own: requests lets REQUESTS_CA_BUNDLE in the
+        # environment win over a session's `verify` (psf/requests#3829).
+        session = requests.Session()
+        session.verify = settings.trino_ca_file
+        session.trust_env = False
+        extra["http_session"] = session
     return trino.dbapi.connect(
         host=settings.trino_host,
         port=settings.trino_port,
         user=user,
-        http_scheme="http",
+        http_scheme=settings.trino_scheme,
         request_timeout=120,
+        **extra,
     )
 
 

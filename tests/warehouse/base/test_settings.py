@@ -56,3 +56,12 @@ def test_a_bad_override_is_refused_with_its_variable_name():
 def test_an_unknown_profile_is_refused():
     with pytest.raises(SettingsError, match="expected one of local, cluster"):
         load({"REGAUGE_PROFILE": "prod"})
+
+
+def test_a_password_for_trino_needs_https():
+    with pytest.raises(SettingsError, match="needs REGAUGE_TRINO_SCHEME=https"):
+        load({"REGAUGE_TRINO_PASSWORD": "pw"})
+    with pytest.raises(SettingsError, match="http or https"):
+        load({"REGAUGE_TRINO_SCHEME": "ftp"})
+    s = load({"REGAUGE_TRINO_PASSWORD": "pw", "REGAUGE_TRINO_SCHEME": "https"})
+    assert s.trino_url == "https://127.0.0.1:8080" and s.trino_password == "pw"

@@ -26,8 +26,9 @@ log = logging.getLogger(__name__)
 JVM_POMS = REPO_ROOT / "infra" / "jvm"
 # Trino 476's plugins are not published as separate zips on the mirror we can
 # reach, so the full server tarball is fetched and only these plugins are kept
-# (geospatial provides the Geometry type the Delta Lake connector needs).
-TRINO_PLUGINS = ("delta-lake", "postgresql", "kafka", "geospatial")
+# (geospatial provides the Geometry type the Delta Lake connector needs;
+# password-authenticators the file logins of the one-box cluster).
+TRINO_PLUGINS = ("delta-lake", "postgresql", "kafka", "geospatial", "password-authenticators")
 # Room the first fetch needs: the 0.8 GB Trino tarball, its unpacked part, the jars.
 FREE_BYTES_NEEDED = 3 * 1024**3
 
@@ -238,3 +239,19 @@ def fetch_all(settings: Settings) -> dict[str, str]:
     }
     (lay.root / "artifacts.json").write_text(json.dumps(where, indent=2) + "\n")
     return where
+
+
+def fetch_cluster(settings: Settings) -> dict[str, str]:
+    """What only the cluster profile needs: Spark's object-store jars, and S3Proxy
+    for the one-box cluster. Fetched by `regauge cluster fetch` (and `cluster up`),
+    not by `make setup`: the AWS SDK alone is 650 MB."""
+    lay = layout(settings)
+    _copy_dependencies(
+        JVM_POMS / "spark-s3", lay.spark_s3_jars, "object-store jars (hadoop-aws, AWS SDK)", lay
+    )
+    proxy_dir = lay.s3proxy_jar.parent
+    _copy_dependencies(JVM_POMS / "s3proxy", proxy_dir, "S3Proxy", lay)
+    if not lay.s3proxy_jar.is_file():
+        (jar,) = (p for p in proxy_dir.glob("s3proxy-*.jar"))
+        jar.rename(lay.s3proxy_jar)
+    return {"object-store jars": str(lay.spark_s3_jars), "s3proxy": str(lay.s3proxy_jar)}

@@ -113,6 +113,13 @@ class Service(ABC):
             # Half up (one Airflow process died, say): restart it whole, cleanly.
             log.warning("%s is partly running; restarting it", self.name)
             self.stop()
+        self.launch()
+        self.await_healthy()
+        return True
+
+    def launch(self) -> None:
+        """Prepare and spawn the processes, without waiting for them (a member of a
+        quorum cannot become healthy alone: its peers are launched first)."""
         for port in self.ports():
             if port_taken(port):
                 raise ServiceError(
@@ -120,9 +127,12 @@ class Service(ABC):
                     f"or choose another port (see `regauge settings` for the REGAUGE_* variables)"
                 )
         self.prepare()
-        procs = self.procs()
-        for proc in procs:
+        for proc in self.procs():
             spawn(proc, self.pidfile(proc.name), self.logfile(proc.name))
+
+    def await_healthy(self) -> None:
+        """Wait until the launched service answers; stop it and raise if it does not."""
+        procs = self.procs()
         log.info("waiting for %s to become healthy (up to %.0f s)", self.name, self.health_timeout)
         ok = wait_until(self.healthy, self.health_timeout, alive=self.running, interval=1.0)
         if not ok:
@@ -135,7 +145,6 @@ class Service(ABC):
             raise ServiceError(f"{self.name} {state}\n{logs}")
         self.after_start()
         log.info("%s is up (pid %s)", self.name, _pids(self.live_pids()))
-        return True
 
     def stop(self) -> bool:
         """Stop the processes we started, newest first; True if anything was running."""

@@ -8,10 +8,11 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from warehouse.base import jvm, registry
+from warehouse.base import jvm, kafka_conf, registry
 from warehouse.base.settings import Settings
 from warehouse.ops.stack.base import INFRA, Service, _render
 from warehouse.ops.stack.process import Proc, ServiceError, port_open
@@ -28,14 +29,14 @@ class Kafka(Service):
     def ports(self) -> Sequence[int]:
         return [self.settings.kafka_port, self.settings.kafka_controller_port]
 
-    def _java_base(self) -> list[str]:
+    def _java_base(self, heap: str = "1g") -> list[str]:
         jars = jvm.layout(self.settings).kafka_jars
         if not (jars / ".complete").is_file():
             raise ServiceError(f"Kafka jars are not fetched yet ({jars}): run `make setup`")
         return [
             jvm.java17(),
             "-Xms256m",
-            "-Xmx1g",
+            f"-Xmx{heap}",
             "-XX:+UseG1GC",
             f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}",
             "-cp",
@@ -50,21 +51,30 @@ class Kafka(Service):
             )
         ]
 
-    def prepare(self) -> None:
+    def _config(self) -> dict[str, object]:
+        """The server.properties template and what fills it in."""
         s = self.settings
+        return {
+            "template": INFRA / "kafka" / "server.properties",
+            "port": s.kafka_port,
+            "controller_port": s.kafka_controller_port,
+            "data_dir": self.home / "data",
+            "partitions": s.kafka_partitions,
+        }
+
+    def _cluster_id(self) -> str:
+        return _kafka_cluster_id()
+
+    def prepare(self) -> None:
+        config = self._config()
+        template = config.pop("template")
+        assert isinstance(template, Path)
         data = self.home / "data"
-        _render(
-            INFRA / "kafka" / "server.properties",
-            self.home / "server.properties",
-            port=s.kafka_port,
-            controller_port=s.kafka_controller_port,
-            data_dir=data,
-            partitions=s.kafka_partitions,
-        )
+        _render(template, self.home / "server.properties", **config)
         shutil.copyfile(INFRA / "kafka" / "log4j2.properties", self.home / "log4j2.properties")
         if (data / "meta.properties").is_file():
             return
-        cluster_id = _kafka_cluster_id()
+        cluster_id = self._cluster_id()
         log.info("formatting Kafka storage in %s (cluster %s)", data, cluster_id)
         proc = subprocess.run(
             [
@@ -102,11 +112,14 @@ def _kafka_cluster_id() -> str:
             return cluster_id
 
 
-def kafka_admin(settings: Settings) -> AdminClient:
+def kafka_admin(settings: Settings, bootstrap: str | None = None) -> AdminClient:
     # A quiet logger: while the broker starts, librdkafka would print every refusal.
     quiet = logging.getLogger("regauge.kafka-admin")
     quiet.setLevel(logging.CRITICAL)
-    return AdminClient({"bootstrap.servers": settings.kafka_bootstrap}, logger=quiet)
+    conf = kafka_conf.client_conf(settings)
+    if bootstrap:
+        conf["bootstrap.servers"] = bootstrap
+    return AdminClient(conf, logger=quiet)
 
 
 def ensure_topic(settings: Settings, topic: str = registry.TOPIC) -> None:
@@ -118,11 +131,22 @@ def ensure_topic(settings: Settings, topic: str = registry.TOPIC) -> None:
     if topic in admin.list_topics(timeout=10).topics:
         return
     futures = admin.create_topics(
-        [NewTopic(topic, num_partitions=settings.kafka_partitions, replication_factor=1)]
+        [
+            NewTopic(
+                topic,
+                num_partitions=settings.kafka_partitions,
+                replication_factor=settings.kafka_replication,
+            )
+        ]
     )
     try:
         futures[topic].result(timeout=30)
-        log.info("created topic %s with %d partitions", topic, settings.kafka_partitions)
+        log.info(
+            "created topic %s with %d partitions, %d replicas each",
+            topic,
+            settings.kafka_partitions,
+            settings.kafka_replication,
+        )
     except KafkaException as exc:
         if "TOPIC_ALREADY_EXISTS" not in str(exc):
             raise

@@ -36,7 +36,7 @@ class Trino(Service):
         jvm_opts = Template(jvm_config).substitute(heap=self.settings.trino_heap).split()
         return [
             Proc(
-                name="trino",
+                name=self.name,
                 argv=[
                     jvm.java25(),
                     *jvm_opts,

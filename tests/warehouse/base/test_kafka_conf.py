@@ -1,0 +1,53 @@
+"""One set of Kafka security settings, spelt for librdkafka and for Spark's Kafka source."""
+
+from __future__ import annotations
+
+import pytest
+
+from warehouse.base import kafka_conf
+from warehouse.base.settings import SettingsError, load
+
+
+def test_plaintext_needs_nothing_but_the_brokers():
+    s = load({"REGAUGE_KAFKA_BOOTSTRAP": "a:9092,b:9092"})
+    assert kafka_conf.client_conf(s) == {"bootstrap.servers": "a:9092,b:9092"}
+    assert kafka_conf.spark_options(s) == {"kafka.bootstrap.servers": "a:9092,b:9092"}
+
+
+def test_sasl_over_tls_reaches_both_clients():
+    s = load(
+        {
+            "REGAUGE_KAFKA_BOOTSTRAP": "k:9093",
+            "REGAUGE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+            "REGAUGE_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+            "REGAUGE_KAFKA_SASL_USERNAME": "regauge",
+            "REGAUGE_KAFKA_SASL_PASSWORD": 'p"w',
+            "REGAUGE_KAFKA_SSL_CA_FILE": "/etc/ca.pem",
+        }
+    )
+    assert kafka_conf.client_conf(s) == {
+        "bootstrap.servers": "k:9093",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": "regauge",
+        "sasl.password": 'p"w',
+        "ssl.ca.location": "/etc/ca.pem",
+    }
+    spark = kafka_conf.spark_options(s)
+    assert spark["kafka.security.protocol"] == "SASL_SSL"
+    assert spark["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
+    assert spark["kafka.sasl.jaas.config"] == (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="regauge" password="p\\"w";'
+    )
+    assert spark["kafka.ssl.truststore.location"] == "/etc/ca.pem"
+    assert spark["kafka.ssl.truststore.type"] == "PEM"
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [("REGAUGE_KAFKA_SECURITY_PROTOCOL", "TLS"), ("REGAUGE_KAFKA_SASL_MECHANISM", "GSSAPI")],
+)
+def test_an_unknown_protocol_or_mechanism_is_refused(var: str, value: str):
+    with pytest.raises(SettingsError, match=var):
+        load({var: value})

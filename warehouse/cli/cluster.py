@@ -1,0 +1,69 @@
+"""`regauge cluster fetch|up|down|status|env|run`: the one-box cluster."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from warehouse.base.settings import Settings
+from warehouse.ops.stack import artifacts, cluster
+
+
+def main(args: argparse.Namespace) -> int:
+    # Everything below, and every process it starts (Airflow's tasks, the view
+    # host), reads the cluster's settings from the environment.
+    os.environ.update(cluster.env())
+    s = cluster.settings()
+    if args.action == "fetch":
+        for what, path in artifacts.fetch_cluster(s).items():
+            print(f"{what:<17} {path}")
+        return 0
+    if args.action == "up":
+        cluster.up(s)
+        return status(s)
+    if args.action == "down":
+        stopped = cluster.down(s)
+        print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+        return 0
+    if args.action == "status":
+        return status(s)
+    if args.action == "env":
+        for var, value in cluster.env().items():
+            print(f"export {var}={shlex.quote(value)}")
+        return 0
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not argv:
+        print(
+            "regauge: cluster run needs a command, e.g. `regauge cluster run -- regauge status`",
+            file=sys.stderr,
+        )
+        return 2
+    return subprocess.call(argv)
+
+
+def status(settings: Settings) -> int:
+    table = Table(title=f"regauge one-box cluster (state in {settings.state_dir})")
+    for col in ("process", "state", "ports", "pid", "memory", "log", "where"):
+        table.add_column(col)
+    all_up = True
+    for svc in cluster.members(settings):
+        st = svc.status()
+        all_up &= st.healthy
+        for i, proc in enumerate(st.procs):
+            table.add_row(
+                st.service if i == 0 else "",
+                ("up" if st.healthy else "starting" if st.running else "down") if i == 0 else "",
+                ",".join(map(str, st.ports)) if i == 0 else "",
+                str(proc.pid or "-"),
+                f"{proc.rss_bytes / 2**20:,.0f} MiB" if proc.pid else "-",
+                str(proc.log),
+                st.note if i == 0 else "",
+            )
+    Console(width=220).print(table)
+    return 0 if all_up else 1
