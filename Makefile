@@ -4,7 +4,7 @@ SHELL := /bin/bash
 REGAUGE := .venv/bin/regauge
 PYTEST := .venv/bin/pytest
 
-.PHONY: help setup up down status demo test test-fast lint format bench chaos clean
+.PHONY: help setup up down status demo test test-fast test-cluster cluster-up cluster-down lint format bench chaos clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -29,6 +29,15 @@ test: setup lint  ## every test: fast ones, then integration against the real se
 
 test-fast: setup  ## only the tests that need no services
 	@$(PYTEST) tests -m "not integration"
+
+cluster-up: setup  ## start the one-box cluster (Spark standalone, S3Proxy, 3 Kafka brokers, Trino over HTTPS, Airflow)
+	@$(REGAUGE) cluster up
+
+cluster-down:  ## stop the one-box cluster (its data stays in .state/cluster)
+	@if [ -x $(REGAUGE) ]; then $(REGAUGE) cluster down; else echo "nothing installed, nothing to stop"; fi
+
+test-cluster: setup  ## the tests of the cluster profile, on the one-box cluster (started if need be)
+	@$(PYTEST) tests/cluster
 
 lint:  ## ruff, mypy, the layer contracts (import-linter) and sqlfluff on the dbt models
 	@.venv/bin/ruff check spark_jobs warehouse tests dags

@@ -192,6 +192,7 @@ OVERRIDES: dict[str, tuple[str, type]] = {
     "REGAUGE_LAKE_ROOT": ("lake_root", str),
     "REGAUGE_SPARK_MASTER": ("spark_master", str),
     "REGAUGE_SPARK_DRIVER_MEMORY": ("spark_driver_memory", str),
+    "REGAUGE_SPARK_SHUFFLE_PARTITIONS": ("spark_shuffle_partitions", int),
     "REGAUGE_KAFKA_BOOTSTRAP": ("kafka_bootstrap", str),
     "REGAUGE_KAFKA_CONTROLLER_PORT": ("kafka_controller_port", int),
     "REGAUGE_KAFKA_PARTITIONS": ("kafka_partitions", int),

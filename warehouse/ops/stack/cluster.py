@@ -82,6 +82,9 @@ def env() -> dict[str, str]:
         "REGAUGE_TRINO_CA_FILE": str(STATE / "tls" / "ca.pem"),
         "REGAUGE_POSTGRES_HOST": "127.0.0.1",
         "REGAUGE_TRINO_HEAP": "1536M",
+        # Four executor cores in all: a cluster's default of 200 shuffle tasks
+        # (and Delta snapshot tasks, which follow it) would be mostly overhead.
+        "REGAUGE_SPARK_SHUFFLE_PARTITIONS": "4",
         # One box: every server still listens on loopback only.
         "REGAUGE_BIND_HOST": "127.0.0.1",
     }
@@ -369,7 +372,7 @@ class TrinoNode(Trino):
         if self.role == "coordinator":
             for name in ("access-control.properties", "password-authenticator.properties"):
                 _render(src / name, etc / name, **values)
-            logins = {s.trino_login: s.trino_password or "", ANALYST: _secret("trino-analyst")}
+            logins = {s.trino_login: s.trino_password or "", ANALYST: analyst_password()}
             password_db = etc / "password.db"
             password_db.write_text("".join(f"{u}:{pbkdf2(p)}\n" for u, p in logins.items()))
             password_db.chmod(0o600)
@@ -396,6 +399,10 @@ class TrinoNode(Trino):
 
 # An analyst with a login of their own, for the cluster's authenticated queries.
 ANALYST = "analyst.cluster"
+
+
+def analyst_password() -> str:
+    return _secret("trino-analyst")
 
 
 def pbkdf2(password: str, iterations: int = 100_000) -> str:

@@ -1,0 +1,57 @@
+"""The one-box cluster, started with the same code as `make cluster-up`, once per module.
+
+These tests run the pipeline as a user of the cluster profile would: the CLI in
+subprocesses with the cluster's REGAUGE_* settings (Spark jobs submitted to the
+standalone master, the lake in S3Proxy through s3a://), and clients in this
+process given the cluster's settings explicitly. The local stack's settings are
+never changed here, so `pytest tests` can run both, one after the other: the
+cluster is stopped when its module ends, before the local stack's tests start
+(it runs first: `cluster` sorts before `integration`).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from warehouse.base.settings import REPO_ROOT, Settings
+from warehouse.ops.stack import cluster
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/cluster/" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(scope="module")
+def cluster_settings() -> Iterator[Settings]:
+    s = cluster.settings()
+    already = {m.name for m in cluster.members(s) if m.running()}
+    cluster.up(s)
+    try:
+        yield s
+    finally:
+        if not already:
+            cluster.down(s)
+
+
+def regauge(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run the CLI against the cluster, as `regauge cluster run -- regauge ...` would."""
+    return _run([str(REPO_ROOT / ".venv" / "bin" / "regauge"), *args], timeout)
+
+
+def _run(argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        argv,
+        env={**os.environ, **cluster.env()},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, f"{' '.join(argv[1:])} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc
