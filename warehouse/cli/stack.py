@@ -70,7 +70,11 @@ def status(args: argparse.Namespace) -> int:
 def settings(args: argparse.Namespace) -> int:
     s = settings_mod.get()
     for f in dataclasses.fields(s):
-        print(f"{f.name:<26} {getattr(s, f.name)}")
+        value = getattr(s, f.name)
+        # Never echo a secret: say only whether it is set.
+        if value and any(word in f.name for word in ("password", "secret")):
+            value = "(set)"
+        print(f"{f.name:<26} {value}")
     print("\nOverride any value with its variable:")
     for var, (attr, _) in settings_mod.OVERRIDES.items():
         print(f"  {var:<32} -> {attr}")

@@ -3,6 +3,7 @@ style for view versions, and a `--help` that loads no Spark."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -85,3 +86,22 @@ def test_help_and_version_answer_without_loading_spark_or_trino():
     assert "usage: regauge" in out
     assert "regauge 0." in out
     assert out.strip().splitlines()[-1] == "HEAVY []"
+
+
+def test_settings_name_each_secret_without_printing_it():
+    env = {
+        "REGAUGE_TRINO_SCHEME": "https",
+        "REGAUGE_TRINO_PASSWORD": "trino-pw-123",
+        "REGAUGE_S3_SECRET_KEY": "s3-secret-456",
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "warehouse.cli", "settings"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "trino-pw-123" not in out and "s3-secret-456" not in out
+    shown = dict(line.split(maxsplit=1) for line in out.splitlines() if line[:1].isalpha())
+    assert shown["s3_secret_key"] == shown["trino_password"] == shown["postgres_password"]
+    assert shown["trino_password"] == "(set)" and shown["s3_access_key"] == "None"
