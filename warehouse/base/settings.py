@@ -107,6 +107,12 @@ class Settings:
     trino_password: str | None = None
     # The CA (PEM) that signed Trino's certificate; None: the system's CAs.
     trino_ca_file: str | None = None
+    # An Airflow regauge did not start (a cluster's): its API's URL, and the user
+    # and password its REST API takes. None: the one `regauge up` started, with
+    # the admin password it generated.
+    airflow_base_url: str | None = None
+    airflow_user: str = "admin"
+    airflow_password: str | None = None
     versions: Versions = field(default_factory=Versions)
 
     @property
@@ -119,6 +125,8 @@ class Settings:
 
     @property
     def airflow_url(self) -> str:
+        if self.airflow_base_url:
+            return self.airflow_base_url.rstrip("/")
         return f"http://{self.bind_host or '127.0.0.1'}:{self.airflow_port}"
 
     @property
@@ -209,6 +217,9 @@ OVERRIDES: dict[str, tuple[str, type]] = {
     "REGAUGE_POSTGRES_PORT": ("postgres_port", int),
     "REGAUGE_POSTGRES_PASSWORD": ("postgres_password", str),
     "REGAUGE_AIRFLOW_PORT": ("airflow_port", int),
+    "REGAUGE_AIRFLOW_URL": ("airflow_base_url", str),
+    "REGAUGE_AIRFLOW_USER": ("airflow_user", str),
+    "REGAUGE_AIRFLOW_PASSWORD": ("airflow_password", str),
     "REGAUGE_TRIGGER_INTERVAL": ("trigger_interval", str),
     "REGAUGE_INGEST_MAX_RECORDS_PER_BATCH": ("ingest_max_records_per_batch", int),
     "REGAUGE_BIND_HOST": ("bind_host", str),

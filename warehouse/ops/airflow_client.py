@@ -35,17 +35,22 @@ class Refused(AirflowError):
 
 
 class Client:
-    def __init__(self, settings: Settings, user: str = "admin") -> None:
+    def __init__(self, settings: Settings) -> None:
         from warehouse.ops.stack.services import Airflow
 
         self.base = settings.airflow_url
-        password = Airflow(settings).admin_password()
+        # An Airflow of one's own takes the password from the settings; the one
+        # `regauge up` started keeps the admin password it generated.
+        password = settings.airflow_password or Airflow(settings).admin_password()
         if password is None:
-            raise AirflowError("Airflow has no admin password yet: start it with `regauge up`")
+            raise AirflowError(
+                "Airflow has no admin password yet: start it with `regauge up`, or set "
+                "REGAUGE_AIRFLOW_PASSWORD for an Airflow regauge did not start"
+            )
         try:
             resp = requests.post(
                 f"{self.base}/auth/token",
-                json={"username": user, "password": password},
+                json={"username": settings.airflow_user, "password": password},
                 timeout=30,
             )
         except requests.ConnectionError:

@@ -65,3 +65,19 @@ def test_a_password_for_trino_needs_https():
         load({"REGAUGE_TRINO_SCHEME": "ftp"})
     s = load({"REGAUGE_TRINO_PASSWORD": "pw", "REGAUGE_TRINO_SCHEME": "https"})
     assert s.trino_url == "https://127.0.0.1:8080" and s.trino_password == "pw"
+
+
+def test_an_airflow_of_ones_own_is_reached_by_url_and_login():
+    assert load({}).airflow_url == "http://127.0.0.1:8081"
+    s = load(
+        {
+            "REGAUGE_AIRFLOW_URL": "https://airflow.example.internal/",
+            "REGAUGE_AIRFLOW_USER": "regauge",
+            "REGAUGE_AIRFLOW_PASSWORD": "pw",
+        }
+    )
+    assert (s.airflow_url, s.airflow_user, s.airflow_password) == (
+        "https://airflow.example.internal",
+        "regauge",
+        "pw",
+    )
