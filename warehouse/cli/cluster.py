@@ -8,10 +8,8 @@ import shlex
 import subprocess
 import sys
 
-from rich.console import Console
-from rich.table import Table
-
 from warehouse.base.settings import Settings
+from warehouse.cli.stack import print_status
 from warehouse.ops.stack import artifacts, cluster
 
 
@@ -48,22 +46,5 @@ def main(args: argparse.Namespace) -> int:
 
 
 def status(settings: Settings) -> int:
-    table = Table(title=f"regauge one-box cluster (state in {settings.state_dir})")
-    for col in ("process", "state", "ports", "pid", "memory", "log", "where"):
-        table.add_column(col)
-    all_up = True
-    for svc in cluster.members(settings):
-        st = svc.status()
-        all_up &= st.healthy
-        for i, proc in enumerate(st.procs):
-            table.add_row(
-                st.service if i == 0 else "",
-                ("up" if st.healthy else "starting" if st.running else "down") if i == 0 else "",
-                ",".join(map(str, st.ports)) if i == 0 else "",
-                str(proc.pid or "-"),
-                f"{proc.rss_bytes / 2**20:,.0f} MiB" if proc.pid else "-",
-                str(proc.log),
-                st.note if i == 0 else "",
-            )
-    Console(width=220).print(table)
-    return 0 if all_up else 1
+    title = f"regauge one-box cluster (state in {settings.state_dir})"
+    return 0 if print_status(title, cluster.members(settings)) else 1

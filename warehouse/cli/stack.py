@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -11,6 +12,7 @@ from rich.table import Table
 from warehouse.base import settings as settings_mod
 from warehouse.ops import ingest_ctl, streams
 from warehouse.ops.stack import artifacts, services
+from warehouse.ops.stack.base import Service
 
 
 def setup(args: argparse.Namespace) -> int:
@@ -40,12 +42,23 @@ def down(args: argparse.Namespace) -> int:
 
 def status(args: argparse.Namespace) -> int:
     s = settings_mod.get()
-    table = Table(title=f"regauge stack ({s.profile} profile, state in {s.state_dir})")
+    all_up = print_status(
+        f"regauge stack ({s.profile} profile, state in {s.state_dir})",
+        services.services(s, getattr(args, "services", ())),
+    )
+    (kafka,) = services.services(s, ["kafka"])
+    print(ingest_ctl.describe(s, kafka_up=kafka.status().healthy)[1])
+    return 0 if all_up or not getattr(args, "check", False) else 1
+
+
+def print_status(title: str, members: Sequence[Service]) -> bool:
+    """A table of each service's processes; whether every service is healthy."""
+    table = Table(title=title)
     for col in ("service", "state", "port", "pid", "memory", "log", "where"):
         table.add_column(col)
     all_up = True
     total_rss = 0
-    for svc in services.services(s, getattr(args, "services", ())):
+    for svc in members:
         st = svc.status()
         state = "up" if st.healthy else ("starting/unhealthy" if st.running else "down")
         all_up &= st.healthy
@@ -62,9 +75,7 @@ def status(args: argparse.Namespace) -> int:
             )
     Console(width=220).print(table)
     print(f"resident memory of the services above: {total_rss / 2**30:.2f} GiB")
-    (kafka,) = services.services(s, ["kafka"])
-    print(ingest_ctl.describe(s, kafka_up=kafka.status().healthy)[1])
-    return 0 if all_up or not getattr(args, "check", False) else 1
+    return all_up
 
 
 def settings(args: argparse.Namespace) -> int:
