@@ -24,8 +24,8 @@ status:  ## each service's state, port, pid, memory and log file
 demo: setup  ## the whole pipeline on the local stack, ending with a Trino query
 	@$(REGAUGE) demo
 
-test: setup lint  ## every test: fast ones, then integration against the real services
-	@$(PYTEST) tests
+test: setup lint  ## every test: fast ones, then integration against the real services and the one-box cluster's smoke test
+	@$(PYTEST) tests -m "not full_cluster"
 
 test-fast: setup  ## only the tests that need no services
 	@$(PYTEST) tests -m "not integration"
@@ -57,7 +57,8 @@ bench: up  ## speed and memory, each beside a baseline from the same run (~20 mi
 chaos: up  ## faults injected into the running pipeline (200k events, 5 kill -9s...); prints a table
 	@$(REGAUGE) chaos $(CHAOS_ARGS)
 
-clean: down  ## remove local state and the lake (keeps the download cache)
-	@if [ -L .state/postgres ]; then rm -rf "$$(readlink -f .state/postgres)"; fi
+clean: down cluster-down  ## remove local state and the lake, the one-box cluster's too (keeps the download cache)
+	@for pg in .state/postgres .state/cluster/postgres; do \
+	  if [ -L $$pg ]; then rm -rf "$$(readlink -f $$pg)"; fi; done
 	@rm -rf .state warehouse/data
 	@echo "removed .state and warehouse/data; the download cache stays in ~/.cache/regauge"

@@ -45,10 +45,14 @@ def regauge(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str
     return _run([str(REPO_ROOT / ".venv" / "bin" / "regauge"), *args], timeout)
 
 
+def cluster_env() -> dict[str, str]:
+    return {**os.environ, **cluster.env()}
+
+
 def _run(argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
         argv,
-        env={**os.environ, **cluster.env()},
+        env=cluster_env(),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -223,18 +223,27 @@ class SparkWorker(Service):
     def healthy(self) -> bool:
         return port_open(self.ui_port) and self._registered()
 
-    def _registered(self) -> bool:
+    def _master_view(self) -> dict[str, object] | None:
+        """This worker as the master sees it, or None if it is not registered."""
         try:
             with urllib.request.urlopen(
                 f"http://127.0.0.1:{SPARK_MASTER_UI}/json/", timeout=3
             ) as resp:
                 state = json.load(resp)
         except (OSError, ValueError):
-            return False
-        return any(
-            w.get("webuiaddress", "").endswith(f":{self.ui_port}") and w.get("state") == "ALIVE"
-            for w in state.get("workers", [])
-        )
+            return None
+        for w in state.get("workers", []):
+            if w.get("webuiaddress", "").endswith(f":{self.ui_port}") and w.get("state") == "ALIVE":
+                return dict(w)
+        return None
+
+    def _registered(self) -> bool:
+        return self._master_view() is not None
+
+    def cores_used(self) -> int:
+        """Cores the master has given executors on this worker."""
+        view = self._master_view()
+        return int(view.get("coresused", 0)) if view else 0  # type: ignore[call-overload]
 
 
 class KafkaBroker(Kafka):
