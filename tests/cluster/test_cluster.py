@@ -143,14 +143,24 @@ def test_a_broker_and_a_worker_killed_under_load_lose_and_double_nothing(
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    # Once the job has executors at work, take one worker away with its executors.
-    assert wait_until(lambda: worker.cores_used() > 0, 180, interval=0.5), log.read_text()
-    time.sleep(3)
+
+    # Once the job's tasks run on the worker, take it away with its executors.
+    def tasks_running() -> bool:
+        return any(
+            f.is_file() and "Running task" in f.read_text(errors="replace")
+            for f in worker.executor_logs("regauge-ingest-once")
+        )
+
+    assert wait_until(tasks_running, 180, interval=0.3), log.read_text()
     assert ingest.poll() is None, "ingest ended before the fault: nothing was tested"
     worker_pid = worker.pidfile(worker.name).live_pid()
     assert worker_pid is not None
     os.killpg(worker_pid, signal.SIGKILL)
-    assert ingest.wait(timeout=600) == 0, log.read_text()
-    worker.start()
+    try:
+        assert ingest.wait(timeout=600) == 0, log.read_text()
+    finally:
+        ingest.kill()
+        worker.start()
+    assert "Lost executor" in log.read_text()  # the fault reached the job's tasks
 
     _judge(s, run)
