@@ -33,6 +33,7 @@ class Airflow(Service):
     name = "airflow"
     health_timeout = 240.0
     components = ("api-server", "scheduler", "dag-processor", "triggerer")
+    task_env: dict[str, str] = {}  # noqa: RUF012 - replaced per instance, never mutated
 
     def ports(self) -> Sequence[int]:
         return [self.settings.airflow_port]
@@ -80,6 +81,9 @@ class Airflow(Service):
             # The pipeline's CLI, which every task calls (DAGs stay thin).
             "REGAUGE_BIN": str(REPO_ROOT / ".venv" / "bin" / "regauge"),
             "PYTHONUNBUFFERED": "1",
+            # The settings its tasks' commands read (the one-box cluster's), whatever
+            # the environment of the process that started Airflow.
+            **self.task_env,
         }
 
     def _bin(self) -> str:

@@ -326,6 +326,8 @@ def members(s: Settings) -> list[Service]:
     from warehouse.ops.stack.airflow import Airflow
     from warehouse.ops.stack.postgres import Postgres
 
+    airflow = Airflow(s)
+    airflow.task_env = env()
     return [
         ObjectStore(s),
         SparkMaster(s),
@@ -334,7 +336,7 @@ def members(s: Settings) -> list[Service]:
         Postgres(s),
         TrinoNode(s, "coordinator"),
         TrinoNode(s, "worker"),
-        Airflow(s),
+        airflow,
     ]
 
 
