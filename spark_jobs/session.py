@@ -27,8 +27,13 @@ def build_session(
     resolves anything over the network.
     """
     s = settings or get_settings()
-    # Spark 4.2 needs Java 17's jdk.incubator.vector; never pick up another JVM.
-    os.environ["JAVA_HOME"] = jvm.java17_home()
+    # Spark 4.2 needs Java 17's jdk.incubator.vector; never pick up another JVM. A
+    # cluster's driver machine may have its own JDK instead of Debian's.
+    try:
+        os.environ["JAVA_HOME"] = jvm.java17_home()
+    except jvm.SetupError:
+        if s.is_local or not os.environ.get("JAVA_HOME"):
+            raise
     bind: dict[str, str] = {}
     if s.bind_host:
         # The UI's server binds to SPARK_LOCAL_IP, read from the JVM's environment
@@ -84,6 +89,13 @@ def build_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if s.s3_access_key and s.s3_secret_key and s.lake_root.startswith("s3a://"):
+        # Set in the running JVM, not as spark.* settings: PySpark passes those to
+        # spark-submit on its command line, where any local user could read the
+        # secret (ps). Tasks carry the driver's Hadoop configuration to executors.
+        hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+        hadoop.set("fs.s3a.access.key", s.s3_access_key)
+        hadoop.set("fs.s3a.secret.key", s.s3_secret_key)
     return spark
 
 
@@ -117,10 +129,5 @@ def _object_store_conf(s: Settings) -> dict[str, str]:
             "spark.hadoop.fs.s3a.endpoint": s.s3_endpoint,
             "spark.hadoop.fs.s3a.endpoint.region": s.s3_region,
             "spark.hadoop.fs.s3a.path.style.access": "true",
-        }
-    if s.s3_access_key and s.s3_secret_key:
-        conf |= {
-            "spark.hadoop.fs.s3a.access.key": s.s3_access_key,
-            "spark.hadoop.fs.s3a.secret.key": s.s3_secret_key,
         }
     return conf

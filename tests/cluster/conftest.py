@@ -32,10 +32,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def cluster_settings() -> Iterator[Settings]:
     s = cluster.settings()
     already = {m.name for m in cluster.members(s) if m.running()}
-    cluster.up(s)
     try:
+        cluster.up(s)
         yield s
     finally:
+        # Whatever this fixture started goes, even half-started: the local
+        # stack's tests that follow need the same ports.
         if not already:
             cluster.down(s)
 

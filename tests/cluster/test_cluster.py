@@ -18,7 +18,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from trino.exceptions import TrinoQueryError
+from trino.exceptions import HttpError, TrinoQueryError
 
 from spark_jobs import producer
 from spark_jobs.testing.landing import fresh_seed
@@ -105,8 +105,14 @@ def test_ingest_replay_and_an_analysts_query_on_the_cluster(cluster_settings: Se
             analyst, f"SELECT count(*) FROM {QUARANTINE.trino_name}", user=cluster.ANALYST
         )
     wrong = replace(analyst, trino_password="not-the-password")
-    with pytest.raises(Exception, match="401"):
+    with pytest.raises(HttpError, match="401"):
         trino_client.query(wrong, "SELECT 1", user=cluster.ANALYST)
+    # regauge's own login acts for the analyst (impersonation), under the analyst's rules.
+    assert set(trino_client.query(s, f"SELECT * FROM {table}", user=cluster.ANALYST).rows) >= set(
+        rows
+    )
+    with pytest.raises(TrinoQueryError, match="Access Denied"):
+        trino_client.query(s, f"SELECT count(*) FROM {QUARANTINE.trino_name}", user=cluster.ANALYST)
 
 
 @pytest.mark.full_cluster

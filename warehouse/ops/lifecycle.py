@@ -168,8 +168,12 @@ def archive(settings: Settings, table: registry.Table) -> list[str]:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     root = f"{settings.lake_root.rstrip('/')}/_archive"
     done = []
-    # A file move needs no executors: a cluster's are left to the streams.
-    spark = build_session(
+    from pyspark.sql import SparkSession
+
+    # A file move needs no executors: a cluster's are left to the streams. A
+    # caller's own session is used, and left running.
+    active = SparkSession.getActiveSession()
+    spark = active or build_session(
         "regauge-archive", settings, ui=False, extra_conf={"spark.master": "local[1]"}
     )
     try:
@@ -182,7 +186,8 @@ def archive(settings: Settings, table: registry.Table) -> list[str]:
                 lake.move(spark, src, dest)
                 done.append(f"{what} archived to {dest}")
     finally:
-        spark.stop()
+        if active is None:
+            spark.stop()
     return done
 
 

@@ -17,8 +17,8 @@ class Result:
     rows: list[tuple[Any, ...]]
 
 
-def connect(settings: Settings, user: str = "regauge") -> trino.dbapi.Connection:
-    """A connection as `user`.
+def connect(settings: Settings, user: str | None = None) -> trino.dbapi.Connection:
+    """A connection as `user` (default: regauge's own login, `trino_login`).
 
     Without a password (the local stack), Trino takes the user name as sent. With
     one (a cluster), regauge logs in over HTTPS as its own login and acts as `user`,
@@ -40,7 +40,7 @@ def connect(settings: Settings, user: str = "regauge") -> trino.dbapi.Connection
     return trino.dbapi.connect(
         host=settings.trino_host,
         port=settings.trino_port,
-        user=user,
+        user=user or settings.trino_login,
         http_scheme=settings.trino_scheme,
         request_timeout=120,
         **extra,
@@ -48,7 +48,7 @@ def connect(settings: Settings, user: str = "regauge") -> trino.dbapi.Connection
 
 
 def query(
-    settings: Settings, sql: str, params: list[Any] | None = None, user: str = "regauge"
+    settings: Settings, sql: str, params: list[Any] | None = None, user: str | None = None
 ) -> Result:
     """Run one statement and fetch everything it returns."""
     with connect(settings, user) as conn:
@@ -60,7 +60,7 @@ def query(
 
 
 def scalar(
-    settings: Settings, sql: str, params: list[Any] | None = None, user: str = "regauge"
+    settings: Settings, sql: str, params: list[Any] | None = None, user: str | None = None
 ) -> Any:
     result = query(settings, sql, params, user)
     if len(result.rows) != 1 or len(result.rows[0]) != 1:

@@ -17,13 +17,16 @@ up` refuses while the local stack runs.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import os
 import secrets
+import shutil
 import subprocess
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from warehouse.base import jvm
@@ -50,15 +53,27 @@ TRINO_HTTP_PORT = 8080  # the coordinator's internal port, for its worker
 TRINO_WORKER_PORT = 8082
 
 
+@contextlib.contextmanager
+def _private() -> Iterator[None]:
+    """Files made inside are readable by their owner only from the start (secrets,
+    keys, configs that hold them), not after a chmod that a crash could skip."""
+    before = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(before)
+
+
 def _secret(name: str) -> str:
     """A secret made once for this box's cluster and kept (mode 0600)."""
     path = STATE / "secrets.json"
     known = json.loads(path.read_text()) if path.is_file() else {}
     if name not in known:
         known[name] = secrets.token_urlsafe(24)
-        STATE.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(known, indent=2) + "\n")
-        path.chmod(0o600)
+        with _private():
+            STATE.mkdir(parents=True, exist_ok=True)
+            path.unlink(missing_ok=True)
+            path.write_text(json.dumps(known, indent=2) + "\n")
     return str(known[name])
 
 
@@ -105,8 +120,6 @@ class ObjectStore(Service):
 
     def procs(self) -> Sequence[Proc]:
         jar = jvm.layout(self.settings).s3proxy_jar
-        if not jar.is_file():
-            raise ServiceError(f"S3Proxy is not fetched yet ({jar}): run `regauge cluster fetch`")
         return [
             Proc(
                 name="s3",
@@ -120,19 +133,23 @@ class ObjectStore(Service):
 
     def prepare(self) -> None:
         s = self.settings
+        jar = jvm.layout(s).s3proxy_jar
+        if not jar.is_file():
+            raise ServiceError(f"S3Proxy is not fetched yet ({jar}): run `regauge cluster fetch`")
         data = self.home / "data"
         # The filesystem backend keeps a bucket as a folder: making it is the
         # bucket's creation, as an operator would do once for a deployment.
         (data / BUCKET).mkdir(parents=True, exist_ok=True)
-        _render(
-            INFRA / "cluster" / "s3proxy.conf",
-            self._conf,
-            port=S3_PORT,
-            access_key=s.s3_access_key,
-            secret_key=s.s3_secret_key,
-            data_dir=data,
-        )
-        self._conf.chmod(0o600)
+        with _private():
+            self._conf.unlink(missing_ok=True)
+            _render(
+                INFRA / "cluster" / "s3proxy.conf",
+                self._conf,
+                port=S3_PORT,
+                access_key=s.s3_access_key,
+                secret_key=s.s3_secret_key,
+                data_dir=data,
+            )
 
     def healthy(self) -> bool:
         return port_open(S3_PORT)
@@ -387,19 +404,21 @@ class TrinoNode(Trino):
             "pg_user": s.postgres_user,
             "pg_password": s.postgres_password,
         }
-        _render(src / f"{self.role}.properties", etc / "config.properties", **values)
-        for template in (src / "catalog").glob("*.properties"):
-            _render(template, etc / "catalog" / template.name, **values)
-        if self.role == "coordinator":
-            for name in ("access-control.properties", "password-authenticator.properties"):
-                _render(src / name, etc / name, **values)
-            logins = {s.trino_login: s.trino_password or "", ANALYST: analyst_password()}
-            password_db = etc / "password.db"
-            password_db.write_text("".join(f"{u}:{pbkdf2(p)}\n" for u, p in logins.items()))
-            password_db.chmod(0o600)
-        (etc / "log.properties").write_text("io.trino=INFO\n")
-        for secret_file in etc.rglob("*.properties"):
-            secret_file.chmod(0o600)
+        # Rebuilt each start, owner-only from the first byte: the files hold the S3
+        # key, PostgreSQL's password, the shared secret and the password hashes.
+        shutil.rmtree(etc, ignore_errors=True)
+        with _private():
+            _render(src / f"{self.role}.properties", etc / "config.properties", **values)
+            for template in (src / "catalog").glob("*.properties"):
+                _render(template, etc / "catalog" / template.name, **values)
+            if self.role == "coordinator":
+                for name in ("access-control.properties", "password-authenticator.properties"):
+                    _render(src / name, etc / name, **values)
+                logins = {s.trino_login: s.trino_password or "", ANALYST: analyst_password()}
+                (etc / "password.db").write_text(
+                    "".join(f"{u}:{pbkdf2(p)}\n" for u, p in logins.items())
+                )
+            (etc / "log.properties").write_text("io.trino=INFO\n")
 
     def healthy(self) -> bool:
         """Started, on the internal HTTP port (clients need HTTPS and a password)."""
@@ -442,6 +461,12 @@ def make_tls(where: Path) -> None:
     """
     if (where / "trino.pem").is_file():
         return
+    with _private():
+        _make_tls(where)
+    (where / "ca.pem").chmod(0o644)  # the CA's certificate is public; its key is not
+
+
+def _make_tls(where: Path) -> None:
     where.mkdir(parents=True, exist_ok=True)
 
     def openssl(*args: str) -> None:
@@ -498,9 +523,6 @@ def make_tls(where: Path) -> None:
     )
     pem = (where / "trino.key").read_text() + (where / "trino.crt").read_text()
     (where / "trino.pem").write_text(pem)
-    for f in where.iterdir():
-        f.chmod(0o600)
-    (where / "ca.pem").chmod(0o644)
 
 
 def up(s: Settings) -> None:

@@ -54,6 +54,11 @@ class Trino(Service):
         s = self.settings
         src = INFRA / "trino" / "local"
         etc = self.home / "etc"
+        if "://" in s.lake_root:
+            raise ServiceError(
+                f"the local Trino reads a lake in a local folder, not {s.lake_root}: on a "
+                "cluster, regauge uses the cluster's Trino (REGAUGE_TRINO_HOST)"
+            )
         lake = Path(s.lake_root)
         metastore = lake / "_trino_metastore"
         metastore.mkdir(parents=True, exist_ok=True)
