@@ -97,8 +97,8 @@ def env() -> dict[str, str]:
         "REGAUGE_TRINO_CA_FILE": str(STATE / "tls" / "ca.pem"),
         "REGAUGE_POSTGRES_HOST": "127.0.0.1",
         "REGAUGE_TRINO_HEAP": "1536M",
-        # Four executor cores in all: a cluster's default of 200 shuffle tasks
-        # (and Delta snapshot tasks, which follow it) would be mostly overhead.
+        # Two executor cores per application: a cluster's default of 200 shuffle
+        # tasks (and Delta snapshot tasks, which follow it) would be mostly overhead.
         "REGAUGE_SPARK_SHUFFLE_PARTITIONS": "4",
         # One box: every server still listens on loopback only.
         "REGAUGE_BIND_HOST": "127.0.0.1",
