@@ -89,9 +89,14 @@ class Trino(Service):
         node = (etc / "node.properties").read_text()
         config.write_text(config.read_text() + "\n" + node)
 
+    @property
+    def info_url(self) -> str:
+        """Where the node says whether it is still starting."""
+        return f"{self.settings.trino_url}/v1/info"
+
     def healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(f"{self.settings.trino_url}/v1/info", timeout=3) as resp:
+            with urllib.request.urlopen(self.info_url, timeout=3) as resp:
                 info = json.load(resp)
         except (OSError, urllib.error.URLError, ValueError):
             return False
