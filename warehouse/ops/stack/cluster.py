@@ -54,9 +54,15 @@ TRINO_WORKER_PORT = 8082
 
 
 @contextlib.contextmanager
-def _private() -> Iterator[None]:
+def _private(under: Path) -> Iterator[None]:
     """Files made inside are readable by their owner only from the start (secrets,
-    keys, configs that hold them), not after a chmod that a crash could skip."""
+    keys, configs that hold them), not after a chmod that a crash could skip.
+
+    `under` and its parents are made first with the usual mode: made under this
+    umask, a new .state/ would be owner-only too, and the local stack's
+    PostgreSQL (run as the postgres account) could no longer reach its home there.
+    """
+    under.mkdir(parents=True, exist_ok=True)
     before = os.umask(0o077)
     try:
         yield
@@ -70,8 +76,7 @@ def _secret(name: str) -> str:
     known = json.loads(path.read_text()) if path.is_file() else {}
     if name not in known:
         known[name] = secrets.token_urlsafe(24)
-        with _private():
-            STATE.mkdir(parents=True, exist_ok=True)
+        with _private(STATE):
             path.unlink(missing_ok=True)
             path.write_text(json.dumps(known, indent=2) + "\n")
     return str(known[name])
@@ -140,7 +145,7 @@ class ObjectStore(Service):
         # The filesystem backend keeps a bucket as a folder: making it is the
         # bucket's creation, as an operator would do once for a deployment.
         (data / BUCKET).mkdir(parents=True, exist_ok=True)
-        with _private():
+        with _private(self._conf.parent):
             self._conf.unlink(missing_ok=True)
             _render(
                 INFRA / "cluster" / "s3proxy.conf",
@@ -407,7 +412,7 @@ class TrinoNode(Trino):
         # Rebuilt each start, owner-only from the first byte: the files hold the S3
         # key, PostgreSQL's password, the shared secret and the password hashes.
         shutil.rmtree(etc, ignore_errors=True)
-        with _private():
+        with _private(etc.parent):
             _render(src / f"{self.role}.properties", etc / "config.properties", **values)
             for template in (src / "catalog").glob("*.properties"):
                 _render(template, etc / "catalog" / template.name, **values)
@@ -455,7 +460,7 @@ def make_tls(where: Path) -> None:
     """
     if (where / "trino.pem").is_file():
         return
-    with _private():
+    with _private(where):
         _make_tls(where)
     (where / "ca.pem").chmod(0o644)  # the CA's certificate is public; its key is not
 

@@ -1,6 +1,7 @@
 """The service mechanics, on throw-away processes (no real services needed)."""
 
 import dataclasses
+import os
 import socket
 import sys
 from collections.abc import Sequence
@@ -144,3 +145,19 @@ def test_kafka_storage_formats_with_an_id_that_starts_with_a_dash(local, monkeyp
     assert (
         "cluster.id=-AAAAAAAAAAAAAAAAAAAAA" in (kafka.home / "data" / "meta.properties").read_text()
     )
+
+
+def test_owner_only_files_do_not_make_their_folders_owner_only(tmp_path):
+    """The cluster's secrets are owner-only from their first byte, but the folders
+    leading to them keep the usual mode: a .state/ made owner-only kept the local
+    stack's PostgreSQL (run as the postgres account) out of its home."""
+    from warehouse.ops.stack import cluster
+
+    usual = os.umask(0o022)
+    os.umask(usual)
+    state = tmp_path / "state" / "cluster"
+    with cluster._private(state):
+        (state / "secrets.json").write_text("{}")
+    assert (state / "secrets.json").stat().st_mode & 0o777 == 0o600
+    for folder in (tmp_path / "state", state):
+        assert folder.stat().st_mode & 0o777 == 0o777 & ~usual, folder
