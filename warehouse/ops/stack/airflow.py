@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import secrets
 import subprocess
 import urllib.error
 import urllib.request
@@ -13,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from warehouse.base.settings import REPO_ROOT
-from warehouse.ops.stack.base import Service
+from warehouse.ops.stack.base import Service, kept_secret
 from warehouse.ops.stack.process import Proc, ServiceError
 
 log = logging.getLogger(__name__)
@@ -42,15 +41,6 @@ class Airflow(Service):
     def passwords_file(self) -> Path:
         return self.home / "simple_auth_manager_passwords.json.generated"
 
-    def _secret(self, name: str) -> str:
-        """A secret generated once and kept, so every component agrees on it."""
-        path = self.home / f".{name}"
-        if not path.is_file():
-            self.home.mkdir(parents=True, exist_ok=True)
-            path.write_text(secrets.token_urlsafe(32))
-            path.chmod(0o600)
-        return path.read_text().strip()
-
     def env(self) -> dict[str, str]:
         s = self.settings
         url = s.airflow_url
@@ -72,8 +62,8 @@ class Airflow(Service):
             "AIRFLOW__API__PORT": str(s.airflow_port),
             "AIRFLOW__API__BASE_URL": url,
             "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__API_AUTH__JWT_SECRET": self._secret("jwt_secret"),
-            "AIRFLOW__API__SECRET_KEY": self._secret("api_secret"),
+            "AIRFLOW__API_AUTH__JWT_SECRET": kept_secret(self.home / ".jwt_secret"),
+            "AIRFLOW__API__SECRET_KEY": kept_secret(self.home / ".api_secret"),
             # New DAG files are picked up within seconds, not the default five minutes.
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "15",
             "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",

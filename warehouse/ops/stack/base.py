@@ -8,9 +8,12 @@ processes recorded in our own pid files.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import secrets
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
@@ -49,6 +52,32 @@ class Status:
     ports: Sequence[int]
     procs: Sequence[ProcStatus]
     note: str = ""
+
+
+@contextlib.contextmanager
+def private(under: Path) -> Iterator[None]:
+    """Files made inside are readable by their owner only from the start (secrets,
+    keys, configs that hold them), not after a chmod that a crash could skip.
+
+    `under` and its parents are made first with the usual mode: made under this
+    umask, a new .state/ would be owner-only too, and the local stack's
+    PostgreSQL (run as the postgres account) could no longer reach its home there.
+    """
+    under.mkdir(parents=True, exist_ok=True)
+    before = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(before)
+
+
+def kept_secret(path: Path) -> str:
+    """A secret made once and kept in `path` (owner-only), so every component
+    started later agrees on it."""
+    if not path.is_file():
+        with private(path.parent):
+            path.write_text(secrets.token_urlsafe(32))
+    return path.read_text().strip()
 
 
 def _render(template: Path, target: Path, **values: object) -> None:

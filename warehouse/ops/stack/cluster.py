@@ -17,22 +17,20 @@ up` refuses while the local stack runs.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
-import os
 import secrets
 import shutil
 import subprocess
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from warehouse.base import jvm
 from warehouse.base.settings import REPO_ROOT, Settings
 from warehouse.base.settings import load as load_settings
-from warehouse.ops.stack.base import INFRA, Service, _render
+from warehouse.ops.stack.base import INFRA, Service, _render, kept_secret, private
 from warehouse.ops.stack.kafka import Kafka, _kafka_cluster_id, kafka_admin
 from warehouse.ops.stack.process import Proc, ServiceError, port_open
 from warehouse.ops.stack.trino import Trino
@@ -53,33 +51,9 @@ TRINO_HTTP_PORT = 8080  # the coordinator's internal port, for its worker
 TRINO_WORKER_PORT = 8082
 
 
-@contextlib.contextmanager
-def _private(under: Path) -> Iterator[None]:
-    """Files made inside are readable by their owner only from the start (secrets,
-    keys, configs that hold them), not after a chmod that a crash could skip.
-
-    `under` and its parents are made first with the usual mode: made under this
-    umask, a new .state/ would be owner-only too, and the local stack's
-    PostgreSQL (run as the postgres account) could no longer reach its home there.
-    """
-    under.mkdir(parents=True, exist_ok=True)
-    before = os.umask(0o077)
-    try:
-        yield
-    finally:
-        os.umask(before)
-
-
 def _secret(name: str) -> str:
-    """A secret made once for this box's cluster and kept (mode 0600)."""
-    path = STATE / "secrets.json"
-    known = json.loads(path.read_text()) if path.is_file() else {}
-    if name not in known:
-        known[name] = secrets.token_urlsafe(24)
-        with _private(STATE):
-            path.unlink(missing_ok=True)
-            path.write_text(json.dumps(known, indent=2) + "\n")
-    return str(known[name])
+    """A secret made once for this box's cluster and kept (owner-only)."""
+    return kept_secret(STATE / "secrets" / name)
 
 
 def env() -> dict[str, str]:
@@ -145,7 +119,7 @@ class ObjectStore(Service):
         # The filesystem backend keeps a bucket as a folder: making it is the
         # bucket's creation, as an operator would do once for a deployment.
         (data / BUCKET).mkdir(parents=True, exist_ok=True)
-        with _private(self._conf.parent):
+        with private(self._conf.parent):
             self._conf.unlink(missing_ok=True)
             _render(
                 INFRA / "cluster" / "s3proxy.conf",
@@ -412,7 +386,7 @@ class TrinoNode(Trino):
         # Rebuilt each start, owner-only from the first byte: the files hold the S3
         # key, PostgreSQL's password, the shared secret and the password hashes.
         shutil.rmtree(etc, ignore_errors=True)
-        with _private(etc.parent):
+        with private(etc.parent):
             _render(src / f"{self.role}.properties", etc / "config.properties", **values)
             for template in (src / "catalog").glob("*.properties"):
                 _render(template, etc / "catalog" / template.name, **values)
@@ -460,7 +434,7 @@ def make_tls(where: Path) -> None:
     """
     if (where / "trino.pem").is_file():
         return
-    with _private(where):
+    with private(where):
         _make_tls(where)
     (where / "ca.pem").chmod(0o644)  # the CA's certificate is public; its key is not
 

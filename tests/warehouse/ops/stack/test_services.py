@@ -147,17 +147,18 @@ def test_kafka_storage_formats_with_an_id_that_starts_with_a_dash(local, monkeyp
     )
 
 
-def test_owner_only_files_do_not_make_their_folders_owner_only(tmp_path):
-    """The cluster's secrets are owner-only from their first byte, but the folders
-    leading to them keep the usual mode: a .state/ made owner-only kept the local
-    stack's PostgreSQL (run as the postgres account) out of its home."""
-    from warehouse.ops.stack import cluster
+def test_kept_secrets_are_owner_only_but_their_folders_are_not(tmp_path):
+    """The cluster's and Airflow's secrets are owner-only from their first byte and
+    the same on every read, but the folders leading to them keep the usual mode: a
+    .state/ made owner-only kept the local stack's PostgreSQL (run as the postgres
+    account) out of its home."""
+    from warehouse.ops.stack import base
 
     usual = os.umask(0o022)
     os.umask(usual)
-    state = tmp_path / "state" / "cluster"
-    with cluster._private(state):
-        (state / "secrets.json").write_text("{}")
-    assert (state / "secrets.json").stat().st_mode & 0o777 == 0o600
-    for folder in (tmp_path / "state", state):
+    secret = tmp_path / "state" / "cluster" / "secrets" / "s3"
+    first = base.kept_secret(secret)
+    assert len(first) >= 32 and base.kept_secret(secret) == first
+    assert secret.stat().st_mode & 0o777 == 0o600
+    for folder in (tmp_path / "state", tmp_path / "state" / "cluster", secret.parent):
         assert folder.stat().st_mode & 0o777 == 0o777 & ~usual, folder
