@@ -1,7 +1,9 @@
 """The cluster profile end to end on the one-box cluster: Kafka (3 brokers) -> bronze
 -> silver on an object store through s3a://, by Spark jobs on a standalone master;
 a view replayed there; an analyst's query through Trino over HTTPS with a password;
-a broker and a worker killed with SIGKILL under load.
+the cluster's Airflow reprocessing v1 and v2, rolling out, retiring (the archive
+is a copy in the object store), building dbt and auditing; a broker and a worker
+killed with SIGKILL under load.
 
 The answers are the contract's, computed from what the generator sent.
 `make test` runs the smoke test; `make test-cluster` all of them.
@@ -10,6 +12,7 @@ The answers are the contract's, computed from what the generator sent.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -23,14 +26,21 @@ from trino.exceptions import HttpError, TrinoQueryError
 from spark_jobs import producer
 from spark_jobs.testing.landing import fresh_seed
 from tests.cluster.conftest import cluster_env, regauge
+from tests.integration.test_versions import USERS, VIEW, assert_routing
 from tests.integration.test_views import accepted_events, expected_revenue_v1
-from warehouse.base.registry import BRONZE_EVENTS, SILVER_EVENTS, gold_view_table
+from warehouse.base.registry import (
+    BRONZE_EVENTS,
+    GOLD_AUDIT_RUNS,
+    SILVER_EVENTS,
+    gold_view_table,
+    mart,
+)
 from warehouse.base.registry import SILVER_QUARANTINE as QUARANTINE
 from warehouse.base.settings import REPO_ROOT, Settings
-from warehouse.ops import pipeline
+from warehouse.ops import airflow_client, pipeline
 from warehouse.ops.stack import cluster
 from warehouse.ops.stack.process import wait_until
-from warehouse.sql import trino_client
+from warehouse.sql import catalog, trino_client, versions
 
 
 def _start_of(seed: int) -> datetime:
@@ -113,6 +123,83 @@ def test_ingest_replay_and_an_analysts_query_on_the_cluster(cluster_settings: Se
     )
     with pytest.raises(TrinoQueryError, match="Access Denied"):
         trino_client.query(s, f"SELECT count(*) FROM {QUARANTINE.trino_name}", user=cluster.ANALYST)
+
+
+def _stored(s: Settings, prefix: str) -> set[str]:
+    """Keys under `prefix` in the lake's bucket. S3Proxy's filesystem backend keeps
+    each object as a file named by its key, so its folder is the store's listing."""
+    lake = s.lake_root.removeprefix(f"s3a://{cluster.BUCKET}/")
+    data = cluster.ObjectStore(s).home / "data" / cluster.BUCKET / lake
+    return {str(f.relative_to(data)) for f in (data / prefix).rglob("*") if f.is_file()}
+
+
+@pytest.mark.full_cluster
+def test_the_clusters_airflow_reprocesses_rolls_out_retires_builds_dbt_and_audits(
+    cluster_settings: Settings,
+):
+    s = cluster_settings
+    regauge("versions", "forget", VIEW, "--yes")  # the smoke test replayed v1 outside the registry
+    seed = fresh_seed()
+    pipeline.produce(s, seed=seed, count=1000, chaos=True, start=_start_of(seed), days=1)
+    regauge("ingest-once")
+    airflow = airflow_client.Client(s)
+    try:
+        airflow.run("regauge_reprocess", {"view": VIEW, "version": 1})
+        v1 = versions.get(s, VIEW, 1)
+        assert (v1.status, v1.rollout_percent) == ("serving", 100)
+
+        airflow.run("regauge_reprocess", {"view": VIEW, "version": 2, "source": "bronze"})
+        v2 = versions.get(s, VIEW, 2)
+        assert (v2.status, v2.rollout_percent) == ("ready", 0)
+        report = v2.validation or {}
+        assert report["passed"], report
+        assert report["self_check"]["rows"] > 0
+        assert report["shared_with"]["disagreements"] == 0, report
+
+        # Routing through the cluster's Trino: regauge's login acts for each analyst.
+        airflow.run("regauge_rollout", {"view": VIEW, "version": 2, "percent": 10})
+        seen = assert_routing(s, USERS)
+        assert {u for u, v in seen.items() if v == 2} == {
+            u for u in USERS if versions.cohort(u) < 10
+        }
+        airflow.run("regauge_rollout", {"view": VIEW, "version": 2, "percent": 100})
+        assert set(assert_routing(s, USERS).values()) == {2}
+
+        # Retire v1: out of Trino, and its table and checkpoint copied to the
+        # archive and deleted (a rename is a copy and delete on S3).
+        v1_table = gold_view_table(VIEW, 1)
+        table_prefix = v1_table.path(s).removeprefix(s.lake_root + "/")
+        assert any(k.endswith(".json") for k in _stored(s, f"{table_prefix}/_delta_log"))
+        archived_before = _stored(s, "_archive")
+        airflow.run("regauge_retire", {"view": VIEW, "version": 1})
+        assert versions.get(s, VIEW, 1).status == "retired"
+        assert not catalog.is_published(v1_table, s)
+        assert not _stored(s, table_prefix)
+        archived = _stored(s, "_archive") - archived_before
+        logs = {k for k in archived if k.startswith(f"_archive/table/gold/{v1_table.name}@")}
+        assert any("/_delta_log/" in k for k in logs), sorted(archived)[:20]
+        assert any(k.startswith("_archive/checkpoint/") for k in archived), sorted(archived)[:20]
+
+        # dbt on silver in the object store, its marts published to Trino.
+        airflow.run("regauge_dbt", {})
+        orders = trino_client.query(s, f"SELECT count(*) FROM {mart('fct_orders').trino_name}")
+        assert orders.rows[0][0] > 0
+
+        # The audit, as its hourly DAG runs it, passes every check and records them.
+        run_id = airflow.run("regauge_audit", {})
+        said = airflow.task_log("regauge_audit", run_id, "audit")
+        verdict = re.search(r"audit (\S+): PASSED", said)
+        assert verdict, said[-3000:]
+        audit_id = verdict[1]
+        recorded = trino_client.query(
+            s,
+            f"SELECT subject, passed FROM {GOLD_AUDIT_RUNS.trino_name} WHERE run_id = ?",
+            [audit_id],
+        ).rows
+        assert recorded and all(passed for _, passed in recorded), recorded
+        assert any(subject == f"{VIEW} v2" for subject, _ in recorded), recorded
+    finally:
+        regauge("versions", "forget", VIEW, "--yes")  # its streams stop with it
 
 
 @pytest.mark.full_cluster
