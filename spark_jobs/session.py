@@ -124,6 +124,11 @@ def _object_store_conf(s: Settings) -> dict[str, str]:
         return {}
     jars = ":".join(jvm.spark_s3_jars(s))
     conf = {"spark.driver.extraClassPath": jars, "spark.executor.extraClassPath": jars}
+    conf["spark.hadoop.fs.s3a.change.detection.mode"] = s.s3_change_detection
+    if s.s3_change_detection == "none":
+        # S3A still refuses an object without an ETag, whatever the mode, unless
+        # the version is optional too (ChangeTracker checks this flag alone).
+        conf["spark.hadoop.fs.s3a.change.detection.version.required"] = "false"
     if s.s3_endpoint:
         conf |= {
             "spark.hadoop.fs.s3a.endpoint": s.s3_endpoint,

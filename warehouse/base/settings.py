@@ -100,6 +100,12 @@ class Settings:
     s3_region: str = "us-east-1"
     s3_access_key: str | None = None
     s3_secret_key: str | None = None
+    # S3A's check that an object did not change while it was read or copied
+    # (fs.s3a.change.detection.mode): "server" compares ETags, which every object
+    # must then carry. Hadoop's advice for a store whose HEAD of some objects has
+    # none (S3Proxy's filesystem backend, for a folder's marker) is "none", which
+    # regauge pairs with fs.s3a.change.detection.version.required=false.
+    s3_change_detection: str = "server"
     # Trino over HTTPS with a password: the user regauge logs in as; other users
     # (analysts) are then impersonated by it, which Trino's rules must allow.
     trino_scheme: str = "http"
@@ -232,6 +238,7 @@ OVERRIDES: dict[str, tuple[str, type]] = {
     "REGAUGE_S3_REGION": ("s3_region", str),
     "REGAUGE_S3_ACCESS_KEY": ("s3_access_key", str),
     "REGAUGE_S3_SECRET_KEY": ("s3_secret_key", str),
+    "REGAUGE_S3_CHANGE_DETECTION": ("s3_change_detection", str),
     "REGAUGE_TRINO_SCHEME": ("trino_scheme", str),
     "REGAUGE_TRINO_LOGIN": ("trino_login", str),
     "REGAUGE_TRINO_PASSWORD": ("trino_password", str),
@@ -265,6 +272,12 @@ def load(env: dict[str, str] | None = None) -> Settings:
         raise SettingsError(
             f"REGAUGE_KAFKA_SASL_MECHANISM={settings.kafka_sasl_mechanism!r}: "
             f"expected one of {', '.join(mechanisms)}"
+        )
+    detection = ("server", "client", "warn", "none")
+    if settings.s3_change_detection not in detection:
+        raise SettingsError(
+            f"REGAUGE_S3_CHANGE_DETECTION={settings.s3_change_detection!r}: "
+            f"expected one of {', '.join(detection)}"
         )
     if settings.trino_scheme not in ("http", "https"):
         raise SettingsError(f"REGAUGE_TRINO_SCHEME={settings.trino_scheme!r}: http or https")

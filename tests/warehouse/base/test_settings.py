@@ -81,3 +81,16 @@ def test_an_airflow_of_ones_own_is_reached_by_url_and_login():
         "regauge",
         "pw",
     )
+
+
+def test_s3_change_detection_reaches_s3a_and_a_wrong_mode_is_refused():
+    from spark_jobs.session import _object_store_conf
+
+    lake = {"REGAUGE_LAKE_ROOT": "s3a://bucket/lake"}
+    assert _object_store_conf(load(lake))["spark.hadoop.fs.s3a.change.detection.mode"] == "server"
+    relaxed = load({**lake, "REGAUGE_S3_CHANGE_DETECTION": "none"})
+    conf = _object_store_conf(relaxed)
+    assert conf["spark.hadoop.fs.s3a.change.detection.mode"] == "none"
+    assert conf["spark.hadoop.fs.s3a.change.detection.version.required"] == "false"
+    with pytest.raises(SettingsError, match="REGAUGE_S3_CHANGE_DETECTION='off'"):
+        load({"REGAUGE_S3_CHANGE_DETECTION": "off"})

@@ -69,6 +69,10 @@ def env() -> dict[str, str]:
         "REGAUGE_S3_ENDPOINT": f"http://127.0.0.1:{S3_PORT}",
         "REGAUGE_S3_ACCESS_KEY": "regauge",
         "REGAUGE_S3_SECRET_KEY": _secret("s3"),
+        # S3Proxy's filesystem backend answers a HEAD of a folder's marker (Delta
+        # makes _delta_log/_staged_commits/) without an ETag, and S3A's default
+        # check then refuses to copy it: retire's archive failed on it.
+        "REGAUGE_S3_CHANGE_DETECTION": "none",
         "REGAUGE_TRINO_HOST": "127.0.0.1",
         "REGAUGE_TRINO_PORT": str(TRINO_HTTPS_PORT),
         "REGAUGE_TRINO_SCHEME": "https",
