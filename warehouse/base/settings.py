@@ -246,6 +246,11 @@ OVERRIDES: dict[str, tuple[str, type]] = {
 }
 
 
+def _one_of(variable: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise SettingsError(f"{variable}={value!r}: expected one of {', '.join(choices)}")
+
+
 def load(env: dict[str, str] | None = None) -> Settings:
     """Build the settings for the profile named in the environment."""
     env = dict(os.environ if env is None else env)
@@ -261,24 +266,22 @@ def load(env: dict[str, str] | None = None) -> Settings:
             except ValueError as exc:
                 raise SettingsError(f"{var}={env[var]!r} is not a valid {kind.__name__}") from exc
     settings = replace(settings, **changes)  # type: ignore[arg-type]
-    protocols = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-    if settings.kafka_security_protocol not in protocols:
-        raise SettingsError(
-            f"REGAUGE_KAFKA_SECURITY_PROTOCOL={settings.kafka_security_protocol!r}: "
-            f"expected one of {', '.join(protocols)}"
+    _one_of(
+        "REGAUGE_KAFKA_SECURITY_PROTOCOL",
+        settings.kafka_security_protocol,
+        ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+    )
+    if settings.kafka_sasl_mechanism:
+        _one_of(
+            "REGAUGE_KAFKA_SASL_MECHANISM",
+            settings.kafka_sasl_mechanism,
+            ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
         )
-    mechanisms = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-    if settings.kafka_sasl_mechanism and settings.kafka_sasl_mechanism not in mechanisms:
-        raise SettingsError(
-            f"REGAUGE_KAFKA_SASL_MECHANISM={settings.kafka_sasl_mechanism!r}: "
-            f"expected one of {', '.join(mechanisms)}"
-        )
-    detection = ("server", "client", "warn", "none")
-    if settings.s3_change_detection not in detection:
-        raise SettingsError(
-            f"REGAUGE_S3_CHANGE_DETECTION={settings.s3_change_detection!r}: "
-            f"expected one of {', '.join(detection)}"
-        )
+    _one_of(
+        "REGAUGE_S3_CHANGE_DETECTION",
+        settings.s3_change_detection,
+        ("server", "client", "warn", "none"),
+    )
     if settings.trino_scheme not in ("http", "https"):
         raise SettingsError(f"REGAUGE_TRINO_SCHEME={settings.trino_scheme!r}: http or https")
     if settings.trino_password and settings.trino_scheme != "https":

@@ -444,8 +444,6 @@ def make_tls(where: Path) -> None:
 
 
 def _make_tls(where: Path) -> None:
-    where.mkdir(parents=True, exist_ok=True)
-
     def openssl(*args: str) -> None:
         proc = subprocess.run(["openssl", *args], cwd=where, capture_output=True, text=True)
         if proc.returncode != 0:
