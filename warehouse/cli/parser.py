@@ -411,7 +411,7 @@ def _tools(add: Add) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed the fault timing, to repeat it")
 
     # The defaults live in tools.bench.sizes, which imports nothing heavy.
-    from warehouse.tools.bench.sizes import Sizes
+    from warehouse.tools.bench.sizes import PHASES, Sizes
 
     sizes = Sizes()
     p = add(
@@ -457,6 +457,13 @@ def _tools(add: Add) -> None:
         type=positive_int,
         default=sizes.queries,
         help=f"runs of each timed query (default {sizes.queries})",
+    )
+    p.add_argument(
+        "--phases",
+        type=subset(PHASES),
+        default=PHASES,
+        help="comma-separated subset of " + ",".join(PHASES) + " (default: all; "
+        "throughput is the producer and ingest; freshness alone takes about 5 minutes)",
     )
     p.add_argument(
         "--out",

@@ -38,6 +38,7 @@ def bench(args: argparse.Namespace) -> int:
         freshness_s=args.freshness_seconds,
         queries=args.queries,
         history_events=args.history_events,
+        phases=args.phases,
     )
     report = bench_mod.run(
         settings_mod.get(), sizes, args.out, None if args.no_doc else bench_mod.DOC

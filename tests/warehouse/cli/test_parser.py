@@ -43,6 +43,14 @@ def test_the_cli_knows_every_audit_check_and_refuses_others():
             cli.build_parser().parse_args(["audit", "--checks", bad])
 
 
+def test_the_bench_runs_every_phase_or_a_named_subset():
+    assert cli.build_parser().parse_args(["bench"]).phases == bench.PHASES
+    args = cli.build_parser().parse_args(["bench", "--phases", "freshness,queries"])
+    assert args.phases == ("freshness", "queries")
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["bench", "--phases", "ingest"])
+
+
 @pytest.mark.parametrize(
     "argv",
     [

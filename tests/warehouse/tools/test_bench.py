@@ -127,6 +127,13 @@ def test_a_probe_never_seen_or_taken_is_a_missed_target():
     assert "never seen" not in bench_report.table(_report())
 
 
+def test_a_run_of_some_phases_says_which():
+    report = _report()
+    assert "Phases run" not in bench_report.section(report, *_paths())
+    report.sizes["phases"] = ["freshness"]
+    assert "Phases run: freshness. " in bench_report.section(report, *_paths())
+
+
 def _paths() -> tuple[Path, Path, Path]:
     docs = Path("/nonexistent/docs")
     return docs / "bench" / "a.json", docs / "bench" / "a.png", docs

@@ -32,6 +32,6 @@ from __future__ import annotations
 
 from warehouse.tools.bench.report import DEFAULT_OUT, DOC, Report, table, verdicts
 from warehouse.tools.bench.runner import run, save
-from warehouse.tools.bench.sizes import Sizes
+from warehouse.tools.bench.sizes import PHASES, Sizes
 
-__all__ = ["DEFAULT_OUT", "DOC", "Report", "Sizes", "run", "save", "table", "verdicts"]
+__all__ = ["DEFAULT_OUT", "DOC", "PHASES", "Report", "Sizes", "run", "save", "table", "verdicts"]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from warehouse.base.settings import REPO_ROOT
+from warehouse.tools.bench.sizes import PHASES
 
 # The targets on 2 cores (issue 9's, raised by issue 16's): (figure, comparison, bound).
 TARGETS: list[tuple[str, str, float]] = [
@@ -197,10 +198,13 @@ def section(report: Report, data: Path, chart: Path, relative_to: Path) -> str:
             return str(p)
 
     notes = "".join(f"- {k}: {v}\n" for k, v in sorted(report.notes.items()))
+    phases = list(report.sizes.get("phases") or PHASES)
+    ran = "" if phases == list(PHASES) else f"Phases run: {', '.join(phases)}. "
     return (
         f"## Run of {report.started_at}\n\n"
         f"{m.get('cores')} cores ({m.get('cpu')}), {m.get('memory_gib')} GiB; {versions}. "
-        f"{report.sizes.get('events', 0):,} events; the run took {report.seconds / 60:.1f} min. "
+        f"{ran}{report.sizes.get('events', 0):,} events; "
+        f"the run took {report.seconds / 60:.1f} min. "
         f"Data: [{rel(data)}]({rel(data)}); chart: ![bench]({rel(chart)})\n\n"
         f"{table(report)}\n\n"
         + notes

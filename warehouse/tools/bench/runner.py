@@ -67,32 +67,39 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
             report.machine["trino"] = trino_client.scalar(
                 settings, "SELECT node_version FROM system.runtime.nodes LIMIT 1"
             )
+            phases = set(sizes.phases)
             print(
                 "bench: settling what ingest had not copied yet, so the phases measure only "
                 "the bench's records"
             )
             pipeline.ingest_once(spark, settings)
-            print(f"bench: producer ({sizes.events:,} records)")
-            before, after, valid = throughput.producer(bench)
-            print("bench: ingest (a bare consumer first, then Kafka -> bronze -> silver)")
-            throughput.bare_consumer(bench, before, after)
-            throughput.ingest(bench, spark, before, after, valid)
-            print("bench: replay of every view from silver, and DuckDB")
-            replay.replay(bench, spark)
-            print(
-                f"bench: one-event view micro-batches over {sizes.history_events:,} and "
-                f"{sizes.history_events * sizes.history_factor:,} events of history"
-            )
-            history.history(bench, spark)
+            if "throughput" in phases:
+                print(f"bench: producer ({sizes.events:,} records)")
+                before, after, valid = throughput.producer(bench)
+                print("bench: ingest (a bare consumer first, then Kafka -> bronze -> silver)")
+                throughput.bare_consumer(bench, before, after)
+                throughput.ingest(bench, spark, before, after, valid)
+            if "replay" in phases:
+                print("bench: replay of every view from silver, and DuckDB")
+                replay.replay(bench, spark)
+            if "history" in phases:
+                print(
+                    f"bench: one-event view micro-batches over {sizes.history_events:,} and "
+                    f"{sizes.history_events * sizes.history_factor:,} events of history"
+                )
+                history.history(bench, spark)
             _stop_jvm(spark)
             # From here the stack runs as in production: the host with ingest and the
             # live streams, Airflow's reprocess of any version not built yet, Trino.
             memory.phase = SERVING
-            print("bench: freshness through Trino under steady load")
-            latency.ensure_serving(bench)
-            latency.freshness(bench)
-            print(f"bench: serving query latency ({sizes.queries} runs)")
-            latency.queries(bench)
+            if "freshness" in phases or "queries" in phases:
+                latency.ensure_serving(bench)
+            if "freshness" in phases:
+                print("bench: freshness through Trino under steady load")
+                latency.freshness(bench)
+            if "queries" in phases:
+                print(f"bench: serving query latency ({sizes.queries} runs)")
+                latency.queries(bench)
         for phase, (peak, at_peak) in sorted(memory.peaks.items()):
             parts = ", ".join(f"{name} {n / 2**30:.1f}" for name, n in sorted(at_peak.items()) if n)
             if phase == SERVING:

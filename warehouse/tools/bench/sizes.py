@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The phases of a run, in the order they run. `throughput` is the producer and
+# ingest together (ingest measures the records the producer sent).
+PHASES = ("throughput", "replay", "history", "freshness", "queries")
+
 
 @dataclass(frozen=True)
 class Sizes:
@@ -20,3 +24,5 @@ class Sizes:
     # times as many (`--history-events 500000` gives the 0.5 M and 5 M).
     history_events: int = 50_000
     history_factor: int = 10
+    # A subset runs in minutes: what a change to one stage needs measured again.
+    phases: tuple[str, ...] = PHASES
