@@ -172,7 +172,10 @@ def test_reprocess_roll_out_and_retire_while_events_flow(
 
     # A second reprocess of a built version is refused, and changes nothing.
     run_id = airflow.trigger("regauge_reprocess", {"view": VIEW, "version": 2})
+    # Until it ends, the run is one of the DAG's active runs (the bench waits for those).
+    assert run_id in airflow.active_runs("regauge_reprocess")
     assert airflow.wait("regauge_reprocess", run_id) == "failed"
+    assert run_id not in airflow.active_runs("regauge_reprocess")
     assert "already built" in airflow.task_log("regauge_reprocess", run_id, "register")
     assert versions.get(settings, VIEW, 2).status == "ready"
 

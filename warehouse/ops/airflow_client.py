@@ -114,6 +114,12 @@ class Client:
         found: list[dict[str, Any]] = self._get(f"/dags/{dag_id}/dagRuns", limit=100)["dag_runs"]
         return found
 
+    def active_runs(self, dag_id: str) -> list[str]:
+        """The ids of the DAG's runs that are queued or running (pausing a DAG stops
+        new runs, not these)."""
+        found = self._get(f"/dags/{dag_id}/dagRuns", state=["queued", "running"], limit=100)
+        return [str(r["dag_run_id"]) for r in found["dag_runs"]]
+
     def state(self, dag_id: str, run_id: str) -> str:
         return str(self._get(f"/dags/{dag_id}/dagRuns/{run_id}")["state"])
 
