@@ -101,19 +101,28 @@ class Daemon:
             yield
 
     def stop(self, timeout: float = 90.0) -> bool:
-        """Stop it between micro-batches; force it after `timeout`. False if not running."""
-        pid = self.pid()
-        if pid is None:
+        """Stop it between micro-batches; force it after `timeout`. False if not running.
+
+        Under the launch lock: a start while it stops (the watchdog's, say) waits
+        and then launches a new daemon. Without the lock, such a start could
+        launch after this one ended and have its pid file cleared here, leaving a
+        daemon nobody knew of, and a second one started next to it (seen: two
+        view hosts after the bench put the stack back).
+        """
+        with self._launch_lock():
+            pid = self.pid()
+            if pid is None:
+                self.pidfile.clear()
+                return False
+            # Only the Python driver gets SIGTERM: it stops its queries between batches
+            # and shuts Spark down; signalling the whole group would kill the JVM
+            # mid-commit.
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while self.pid() is not None and time.monotonic() < deadline:
+                time.sleep(0.5)
+            if self.pid() is not None:
+                print(f"{self.name} did not stop within {timeout:.0f} s; killing it")
+            process.stop_group(pid, signal.SIGKILL, 10)
             self.pidfile.clear()
-            return False
-        # Only the Python driver gets SIGTERM: it stops its queries between batches
-        # and shuts Spark down; signalling the whole group would kill the JVM mid-commit.
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while self.pid() is not None and time.monotonic() < deadline:
-            time.sleep(0.5)
-        if self.pid() is not None:
-            print(f"{self.name} did not stop within {timeout:.0f} s; killing it")
-        process.stop_group(pid, signal.SIGKILL, 10)
-        self.pidfile.clear()
-        return True
+            return True

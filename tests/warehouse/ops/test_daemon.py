@@ -5,6 +5,7 @@ start|stop` steer the view host."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -77,6 +78,35 @@ def test_two_starts_at_once_launch_one_daemon(tmp_path):
         assert sorted(started for _, started in results) == [False, False, False, True]
     finally:
         assert d.stop(5)
+    assert d.pid() is None
+
+
+class _SlowToStop(_Sleeper):
+    """Takes two seconds to finish after SIGTERM, as a host ends its micro-batch."""
+
+    def argv(self) -> list[str]:
+        say = f"open({str(self.status_file)!r}, 'w').write('{{\"state\": \"running\"}}')"
+        slow = "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(2), sys.exit(0)))"
+        return [sys.executable, "-c", f"import signal, sys, time; {slow}; {say}; time.sleep(60)"]
+
+
+def test_a_start_while_stopping_waits_and_its_daemon_stays_known(tmp_path):
+    import threading
+
+    d = _SlowToStop("probe", tmp_path, ())
+    first, _ = d.start(lambda st: bool(st), 30)
+    stopping = threading.Thread(target=d.stop, args=(10,))
+    stopping.start()
+    time.sleep(0.5)  # stop() has signalled the first and waits for it
+    try:
+        second, started = d.start(lambda st: bool(st), 30)
+        stopping.join()
+        # The start waited for the stop, then launched: the new daemon is the one
+        # the pid file names, so the next stop or start finds it.
+        assert started and second != first
+        assert d.pid() == second
+    finally:
+        d.stop(10)
     assert d.pid() is None
 
 

@@ -110,8 +110,6 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
             report.notes[f"memory, {phase}"] = f"at the peak, {peak / 2**30:.1f} GiB: {parts}"
             print(f"bench: peak resident memory, {phase}: {peak / 2**30:.1f} GiB ({parts})")
     finally:
-        for dag, paused in was_paused.items():
-            airflow.pause(dag, paused)
         # The host the bench started logs every job; the one it leaves behind does not,
         # and runs only what ran before.
         os.environ.pop(EVENT_LOG_VAR, None)
@@ -127,6 +125,9 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
             streams.start(settings, view, version)
         if not running_streams and not ingest_was_running:
             streams.stop_host(settings)
+        # Last: the watchdog, unpaused, starts whatever is wanted and not running.
+        for dag, paused in was_paused.items():
+            airflow.pause(dag, paused)
     report.seconds = time.monotonic() - began
     save(report, out_dir, doc)
     return report
