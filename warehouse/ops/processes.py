@@ -389,7 +389,7 @@ def _start_hosted(
             raise RuntimeError(f"{h.name} has never been replayed; build it first")
         # Each micro-batch tags its gold commits through a session setting, which
         # must not leak into another query's commits.
-        session = spark.newSession()
+        session = runner.live_session(spark)
         # The query's thread inherits the pool from the thread that starts it.
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", h.name)
         try:
