@@ -463,7 +463,7 @@ def _tools(add: Add) -> None:
         type=subset(PHASES),
         default=PHASES,
         help="comma-separated subset of " + ",".join(PHASES) + " (default: all; "
-        "throughput is the producer and ingest; freshness alone takes about 6 minutes)",
+        "throughput is the producer and ingest; freshness alone takes 6 to 8 minutes)",
     )
     p.add_argument(
         "--out",

@@ -26,6 +26,7 @@ QUIET_DAGS = ("regauge_watchdog", "regauge_audit")
 # yet, and Trino answering. The phases before run ingest, the replay and the
 # history in the bench's own JVM, with DuckDB beside it: reported apart.
 SERVING = "serving"
+MEASURING = {"throughput", "replay", "history"}
 EVENT_LOG_VAR = "REGAUGE_SPARK_EVENT_LOG_DIR"
 
 
@@ -48,8 +49,8 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
         was_paused[dag] = airflow.is_paused(dag)
         airflow.pause(dag, True)
     bench = Bench(settings, sizes, report)
-    _let_runs_finish(airflow, report)
     try:
+        _let_tasks_finish(airflow, report)
         with PeakMemory(settings) as memory:
             ingest_ctl.stop(settings)
             for view, version in running_streams:
@@ -105,51 +106,63 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
             parts = ", ".join(f"{name} {n / 2**30:.1f}" for name, n in sorted(at_peak.items()) if n)
             if phase == SERVING:
                 report.figures["stack_peak_gib"] = peak / 2**30
-            else:
+            elif MEASURING & set(sizes.phases):
                 report.figures["measuring_phases_peak_gib"] = peak / 2**30
+            else:  # only the settling ingest ran before the stack's phases
+                continue
             report.notes[f"memory, {phase}"] = f"at the peak, {peak / 2**30:.1f} GiB: {parts}"
             print(f"bench: peak resident memory, {phase}: {peak / 2**30:.1f} GiB ({parts})")
     finally:
-        # The host the bench started logs every job; the one it leaves behind does not,
-        # and runs only what ran before.
-        os.environ.pop(EVENT_LOG_VAR, None)
-        for view, version in streams.wanted(settings):
-            if (view, version) not in running_streams:
-                streams.want(settings, view, version, False)
-        streams.stop_host(settings)
-        if ingest_was_running:
-            ingest_ctl.start(settings, None)
-        else:
-            ingest_ctl.stop(settings)
-        for view, version in running_streams:
-            streams.start(settings, view, version)
-        if not running_streams and not ingest_was_running:
+        try:
+            # The host the bench started logs every job; the one it leaves behind does
+            # not, and runs only what ran before.
+            os.environ.pop(EVENT_LOG_VAR, None)
+            for view, version in streams.wanted(settings):
+                if (view, version) not in running_streams:
+                    streams.want(settings, view, version, False)
             streams.stop_host(settings)
-        # Last: the watchdog, unpaused, starts whatever is wanted and not running.
-        for dag, paused in was_paused.items():
-            airflow.pause(dag, paused)
+            if ingest_was_running:
+                ingest_ctl.start(settings, None)
+            else:
+                ingest_ctl.stop(settings)
+            for view, version in running_streams:
+                streams.start(settings, view, version)
+            if not running_streams and not ingest_was_running:
+                streams.stop_host(settings)
+        finally:
+            # Last, and whatever failed above: the watchdog, unpaused, starts what is
+            # wanted and not running.
+            for dag, paused in was_paused.items():
+                airflow.pause(dag, paused)
     report.seconds = time.monotonic() - began
     save(report, out_dir, doc)
     return report
 
 
-def _let_runs_finish(airflow: Any, report: Report, timeout: float = 900.0) -> None:
-    """Wait for runs of the quiet DAGs that had started before they were paused: a
+# Task states that use the machine even while their DAG is paused: Airflow starts
+# no new task of a paused DAG, but one running, or already handed to the executor,
+# runs to its end.
+BUSY = ("running", "queued", "restarting")
+
+
+def _let_tasks_finish(airflow: Any, report: Report, timeout: float = 900.0) -> None:
+    """Wait for tasks of the quiet DAGs that were under way when they were paused: a
     scheduled audit (one is due at once when the stack comes up after an hour or
     more) runs a Spark job for minutes, and took a third of the cores from a
     freshness phase that did not wait for it."""
-    from warehouse.ops.airflow_client import AirflowError
-
+    deadline = time.monotonic() + timeout
     for dag in QUIET_DAGS:
         for run_id in airflow.active_runs(dag):
-            print(f"bench: waiting for {dag} run {run_id} to finish before measuring")
-            try:
-                state = airflow.wait(dag, run_id, timeout)
-            except AirflowError as exc:  # still running: measure anyway, and say so
-                report.notes[f"{dag} run"] = f"{run_id} was still running: {exc}"
-                print(f"bench: {exc}; measuring anyway (noted in the report)")
-            else:
-                print(f"bench: {dag} run {run_id} {state}")
+            busy = [t for t, st in airflow.tasks(dag, run_id).items() if st in BUSY]
+            if not busy:
+                continue
+            print(f"bench: waiting for {dag} run {run_id} ({', '.join(busy)}) to finish")
+            while busy and time.monotonic() < deadline:
+                time.sleep(3)
+                busy = [t for t, st in airflow.tasks(dag, run_id).items() if st in BUSY]
+            if busy:
+                report.notes[f"{dag} run"] = f"{run_id} still had {', '.join(busy)} running"
+                print(f"bench: {dag} still busy after {timeout:.0f} s; measuring anyway (noted)")
 
 
 def save(report: Report, out_dir: Path, doc: Path | None) -> tuple[Path, Path]:
