@@ -55,9 +55,12 @@ def test_a_stream_name_is_checked_before_it_becomes_a_file(tmp_path):
 class _Sleeper(Daemon):
     """A daemon that says it runs, then sleeps: no Spark needed to start one."""
 
+    # Python run before it says it runs (a subclass sets how it takes SIGTERM).
+    setup = "import time"
+
     def argv(self) -> list[str]:
         say = f"open({str(self.status_file)!r}, 'w').write('{{\"state\": \"running\"}}')"
-        return [sys.executable, "-c", f"import time; {say}; time.sleep(60)"]
+        return [sys.executable, "-c", f"{self.setup}; {say}; time.sleep(60)"]
 
 
 def test_two_starts_at_once_launch_one_daemon(tmp_path):
@@ -84,10 +87,10 @@ def test_two_starts_at_once_launch_one_daemon(tmp_path):
 class _SlowToStop(_Sleeper):
     """Takes two seconds to finish after SIGTERM, as a host ends its micro-batch."""
 
-    def argv(self) -> list[str]:
-        say = f"open({str(self.status_file)!r}, 'w').write('{{\"state\": \"running\"}}')"
-        slow = "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(2), sys.exit(0)))"
-        return [sys.executable, "-c", f"import signal, sys, time; {slow}; {say}; time.sleep(60)"]
+    setup = (
+        "import signal, sys, time; "
+        "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(2), sys.exit(0)))"
+    )
 
 
 def test_a_start_while_stopping_waits_and_its_daemon_stays_known(tmp_path):

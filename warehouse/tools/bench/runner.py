@@ -106,7 +106,7 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
             parts = ", ".join(f"{name} {n / 2**30:.1f}" for name, n in sorted(at_peak.items()) if n)
             if phase == SERVING:
                 report.figures["stack_peak_gib"] = peak / 2**30
-            elif MEASURING & set(sizes.phases):
+            elif MEASURING & phases:
                 report.figures["measuring_phases_peak_gib"] = peak / 2**30
             else:  # only the settling ingest ran before the stack's phases
                 continue
@@ -150,18 +150,22 @@ def _let_tasks_finish(airflow: Any, report: Report, timeout: float = 900.0) -> N
     scheduled audit (one is due at once when the stack comes up after an hour or
     more) runs a Spark job for minutes, and took a third of the cores from a
     freshness phase that did not wait for it."""
+    from warehouse.ops.stack import process
+
     deadline = time.monotonic() + timeout
     for dag in QUIET_DAGS:
         for run_id in airflow.active_runs(dag):
-            busy = [t for t, st in airflow.tasks(dag, run_id).items() if st in BUSY]
-            if not busy:
+
+            def busy(dag: str = dag, run_id: str = run_id) -> list[str]:
+                return [t for t, st in airflow.tasks(dag, run_id).items() if st in BUSY]
+
+            under_way = busy()
+            if not under_way:
                 continue
-            print(f"bench: waiting for {dag} run {run_id} ({', '.join(busy)}) to finish")
-            while busy and time.monotonic() < deadline:
-                time.sleep(3)
-                busy = [t for t, st in airflow.tasks(dag, run_id).items() if st in BUSY]
-            if busy:
-                report.notes[f"{dag} run"] = f"{run_id} still had {', '.join(busy)} running"
+            print(f"bench: waiting for {dag} run {run_id} ({', '.join(under_way)}) to finish")
+            left = max(0.0, deadline - time.monotonic())
+            if not process.wait_until(lambda: not busy(), left, interval=3.0):
+                report.notes[f"{dag} run"] = f"{run_id} still had {', '.join(busy())} running"
                 print(f"bench: {dag} still busy after {timeout:.0f} s; measuring anyway (noted)")
 
 
