@@ -26,7 +26,7 @@ from pyspark.sql.streaming import StreamingQuery
 from spark_jobs import bronze, lake
 from spark_jobs import silver as silver_mod
 from spark_jobs.testing import faults
-from spark_jobs.views import restatements
+from spark_jobs.views import changes, restatements
 from spark_jobs.views.base import View, merged_ranges
 from warehouse.base import registry
 from warehouse.base.settings import Settings
@@ -43,7 +43,8 @@ SOURCES = ("bronze", "kafka")
 
 
 def ensure_gold(spark: SparkSession, path: str, view: View) -> None:
-    lake.ensure_table(spark, path, view.schema)
+    # With its change feed on: a live version publishes its commits from it.
+    lake.ensure_table(spark, path, view.schema, {changes.CDF_PROPERTY: "true"})
 
 
 def gold_rows(view: View, silver: DataFrame) -> DataFrame:
@@ -280,8 +281,13 @@ def stream(
     *,
     trigger: str | None = None,
     available_now: bool = False,
+    publish: bool = False,
 ) -> StreamingQuery:
     """Follow silver's change feed into the view's gold table.
+
+    With `publish`, every gold commit also goes to the view version's Kafka topic
+    (`changes.Publisher`): the commits made before the stream starts (its
+    replay) at once, then each batch's after it.
 
     The stream starts right after the commit its replay was built from (the
     marker `replay` leaves beside the checkpoint), so nothing is missed and
@@ -311,6 +317,9 @@ def stream(
     # The newest event time the view has seen, read from silver once and then
     # carried from batch to batch: what decides whether a window was final.
     watermark = restatements.Watermark()
+    publisher = changes.Publisher(spark, settings, view, path) if publish else None
+    if publisher is not None:
+        publisher.publish()
 
     def each_batch(changes: DataFrame, batch_id: int) -> None:
         mine = changes.where(relevant).localCheckpoint(eager=True)
@@ -348,6 +357,8 @@ def stream(
         # Only once the batch is done: a batch retried after a failure must see
         # the watermark as it was before it.
         watermark.advance(landed)
+        if publisher is not None and applied.scopes:
+            publisher.publish()
         faults.maybe_crash("view_after_commit", batch_id)
         if applied.scopes:
             log.info(

@@ -8,6 +8,7 @@ Trino, while ingest keeps taking new events (CONTRACT.md §4-§5).
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 import signal
@@ -16,7 +17,10 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import IO, Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -27,6 +31,8 @@ from spark_jobs.views import revenue_hourly_v2, runner
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 from warehouse.ops import airflow_client, ingest_ctl, lifecycle, pipeline, streams
+from warehouse.ops.stack import kafka
+from warehouse.ops.subscribe import Change, Copy
 from warehouse.sql import catalog, versions
 from warehouse.sql.trino_client import query
 
@@ -40,6 +46,9 @@ def airflow(stack, settings: Settings) -> airflow_client.Client:
     client = airflow_client.Client(settings)
     for dag_id in ("regauge_reprocess", "regauge_rollout", "regauge_retire", "regauge_watchdog"):
         client.wait_for_dag(dag_id)
+    # The test kills the view host and counts on the watchdog: a bench stopped before
+    # it put the stack back can leave the watchdog paused on a developer's stack.
+    client.pause("regauge_watchdog", False)
     return client
 
 
@@ -142,17 +151,131 @@ def test_bad_params_are_refused_before_a_run_exists(airflow: airflow_client.Clie
     assert {dag: len(airflow.runs(dag)) for dag, _, _ in bad} == before, "a run was created"
 
 
+SERVED = "currency, orders_placed, orders_cancelled, net_revenue"
+
+
+def served_rows(settings: Settings, user: str) -> list[tuple[Any, ...]]:
+    """revenue_hourly v2's rows as `user` sees them through Trino, window start in seconds."""
+    rows = query(
+        settings,
+        f"SELECT CAST(to_unixtime(window_start) AS bigint), {SERVED} FROM lakehouse.serving.{VIEW}",
+        user=user,
+    ).rows
+    return sorted(tuple(r) for r in rows)
+
+
+class Subscription:
+    """`regauge subscribe VIEW --user U --from-start --format json`, a process of its own,
+    with every line it prints applied to a local copy."""
+
+    def __init__(self, user: str, log: Path) -> None:
+        self.copy = Copy()
+        self.resets: list[int | None] = []
+        self._lock = threading.Lock()
+        self._log: IO[str] = log.open("w")
+        argv = ["subscribe", VIEW, "--user", user, "--from-start", "--format", "json"]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "warehouse.cli", *argv],
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+        )
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            change = Change(**json.loads(line, parse_float=Decimal))
+            with self._lock:
+                self.copy.apply(change)
+                if change.op in ("reset", "waiting"):
+                    self.resets.append(change.version)
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        """The copy, in `served_rows`' shape (v2's columns)."""
+        with self._lock:
+            rows = list(self.copy.rows.values())
+        return sorted(
+            (
+                int(datetime.fromisoformat(r["window_start"]).timestamp()),
+                *(r[c] for c in SERVED.split(", ")),
+            )
+            for r in rows
+        )
+
+    def wait_equal(self, want: list[tuple[Any, ...]], timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while self.rows() != want:
+            assert self.proc.poll() is None, f"the subscriber ended: {self.proc.returncode}"
+            if time.monotonic() > deadline:
+                got = set(self.rows())
+                raise AssertionError(
+                    f"the subscriber's copy ({len(got)} rows, v{self.copy.version}, gold "
+                    f"commit {self.copy.gold_version}) differs from the serving view "
+                    f"({len(want)} rows): missing {sorted(set(want) - got)[:5]}, "
+                    f"unexpected {sorted(got - set(want))[:5]}"
+                )
+            time.sleep(2)
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+        self._log.close()
+
+
 # Two reprocesses through Airflow on a 2-core machine busy with ingest and two
 # live streams: about 15 minutes.
 @pytest.mark.timeout(2700)
 def test_reprocess_roll_out_and_retire_while_events_flow(
-    settings: Settings, spark: SparkSession, airflow: airflow_client.Client, flowing: Any
+    settings: Settings,
+    spark: SparkSession,
+    airflow: airflow_client.Client,
+    flowing: Any,
+    tmp_path: Path,
 ) -> None:
     # v1 is the view's first version: it serves everyone once built.
     airflow.run("regauge_reprocess", {"view": VIEW, "version": 1})
     v1 = versions.get(settings, VIEW, 1)
     assert (v1.status, v1.rollout_percent) == ("serving", 100)
     assert all(seen_by(settings, u) == {1} for u in USERS[:3])
+    topic = registry.view_topic(VIEW, 1)
+    assert kafka.topic_config(settings, topic)["cleanup.policy"] == "compact"
+    # A user above the 10 % cut, whom the rollout below pins to v2 and back: a
+    # subscriber follows their route from v1's whole table on (CONTRACT.md §9).
+    pinned = next(u for u in USERS if versions.cohort(u) >= 10)
+    subscriber = Subscription(pinned, tmp_path / "subscriber.log")
+    try:
+        _reprocess_roll_out_and_retire(settings, spark, airflow, flowing, pinned)
+        # Late events, a move to v2, back to v1, to v2 again, and a kill -9 of the
+        # host: the subscriber's copy is what the serving view shows the user.
+        subscriber.wait_equal(served_rows(settings, pinned))
+        assert subscriber.resets == [1, 2, 1, 2]
+    finally:
+        subscriber.close()
+    # A retired version's topic goes with it.
+    assert topic not in changes_topics(settings)
+    # A subscriber starting now rebuilds the same copy from v2's compacted topic.
+    fresh = Subscription(pinned, tmp_path / "fresh.log")
+    try:
+        fresh.wait_equal(served_rows(settings, pinned))
+        assert fresh.resets == [2]
+    finally:
+        fresh.close()
+
+
+def changes_topics(settings: Settings) -> set[str]:
+    topics = kafka.kafka_admin(settings).list_topics(timeout=30).topics
+    return {t for t in topics if t.startswith("regauge.view.")}
+
+
+def _reprocess_roll_out_and_retire(
+    settings: Settings,
+    spark: SparkSession,
+    airflow: airflow_client.Client,
+    flowing: Any,
+    pinned: str,
+) -> None:
 
     airflow.run("regauge_reprocess", {"view": VIEW, "version": 2, "source": "bronze"})
     v2 = versions.get(settings, VIEW, 2)
@@ -180,7 +303,6 @@ def test_reprocess_roll_out_and_retire_while_events_flow(
     assert versions.get(settings, VIEW, 2).status == "ready"
 
     # 10 %, and one user above the cut pinned to v2.
-    pinned = next(u for u in USERS if versions.cohort(u) >= 10)
     airflow.run("regauge_rollout", {"view": VIEW, "version": 2, "percent": 10, "pin_user": pinned})
     seen = assert_routing(settings, USERS)
     assert seen[pinned] == 2
@@ -241,15 +363,10 @@ def test_reprocess_roll_out_and_retire_while_events_flow(
     flowing.set()
     through = wait_caught_up(spark, settings, revenue_hourly_v2.VIEW)
     want = runner.gold_rows(revenue_hourly_v2.VIEW, runner.read_silver(spark, settings, through))
-    served = "currency, orders_placed, orders_cancelled, net_revenue"
-    got = query(
-        settings,
-        f"SELECT CAST(to_unixtime(window_start) AS bigint), {served} FROM lakehouse.serving.{VIEW}",
-        user=USERS[0],
-    ).rows
-    expected = want.selectExpr("unix_seconds(window_start)", *served.split(", ")).collect()
+    got = served_rows(settings, USERS[0])
+    expected = want.selectExpr("unix_seconds(window_start)", *SERVED.split(", ")).collect()
     assert len(expected) > 10
-    assert sorted(got) == sorted(tuple(r) for r in expected)
+    assert got == sorted(tuple(r) for r in expected)
     # ... with the same query that ran before v1's stopped beside it.
     assert streams.host(settings).read_status()["queries"][f"{VIEW}_v2"]["since"] == v2_since
 

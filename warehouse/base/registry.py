@@ -81,6 +81,17 @@ def gold_view_table(view: str, version: int) -> Table:
     return Table("gold", f"{view}_v{version}")
 
 
+def view_topic(view: str, version: int) -> str:
+    """The compacted topic a live view version publishes its changes to (CONTRACT.md §9)."""
+    return f"regauge.view.{view}_v{version}"
+
+
+def view_publisher_group(view: str, version: int) -> str:
+    """The Kafka consumer group whose committed offset marks the last gold commit a
+    view version published (it consumes nothing; see spark_jobs.views.changes)."""
+    return f"regauge.publisher.{view}_v{version}"
+
+
 def table(key: str) -> Table:
     """Look a table up by its `schema.name`; unknown names are an error, not a guess."""
     try:

@@ -279,6 +279,29 @@ def _pipeline(add: Add) -> None:
     p.add_argument("action", choices=("list", "start", "stop", "ensure", "host"))
     _view_version(p, optional=True)
 
+    p = add(
+        "subscribe",
+        "views:subscribe",
+        "follow a view as one user sees it, pushed from Kafka instead of polling Trino: the "
+        "version the user is routed to, switching (with a full copy of the new version) "
+        "when a rollout moves them. Runs until Ctrl-C",
+    )
+    p.add_argument("view", metavar="VIEW", help="a view name, e.g. revenue_hourly")
+    p.add_argument("--user", required=True, help="the Trino user whose route to follow")
+    p.add_argument(
+        "--from-start",
+        action="store_true",
+        help="start with the whole table (the compacted topic from its first record) "
+        "instead of changes from now on",
+    )
+    p.add_argument(
+        "--format",
+        choices=("table", "json"),
+        default="table",
+        help="table: a live table of the copy; json: one JSON object per change "
+        "(op reset|upsert|delete|waiting), for a program to apply",
+    )
+
 
 def _versions(add: Add) -> None:
     p = add(

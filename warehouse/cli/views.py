@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 
 from spark_jobs import views as views_mod
 from warehouse.base import settings as settings_mod
+from warehouse.base.sqlnames import UnsafeNameError, check_user
 from warehouse.ops import ingest_ctl, processes, streams
+from warehouse.ops.subscribe import Change, Copy, Subscriber
 
 
 def views(args: argparse.Namespace) -> int:
@@ -61,3 +64,60 @@ def streams_(args: argparse.Namespace) -> int:
     act = streams.start if args.action == "start" else streams.stop
     print(act(s, args.view, args.version))
     return 0
+
+
+def subscribe(args: argparse.Namespace) -> int:
+    known = sorted({name for name, _ in views_mod.discover()})
+    if args.view not in known:
+        print(f"regauge: unknown view {args.view!r}; known: {', '.join(known)}", file=sys.stderr)
+        return 2
+    try:
+        check_user(args.user)
+    except UnsafeNameError as exc:
+        print(f"regauge: {exc}", file=sys.stderr)
+        return 2
+    subscriber = Subscriber(settings_mod.get(), args.view, args.user, from_start=args.from_start)
+    stop = threading.Event()
+    try:
+        if args.format == "json":
+            subscriber.follow(_print_json, stop)
+        else:
+            _live_table(subscriber, stop)
+    except KeyboardInterrupt:
+        stop.set()
+    return 0
+
+
+def _print_json(change: Change) -> None:
+    print(change.as_json(), flush=True)
+
+
+def _live_table(subscriber: Subscriber, stop: threading.Event) -> None:
+    """The copy as a table, redrawn as changes come (newest rows by key last)."""
+    from rich.live import Live
+    from rich.table import Table
+
+    copy = Copy()
+    shown = 20
+
+    def render() -> Table:
+        where = f"v{copy.version}" if copy.version is not None else "no live version yet"
+        table = Table(
+            title=f"{subscriber.view} as {subscriber.user} sees it: {where}",
+            caption=f"{len(copy.rows):,} rows, as of gold commit {copy.gold_version}; "
+            f"the last {shown} by key. Ctrl-C stops",
+        )
+        rows = [copy.rows[k] for k in sorted(copy.rows)][-shown:]
+        for column in rows[0] if rows else ["(no rows yet)"]:
+            table.add_column(column)
+        for row in rows:
+            table.add_row(*[str(v) for v in row.values()])
+        return table
+
+    with Live(render(), refresh_per_second=2) as live:
+
+        def show(change: Change) -> None:
+            copy.apply(change)
+            live.update(render())
+
+        subscriber.follow(show, stop)

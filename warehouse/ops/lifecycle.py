@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 from warehouse.ops import streams, writers
+from warehouse.ops.stack import kafka
 from warehouse.sql import catalog, serving, versions
 from warehouse.sql.versions import VersionError
 
@@ -153,6 +154,7 @@ def retire(settings: Settings, view: str, version: int) -> list[str]:
     if catalog.unpublish(table, settings):
         done.append(f"{table.trino_name} dropped from Trino")
     done.extend(archive(settings, table))
+    done.extend(kafka.drop_view_topic(settings, view, version))
     return done
 
 

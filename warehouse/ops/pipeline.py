@@ -20,6 +20,7 @@ from spark_jobs import bronze, generator, ingest, producer
 from spark_jobs.views import restatements, runner
 from spark_jobs.views.base import View
 from warehouse.base.settings import Settings
+from warehouse.ops.stack import kafka
 from warehouse.sql import catalog, reference
 
 
@@ -114,10 +115,13 @@ def stream(
     trigger: str | None = None,
     available_now: bool = False,
 ) -> StreamingQuery:
-    """`runner.stream`, then its tables published (the runner makes both before the
-    query starts; a replay makes only the gold table, so only a stream publishes
-    the restatements)."""
-    query = runner.stream(spark, settings, view, trigger=trigger, available_now=available_now)
+    """`runner.stream` with its gold commits pushed to Kafka, then its tables published
+    to Trino (the runner makes both before the query starts; a replay makes only the
+    gold table, so only a stream publishes the restatements)."""
+    kafka.ensure_view_topic(settings, view.name, view.version)
+    query = runner.stream(
+        spark, settings, view, trigger=trigger, available_now=available_now, publish=True
+    )
     catalog.publish(runner.gold_table(view), settings)
     catalog.publish(restatements.RESTATEMENTS, settings)
     return query

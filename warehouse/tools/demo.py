@@ -3,8 +3,9 @@
 The story: shop traffic lands exactly once in bronze and silver; revenue_hourly
 v1 is built and serves everyone; v2 (net of cancellations) is reprocessed from
 all history through Airflow while events keep flowing, validated, rolled out
-to 10 %, 50 % and 100 % of analysts, and v1 is retired. Every number printed
-comes from Trino.
+to 10 %, 50 % and 100 % of analysts, and v1 is retired. A subscriber follows
+one analyst's view from Kafka throughout, and moves with them. Every number
+printed comes from Trino, or is checked against it.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import logging
 import threading
 import time
 from datetime import datetime
+from decimal import Decimal
 
 from warehouse.base import registry
 from warehouse.base.registry import SILVER_EVENTS
 from warehouse.base.settings import Settings
 from warehouse.ops import airflow_client, ingest_ctl, lifecycle, pipeline
 from warehouse.ops.stack import services
+from warehouse.ops.subscribe import Change, Copy, Subscriber
 from warehouse.sql import accounting, serving, trino_client, versions
 from warehouse.tools.examples import analyst_examples
 
@@ -68,6 +71,66 @@ def _who_sees_what(settings: Settings, hour: datetime | None) -> None:
         print(f"  {user:<15} {versions.cohort(user):>6}  v{version}    {what} = {amount}")
 
 
+class _Follower:
+    """`regauge subscribe VIEW --user U --from-start`, in a thread: it says when it moves."""
+
+    def __init__(self, settings: Settings, user: str) -> None:
+        self.settings, self.user = settings, user
+        self.copy = Copy()
+        self.stop = threading.Event()
+        self._lock = threading.Lock()
+        subscriber = Subscriber(settings, VIEW, user, from_start=True)
+        self.thread = threading.Thread(
+            target=subscriber.follow, args=(self._apply, self.stop), daemon=True
+        )
+        self.thread.start()
+
+    def _apply(self, change: Change) -> None:
+        with self._lock:
+            self.copy.apply(change)
+        if change.op == "reset":
+            print(
+                f"  [subscriber for {self.user}] now following v{change.version}: its whole "
+                "table from the topic, then each change as it is committed",
+                flush=True,
+            )
+
+    def rows(self) -> set[tuple[int, str, Decimal]]:
+        """v2's rows in the copy: window start in seconds, currency, net revenue."""
+        with self._lock:
+            rows = list(self.copy.rows.values())
+        return {
+            (
+                int(datetime.fromisoformat(r["window_start"]).timestamp()),
+                r["currency"],
+                # JSON carries the decimal as a number; its shortest repr is its digits.
+                Decimal(repr(r["net_revenue"])),
+            )
+            for r in rows
+            if "net_revenue" in r
+        }
+
+    def check(self, timeout: float = 180) -> bool:
+        """Whether the copy comes to equal the serving view for the user, within `timeout`."""
+        sql = (
+            "SELECT CAST(to_unixtime(window_start) AS bigint), currency, "
+            f"net_revenue FROM {serving.trino_name(VIEW)}"
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            served = {tuple(r) for r in trino_client.query(self.settings, sql, user=self.user).rows}
+            mine = self.rows()
+            if mine == served or time.monotonic() > deadline:
+                print(
+                    f"  the copy of {self.user}'s view (v{self.copy.version}, {len(mine):,} rows "
+                    f"as of gold commit {self.copy.gold_version}) "
+                    + ("equals" if mine == served else "DIFFERS FROM")
+                    + f" what Trino serves them ({len(served):,} rows)"
+                )
+                return mine == served
+            time.sleep(3)
+
+
 def run(settings: Settings, events: int) -> int:
     from spark_jobs.testing.expectations import id_checksum
 
@@ -101,6 +164,12 @@ def run(settings: Settings, events: int) -> int:
     _step(f"Airflow: regauge_reprocess {VIEW} v1 (its first version serves everyone once valid)")
     airflow.run("regauge_reprocess", {"view": VIEW, "version": 1})
     print(f"  {_describe(settings, 1)}")
+
+    _step(
+        f"regauge subscribe {VIEW} --user {ANALYSTS[1]} --from-start: pushed changes "
+        "instead of polling, following the analyst's route"
+    )
+    follower = _Follower(settings, ANALYSTS[1])
 
     # More traffic while v2 is reprocessed: the live hand-off must lose none of it.
     stop = threading.Event()
@@ -143,6 +212,10 @@ def run(settings: Settings, events: int) -> int:
     for v in versions.versions(settings, VIEW):
         print(f"  {v.label}: {v.status}, {v.rollout_percent} % of users")
 
+    _step(f"the subscriber for {ANALYSTS[1]}, moved to v2 at 50 %: its copy against Trino")
+    followed = follower.check()
+    follower.stop.set()
+
     _step("asking Trino: every bronze record accounted for, per Kafka partition")
     print(trino_client.format_table(_settled_accounting(settings)))
     _step("asking Trino: the quarantine by reason")
@@ -184,7 +257,7 @@ def run(settings: Settings, events: int) -> int:
         "\nstill running: ingest and revenue_hourly v2's live stream (`regauge streams list`), "
         "and the stack (`make status`); `make down` stops everything"
     )
-    return 0 if ok else 1
+    return 0 if ok and followed else 1
 
 
 def _settled_accounting(settings: Settings, timeout: float = 300) -> trino_client.Result:

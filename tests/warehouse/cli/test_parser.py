@@ -113,3 +113,17 @@ def test_settings_name_each_secret_without_printing_it():
     shown = dict(line.split(maxsplit=1) for line in out.splitlines() if line[:1].isalpha())
     assert shown["s3_secret_key"] == shown["trino_password"] == shown["postgres_password"]
     assert shown["trino_password"] == "(set)" and shown["s3_access_key"] == "None"
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["subscribe", "no_such_view", "--user", "ana"], "unknown view 'no_such_view'; known: "),
+        (["subscribe", "revenue_hourly", "--user", "Robert'); DROP"], "user name"),
+    ],
+)
+def test_subscribe_refuses_an_unknown_view_or_user_before_connecting(argv, says, capsys):
+    from warehouse.cli import main
+
+    assert main(argv) == 2
+    assert says in capsys.readouterr().err

@@ -122,8 +122,11 @@ def kafka_admin(settings: Settings, bootstrap: str | None = None) -> AdminClient
     return AdminClient(conf, logger=quiet)
 
 
-def ensure_topic(settings: Settings, topic: str = registry.TOPIC) -> None:
-    """Create the event topic with its partition count if it does not exist."""
+def ensure_topic(
+    settings: Settings, topic: str = registry.TOPIC, config: dict[str, str] | None = None
+) -> None:
+    """Create a topic (by default the event topic) with the settings' partition count and
+    replication, and `config`, if it does not exist."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import NewTopic
 
@@ -136,6 +139,7 @@ def ensure_topic(settings: Settings, topic: str = registry.TOPIC) -> None:
                 topic,
                 num_partitions=settings.kafka_partitions,
                 replication_factor=settings.kafka_replication,
+                config=config or {},
             )
         ]
     )
@@ -150,3 +154,40 @@ def ensure_topic(settings: Settings, topic: str = registry.TOPIC) -> None:
     except KafkaException as exc:
         if "TOPIC_ALREADY_EXISTS" not in str(exc):
             raise
+
+
+def ensure_view_topic(settings: Settings, view: str, version: int) -> None:
+    """The compacted topic a live view version publishes its changes to (CONTRACT.md §9)."""
+    ensure_topic(settings, registry.view_topic(view, version), {"cleanup.policy": "compact"})
+
+
+def drop_view_topic(settings: Settings, view: str, version: int) -> list[str]:
+    """Delete a retired version's topic and its publisher's mark: a version built again
+    under the same number (a new table, its commits counted from 0) starts afresh."""
+    from confluent_kafka import KafkaException
+
+    admin = kafka_admin(settings)
+    topic = registry.view_topic(view, version)
+    group = registry.view_publisher_group(view, version)
+    done = []
+    if topic in admin.list_topics(timeout=30).topics:
+        admin.delete_topics([topic])[topic].result(timeout=30)
+        done.append(f"topic {topic} deleted")
+    try:
+        admin.delete_consumer_groups([group])[group].result(timeout=30)
+        done.append(f"its publisher's mark ({group}) deleted")
+    except KafkaException as exc:
+        if "GROUP_ID_NOT_FOUND" not in str(exc):
+            raise
+    return done
+
+
+def topic_config(settings: Settings, topic: str) -> dict[str, str]:
+    """A topic's configuration as the broker reports it."""
+    from confluent_kafka.admin import ConfigResource
+
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    # Held in a name: a client collected before its future resolves fails it (_DESTROY).
+    admin = kafka_admin(settings)
+    described = admin.describe_configs([resource])[resource].result(timeout=30)
+    return {name: entry.value for name, entry in described.items()}

@@ -1,0 +1,253 @@
+"""Pushing a live view version's committed changes to Kafka (CONTRACT.md §9).
+
+Every gold commit of a view version goes to the compacted topic
+`regauge.view.<view>_v<N>` in one Kafka transaction of its own: an upsert per
+row written (key: the row's key as a JSON object; value: the row as a JSON
+object with `_gold_version`, the commit), a tombstone per row deleted. A
+subscriber that applies the records in order holds the table as of the last
+commit it read; one that reads the compacted topic from its start rebuilds it.
+
+Exactly once per gold commit. The last commit published is kept in Kafka, in
+the same transaction as that commit's records: as the committed offset
+(commit + 1) of a consumer group that consumes nothing
+(`send_offsets_to_transaction`). A publish therefore lands whole with its
+mark, or not at all; a repeated micro-batch, or a host killed between its
+MERGE and the publish, finds the mark where the last whole publish left it.
+What to publish comes from the gold table's change feed, from the commit after
+the mark to the newest, so a commit made while nobody published (the crash
+above, or a replay before the stream starts) is published by the next call,
+each commit in its own transaction. A version's first publish, and one after
+the change feed is missing, is the whole table as of its newest commit.
+
+The transactional id is the view version's: a second publisher of it (a view
+host nobody knew of) fences the first, which then fails instead of writing.
+The topic must exist (the operations create it, compacted, before a stream starts).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from itertools import groupby
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from delta.tables import DeltaTable
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs import lake
+from spark_jobs.views.base import View
+from warehouse.base import kafka_conf, registry
+from warehouse.base.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# The partition whose committed offset for the publisher's group is the mark.
+MARK_PARTITION = 0
+HEADER = "gold_version"
+# A version's first publish (its whole table) may take minutes on a large view:
+# the broker's own ceiling (transaction.max.timeout.ms) is 15 minutes.
+TRANSACTION_TIMEOUT_MS = 900_000
+CDF_PROPERTY = "delta.enableChangeDataFeed"
+
+# One record: (gold commit, key JSON, value JSON or None for a tombstone).
+Record = tuple[int, str, str | None]
+Headers = list[tuple[str, str | bytes | None]]
+
+
+def records(rows: DataFrame, view: View, version: int | None = None) -> DataFrame:
+    """Gold rows (with `_commit_version`, or all of one `version`) -> one record per
+    (commit, key): the row as it ends in that commit, or a tombstone (null value).
+
+    Pure: from a change feed, a key's rows in one commit net to what the commit
+    left (an overwrite deletes every row and inserts the new table, so a kept key
+    has both); pre-images of updates say nothing the post-image does not.
+    """
+    commit = F.lit(version) if version is not None else F.col("_commit_version")
+    kind = F.col("_change_type") if "_change_type" in rows.columns else F.lit("insert")
+    value = F.to_json(
+        F.struct(*[F.col(f.name) for f in view.schema.fields], commit.alias("_gold_version"))
+    )
+    return (
+        rows.where(kind != "update_preimage")
+        .select(
+            commit.alias("commit"),
+            F.to_json(F.struct(*[F.col(k) for k in view.key])).alias("key"),
+            F.when(kind == "delete", F.lit(None).cast("string")).otherwise(value).alias("value"),
+        )
+        # max ignores nulls: any row written beats the key's delete.
+        .groupBy("commit", "key")
+        .agg(F.max("value").alias("value"))
+    )
+
+
+class Publisher:
+    """Publishes one view version's gold commits, each exactly once (see the module)."""
+
+    def __init__(self, spark: SparkSession, settings: Settings, view: View, path: str) -> None:
+        self.spark, self.settings, self.view, self.path = spark, settings, view, path
+        self.topic = registry.view_topic(view.name, view.version)
+        self.group = registry.view_publisher_group(view.name, view.version)
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
+        self._mark: int | None = None
+
+    # -- setup ----------------------------------------------------------------------
+    def _connect(self) -> None:
+        if self._producer is not None:
+            return
+        conf = kafka_conf.client_conf(self.settings)
+        enable_change_feed(self.spark, self.path)
+        producer = Producer(
+            {
+                **conf,
+                "transactional.id": f"regauge-view-{self.view.table_name}",
+                "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                "linger.ms": 20,
+            }
+        )
+        # Fences an older producer of this version, and finishes or aborts whatever
+        # transaction it left open (a host killed mid-publish).
+        producer.init_transactions(60)
+        self._consumer = Consumer({**conf, "group.id": self.group, "enable.auto.commit": False})
+        self._producer = producer
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(30)
+        if self._consumer is not None:
+            self._consumer.close()
+        self._producer = self._consumer = None
+        self._mark = None
+
+    # -- the mark -------------------------------------------------------------------
+    def published_through(self) -> int:
+        """The last gold commit published (-1: none yet)."""
+        self._connect()
+        assert self._consumer is not None
+        if self._mark is None:
+            (tp,) = self._consumer.committed(
+                [TopicPartition(self.topic, MARK_PARTITION)], timeout=30
+            )
+            self._mark = tp.offset - 1 if tp.offset >= 0 else -1
+        return self._mark
+
+    # -- publishing -----------------------------------------------------------------
+    def publish(self) -> int:
+        """Publish every gold commit after the mark; return how many records went out."""
+        mark = self.published_through()
+        newest = lake.newest_version(self.spark, self.path)
+        if newest == mark:
+            return 0
+        rows = None
+        if 0 <= mark < newest:
+            try:
+                rows = self._changes(mark + 1, newest)
+            except AnalysisException as exc:
+                # The change feed was off for some of those commits (a table from
+                # before publishing existed), or they were vacuumed away.
+                log.warning(
+                    "%s: no change feed for gold commits %d-%d (%s); publishing the whole "
+                    "table as of commit %d instead",
+                    self.topic,
+                    mark + 1,
+                    newest,
+                    str(exc).splitlines()[0],
+                    newest,
+                )
+        if rows is None:
+            if mark > newest:
+                log.warning(
+                    "%s: published through gold commit %d but the table's newest is %d (was "
+                    "it recreated?); publishing it whole",
+                    self.topic,
+                    mark,
+                    newest,
+                )
+            rows = records(lake.read_version(self.spark, self.path, newest), self.view, newest)
+        started = time.monotonic()
+        sent = 0
+        commits = 0
+        for commit, group in groupby(_ordered(rows), key=lambda r: r[0]):
+            sent += self._send(commit, group)
+            commits += 1
+        if commits == 0 or self._mark != newest:
+            # Commits that changed no row (a table's creation, a compaction) move the
+            # mark too, so the next call does not read their empty feed again.
+            self._send(newest, iter(()))
+        log.info(
+            "%s: published %d records of gold commits %d-%d (%.1f s)",
+            self.topic,
+            sent,
+            mark + 1,
+            newest,
+            time.monotonic() - started,
+        )
+        return sent
+
+    def _changes(self, first: int, last: int) -> DataFrame:
+        feed = (
+            self.spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", first)
+            .option("endingVersion", last)
+            .load(self.path)
+        )
+        return records(feed, self.view)
+
+    def _send(self, commit: int, rows: Iterable[Record]) -> int:
+        """One Kafka transaction: the commit's records and the mark moved to it."""
+        producer, consumer = self._producer, self._consumer
+        assert producer is not None and consumer is not None
+        headers: Headers = [(HEADER, str(commit).encode())]
+        producer.begin_transaction()
+        n = 0
+        try:
+            for _, key, value in rows:
+                _produce(producer, self.topic, key, value, headers)
+                n += 1
+            producer.send_offsets_to_transaction(
+                [TopicPartition(self.topic, MARK_PARTITION, commit + 1)],
+                consumer.consumer_group_metadata(),
+                60,
+            )
+            producer.commit_transaction(TRANSACTION_TIMEOUT_MS / 1000)
+        except KafkaException:
+            # Aborting may itself fail (fenced): the next publish starts over from the
+            # mark Kafka holds, so forget the one cached here.
+            self._mark = None
+            try:
+                producer.abort_transaction(60)
+            except KafkaException:
+                self.close()
+            raise
+        self._mark = commit
+        return n
+
+
+def _ordered(rows: DataFrame) -> Iterator[Record]:
+    """The records in commit order, streamed to the driver: one task sorts them, which
+    costs a micro-batch one job instead of a global sort's sampling and shuffle."""
+    for row in rows.coalesce(1).sortWithinPartitions("commit").toLocalIterator():
+        yield int(row["commit"]), row["key"], row["value"]
+
+
+def _produce(producer: Producer, topic: str, key: str, value: str | None, headers: Headers) -> None:
+    while True:
+        try:
+            producer.produce(topic, key=key, value=value, headers=headers)
+            return
+        except BufferError:
+            # The local queue is full: let librdkafka send some first.
+            producer.poll(0.5)
+
+
+def enable_change_feed(spark: SparkSession, path: str) -> None:
+    """Turn the gold table's change feed on (publishing reads it), once."""
+    properties = DeltaTable.forPath(spark, path).detail().first()
+    if properties is not None and (properties["properties"] or {}).get(CDF_PROPERTY) == "true":
+        return
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({CDF_PROPERTY} = true)")
+    log.info("%s: change data feed enabled, for publishing its changes", path)

@@ -1,0 +1,159 @@
+"""Following a view as one user sees it, from the versions' change topics (CONTRACT.md §9).
+
+A subscriber reads the topic of the version the user is routed to (§4) and
+applies its records in order: an upsert sets a row, a tombstone removes one.
+It checks the route every few seconds; when a rollout moves the user, it
+starts over on the new version's topic from its first record, so the copy
+becomes the new version's whole table (a `reset`, then its rows) and then
+follows its changes. With `from_start` the first version is read from its
+first record too (the compacted topic holds every row's latest state);
+without, only changes from now on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
+
+from warehouse.base import kafka_conf, registry
+from warehouse.base.settings import Settings
+from warehouse.sql import versions
+
+log = logging.getLogger(__name__)
+
+ROUTE_EVERY_S = 2.0
+
+
+@dataclass(frozen=True)
+class Change:
+    """One thing a subscriber saw: `reset` (the copy starts over, as `version`),
+    `upsert` (a row set), `delete` (a row removed) or `waiting` (no live version)."""
+
+    op: str
+    view: str
+    version: int | None
+    key: dict[str, Any] | None = None
+    row: dict[str, Any] | None = None
+    gold_version: int | None = None
+
+    def as_json(self) -> str:
+        return json.dumps(
+            {k: v for k, v in self.__dict__.items() if v is not None}, separators=(",", ":")
+        )
+
+
+@dataclass
+class Copy:
+    """A subscriber's local copy of the view: rows by key, as of `gold_version`."""
+
+    version: int | None = None
+    gold_version: int | None = None
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def apply(self, change: Change) -> None:
+        if change.op in ("reset", "waiting"):
+            self.version, self.gold_version, self.rows = change.version, None, {}
+            return
+        key = json.dumps(change.key, sort_keys=True)
+        if change.op == "upsert" and change.row is not None:
+            self.rows[key] = change.row
+        elif change.op == "delete":
+            self.rows.pop(key, None)
+        self.gold_version = change.gold_version
+
+
+def parse(view: str, version: int, key: bytes | None, value: bytes | None) -> Change:
+    """A record of a view version's topic -> the change it says."""
+    parsed_key = json.loads(key) if key else {}
+    if value is None:
+        return Change("delete", view, version, parsed_key)
+    row = json.loads(value)
+    gold = row.pop("_gold_version", None)
+    return Change("upsert", view, version, parsed_key, row, gold)
+
+
+class Subscriber:
+    """Reads one user's route and the topic it leads to; see the module."""
+
+    def __init__(self, settings: Settings, view: str, user: str, *, from_start: bool) -> None:
+        self.settings, self.view, self.user, self.from_start = settings, view, user, from_start
+        self.version: int | None = None
+        self._consumer: Consumer | None = None
+        self._route_at = 0.0
+
+    def route(self) -> int | None:
+        return versions.route(
+            versions.versions(self.settings, self.view),
+            versions.pins(self.settings, self.view),
+            self.user,
+        )
+
+    def _assign(self, version: int, start: int) -> bool:
+        """Read `version`'s topic from `start`; False while the topic does not exist yet."""
+        topic = registry.view_topic(self.view, version)
+        if self._consumer is None:
+            self._consumer = Consumer(
+                {
+                    **kafka_conf.client_conf(self.settings),
+                    # Assigned, never subscribed: the group only names the client.
+                    "group.id": f"regauge-subscriber-{uuid.uuid4().hex[:8]}",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                }
+            )
+        meta = self._consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            return False
+        self._consumer.assign([TopicPartition(topic, p, start) for p in sorted(meta.partitions)])
+        return True
+
+    def follow(self, emit: Callable[[Change], None], stop: threading.Event) -> None:
+        """Emit every change the user's copy goes through until `stop` is set."""
+        first = True
+        try:
+            while not stop.is_set():
+                now = time.monotonic()
+                if now >= self._route_at:
+                    self._route_at = now + ROUTE_EVERY_S
+                    wanted = self.route()
+                    if wanted != self.version or self._consumer is None:
+                        if wanted is None:
+                            if self.version is not None or first:
+                                emit(Change("waiting", self.view, None))
+                            self.version, first = None, False
+                            stop.wait(ROUTE_EVERY_S)
+                            continue
+                        start = OFFSET_BEGINNING if (self.from_start or not first) else OFFSET_END
+                        if not self._assign(wanted, start):
+                            log.info("%s v%d has published nothing yet", self.view, wanted)
+                            stop.wait(ROUTE_EVERY_S)
+                            continue
+                        if start == OFFSET_BEGINNING:
+                            emit(Change("reset", self.view, wanted))
+                        self.version, first = wanted, False
+                if self._consumer is None or self.version is None:
+                    stop.wait(ROUTE_EVERY_S)
+                    continue
+                msg = self._consumer.poll(0.5)
+                if msg is None:
+                    continue
+                error = msg.error()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        log.warning("%s: %s", msg.topic(), error)
+                    continue
+                if msg.topic() != registry.view_topic(self.view, self.version):
+                    continue  # fetched before the move to another version
+                emit(parse(self.view, self.version, msg.key(), msg.value()))
+        finally:
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
