@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Iterable, Iterator
-from itertools import groupby
+from itertools import chain, groupby
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from delta.tables import DeltaTable
-from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -131,52 +131,69 @@ class Publisher:
             (tp,) = self._consumer.committed(
                 [TopicPartition(self.topic, MARK_PARTITION)], timeout=30
             )
+            if tp.error is not None:
+                # Never read as "nothing published": that would publish the table again.
+                raise KafkaException(tp.error)
             self._mark = tp.offset - 1 if tp.offset >= 0 else -1
         return self._mark
 
     # -- publishing -----------------------------------------------------------------
-    def publish(self) -> int:
-        """Publish every gold commit after the mark; return how many records went out."""
+    def publish(self, *, renew: bool = False) -> int:
+        """Publish every gold commit after the mark; return how many records went out.
+
+        `renew` commits the mark again even if nothing is new (a stream's start): a
+        group's offsets expire after the broker's offsets.retention.minutes without
+        a commit, and an expired mark would publish the whole table again.
+        """
         mark = self.published_through()
         newest = lake.newest_version(self.spark, self.path)
         if newest == mark:
+            if renew:
+                self._send(newest, iter(()))
             return 0
+        started = time.monotonic()
         rows = None
         if 0 <= mark < newest:
             try:
-                rows = self._changes(mark + 1, newest)
-            except AnalysisException as exc:
-                # The change feed was off for some of those commits (a table from
-                # before publishing existed), or they were vacuumed away.
+                # Materialised here: Delta finds a missing change feed only when it
+                # plans the read, and vacuumed change files only when it reads them.
+                rows = self._changes(mark + 1, newest).localCheckpoint(eager=True)
+            except Exception as exc:
                 log.warning(
-                    "%s: no change feed for gold commits %d-%d (%s); publishing the whole "
-                    "table as of commit %d instead",
+                    "%s: cannot read the change feed of gold commits %d-%d (%s); publishing "
+                    "the whole table as of commit %d instead",
                     self.topic,
                     mark + 1,
                     newest,
-                    str(exc).splitlines()[0],
+                    first_line(exc),
                     newest,
                 )
         if rows is None:
             if mark > newest:
                 log.warning(
-                    "%s: published through gold commit %d but the table's newest is %d (was "
-                    "it recreated?); publishing it whole",
+                    "%s: published through gold commit %d but the table's newest is %d "
+                    "(was it recreated?); publishing it whole",
                     self.topic,
                     mark,
                     newest,
                 )
-            rows = records(lake.read_version(self.spark, self.path, newest), self.view, newest)
-        started = time.monotonic()
-        sent = 0
-        commits = 0
-        for commit, group in groupby(_ordered(rows), key=lambda r: r[0]):
-            sent += self._send(commit, group)
-            commits += 1
-        if commits == 0 or self._mark != newest:
-            # Commits that changed no row (a table's creation, a compaction) move the
-            # mark too, so the next call does not read their empty feed again.
-            self._send(newest, iter(()))
+            rows = records(
+                lake.read_version(self.spark, self.path, newest), self.view, newest
+            ).localCheckpoint(eager=True)
+            found: Iterator[Record] = chain(_ordered(rows), self._gone(rows, newest))
+        else:
+            found = _ordered(rows)
+        sent = commits = 0
+        try:
+            for commit, group in groupby(found, key=lambda r: r[0]):
+                sent += self._send(commit, group)
+                commits += 1
+            if commits == 0 or self._mark != newest:
+                # Commits that changed no row (a table's creation, a compaction) move
+                # the mark too, so the next call does not read their empty feed again.
+                self._send(newest, iter(()))
+        finally:
+            rows.unpersist()
         log.info(
             "%s: published %d records of gold commits %d-%d (%.1f s)",
             self.topic,
@@ -186,6 +203,16 @@ class Publisher:
             time.monotonic() - started,
         )
         return sent
+
+    def _gone(self, table: DataFrame, commit: int) -> Iterator[Record]:
+        """Tombstones for the keys the topic still holds and the table no longer has:
+        a whole-table publish over a topic that missed some commits."""
+        live = live_keys(self.settings, self.topic)
+        if live:
+            for row in table.select("key").toLocalIterator():
+                live.discard(row["key"])
+        for key in sorted(live):
+            yield commit, key, None
 
     def _changes(self, first: int, last: int) -> DataFrame:
         feed = (
@@ -204,6 +231,8 @@ class Publisher:
         headers: Headers = [(HEADER, str(commit).encode())]
         producer.begin_transaction()
         n = 0
+        # BaseException: a read of the rows that fails (or an interrupt) must not
+        # leave the transaction open for the next publish to trip over.
         try:
             for _, key, value in rows:
                 _produce(producer, self.topic, key, value, headers)
@@ -214,7 +243,7 @@ class Publisher:
                 60,
             )
             producer.commit_transaction(TRANSACTION_TIMEOUT_MS / 1000)
-        except KafkaException:
+        except BaseException:
             # Aborting may itself fail (fenced): the next publish starts over from the
             # mark Kafka holds, so forget the one cached here.
             self._mark = None
@@ -225,6 +254,52 @@ class Publisher:
             raise
         self._mark = commit
         return n
+
+
+def live_keys(settings: Settings, topic: str) -> set[str]:
+    """The keys whose latest committed record in `topic` is not a tombstone."""
+    consumer = Consumer(
+        {
+            **kafka_conf.client_conf(settings),
+            "group.id": f"regauge-keys-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        if high <= low:
+            return set()
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        live: set[str] = set()
+        # Transaction markers take offsets too, so the last record may sit below
+        # high - 1: done once the position passes the end, or nothing more comes.
+        idle = 0
+        while idle < 5:
+            msg = consumer.poll(1.0)
+            if msg is None:
+                if consumer.position([TopicPartition(topic, 0)])[0].offset >= high:
+                    break
+                idle += 1
+                continue
+            idle = 0
+            if msg.error() is not None:
+                continue
+            key = (msg.key() or b"").decode()
+            if msg.value() is None:
+                live.discard(key)
+            else:
+                live.add(key)
+            if (msg.offset() or 0) >= high - 1:
+                break
+        return live
+    finally:
+        consumer.close()
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 def _ordered(rows: DataFrame) -> Iterator[Record]:

@@ -319,7 +319,7 @@ def stream(
     watermark = restatements.Watermark()
     publisher = changes.Publisher(spark, settings, view, path) if publish else None
     if publisher is not None:
-        publisher.publish()
+        _publish(publisher, renew=True)
 
     def each_batch(changes: DataFrame, batch_id: int) -> None:
         mine = changes.where(relevant).localCheckpoint(eager=True)
@@ -357,9 +357,11 @@ def stream(
         # Only once the batch is done: a batch retried after a failure must see
         # the watermark as it was before it.
         watermark.advance(landed)
-        if publisher is not None and applied.scopes:
-            publisher.publish()
+        # Before publishing: the crash it stands for leaves a gold commit that only
+        # the next batch, or the next start, publishes.
         faults.maybe_crash("view_after_commit", batch_id)
+        if publisher is not None:
+            _publish(publisher)
         if applied.scopes:
             log.info(
                 "%s batch %d: %d scopes recomputed (silver version %d), "
@@ -383,6 +385,20 @@ def stream(
         else writer.trigger(processingTime=trigger or settings.trigger_interval)
     )
     return writer.start()
+
+
+def _publish(publisher: changes.Publisher, *, renew: bool = False) -> None:
+    """Publish what is new; a failure (Kafka away, a fenced producer) is logged, not
+    raised: gold carries on, and the next call publishes from where the last
+    whole publish left the mark."""
+    try:
+        publisher.publish(renew=renew)
+    except Exception as exc:
+        log.warning(
+            "%s: could not publish gold commits (%s); the next batch or start publishes them",
+            publisher.topic,
+            changes.first_line(exc),
+        )
 
 
 def has_checkpoint(spark: SparkSession, settings: Settings, view: View) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
+import time
 
 from spark_jobs import views as views_mod
 from warehouse.base import settings as settings_mod
@@ -93,9 +94,10 @@ def _print_json(change: Change) -> None:
 
 
 def _live_table(subscriber: Subscriber, stop: threading.Event) -> None:
-    """The copy as a table, redrawn as changes come (newest rows by key last)."""
+    """The copy as a table, redrawn at most twice a second (newest rows by key last)."""
     from rich.live import Live
     from rich.table import Table
+    from rich.text import Text
 
     copy = Copy()
     shown = 20
@@ -107,17 +109,23 @@ def _live_table(subscriber: Subscriber, stop: threading.Event) -> None:
             caption=f"{len(copy.rows):,} rows, as of gold commit {copy.gold_version}; "
             f"the last {shown} by key. Ctrl-C stops",
         )
-        rows = [copy.rows[k] for k in sorted(copy.rows)][-shown:]
+        rows = [copy.rows[k] for k in sorted(copy.rows)[-shown:]]
         for column in rows[0] if rows else ["(no rows yet)"]:
             table.add_column(column)
         for row in rows:
-            table.add_row(*[str(v) for v in row.values()])
+            # Text, not markup: a value like "[/x]" is data.
+            table.add_row(*[Text(str(v)) for v in row.values()])
         return table
 
+    drawn = [0.0]
     with Live(render(), refresh_per_second=2) as live:
 
         def show(change: Change) -> None:
             copy.apply(change)
-            live.update(render())
+            now = time.monotonic()
+            # Sorting the copy on every change would be quadratic over a whole table.
+            if now - drawn[0] >= 0.5 or change.op in ("reset", "waiting"):
+                drawn[0] = now
+                live.update(render())
 
         subscriber.follow(show, stop)

@@ -70,14 +70,25 @@ class Copy:
         self.gold_version = change.gold_version
 
 
-def parse(view: str, version: int, key: bytes | None, value: bytes | None) -> Change:
-    """A record of a view version's topic -> the change it says."""
+def parse(
+    view: str, version: int, key: bytes | None, value: bytes | None, gold: int | None = None
+) -> Change:
+    """A record of a view version's topic -> the change it says. `gold` is the gold
+    commit from the record's header (a tombstone has no value to carry it in)."""
     parsed_key = json.loads(key) if key else {}
     if value is None:
-        return Change("delete", view, version, parsed_key)
+        return Change("delete", view, version, parsed_key, None, gold)
     row = json.loads(value)
-    gold = row.pop("_gold_version", None)
-    return Change("upsert", view, version, parsed_key, row, gold)
+    return Change("upsert", view, version, parsed_key, row, row.pop("_gold_version", gold))
+
+
+def header_commit(headers: Any) -> int | None:
+    """The gold commit a record's `gold_version` header names, if it has one (librdkafka
+    gives a consumed record's headers as a list of pairs)."""
+    for name, raw in headers or []:
+        if name == "gold_version" and raw:
+            return int(raw)
+    return None
 
 
 class Subscriber:
@@ -123,7 +134,12 @@ class Subscriber:
                 now = time.monotonic()
                 if now >= self._route_at:
                     self._route_at = now + ROUTE_EVERY_S
-                    wanted = self.route()
+                    try:
+                        wanted = self.route()
+                    except Exception as exc:
+                        # PostgreSQL away for a moment: keep following the current route.
+                        log.warning("cannot read %s's route (%s); trying again", self.user, exc)
+                        wanted = self.version
                     if wanted != self.version or self._consumer is None:
                         if wanted is None:
                             if self.version is not None or first:
@@ -152,7 +168,8 @@ class Subscriber:
                     continue
                 if msg.topic() != registry.view_topic(self.view, self.version):
                     continue  # fetched before the move to another version
-                emit(parse(self.view, self.version, msg.key(), msg.value()))
+                gold = header_commit(msg.headers())
+                emit(parse(self.view, self.version, msg.key(), msg.value(), gold))
         finally:
             if self._consumer is not None:
                 self._consumer.close()

@@ -123,10 +123,13 @@ def kafka_admin(settings: Settings, bootstrap: str | None = None) -> AdminClient
 
 
 def ensure_topic(
-    settings: Settings, topic: str = registry.TOPIC, config: dict[str, str] | None = None
+    settings: Settings,
+    topic: str = registry.TOPIC,
+    config: dict[str, str] | None = None,
+    partitions: int | None = None,
 ) -> None:
-    """Create a topic (by default the event topic) with the settings' partition count and
-    replication, and `config`, if it does not exist."""
+    """Create a topic (by default the event topic) with `partitions` (by default the
+    settings' count), the settings' replication and `config`, if it does not exist."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import NewTopic
 
@@ -137,7 +140,7 @@ def ensure_topic(
         [
             NewTopic(
                 topic,
-                num_partitions=settings.kafka_partitions,
+                num_partitions=partitions or settings.kafka_partitions,
                 replication_factor=settings.kafka_replication,
                 config=config or {},
             )
@@ -148,7 +151,7 @@ def ensure_topic(
         log.info(
             "created topic %s with %d partitions, %d replicas each",
             topic,
-            settings.kafka_partitions,
+            partitions or settings.kafka_partitions,
             settings.kafka_replication,
         )
     except KafkaException as exc:
@@ -157,8 +160,14 @@ def ensure_topic(
 
 
 def ensure_view_topic(settings: Settings, view: str, version: int) -> None:
-    """The compacted topic a live view version publishes its changes to (CONTRACT.md §9)."""
-    ensure_topic(settings, registry.view_topic(view, version), {"cleanup.policy": "compact"})
+    """The compacted topic a live view version publishes its changes to (CONTRACT.md §9).
+
+    One partition: a subscriber then reads the commits in the order they were made,
+    so its copy is always the table as of one commit.
+    """
+    ensure_topic(
+        settings, registry.view_topic(view, version), {"cleanup.policy": "compact"}, partitions=1
+    )
 
 
 def drop_view_topic(settings: Settings, view: str, version: int) -> list[str]:
