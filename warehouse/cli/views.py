@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
-import time
 
 from spark_jobs import views as views_mod
 from warehouse.base import settings as settings_mod
@@ -94,22 +93,24 @@ def _print_json(change: Change) -> None:
 
 
 def _live_table(subscriber: Subscriber, stop: threading.Event) -> None:
-    """The copy as a table, redrawn at most twice a second (newest rows by key last)."""
+    """The copy as a table, redrawn twice a second (newest rows by key last)."""
     from rich.live import Live
     from rich.table import Table
     from rich.text import Text
 
     copy = Copy()
+    lock = threading.Lock()
     shown = 20
 
     def render() -> Table:
-        where = f"v{copy.version}" if copy.version is not None else "no live version yet"
+        with lock:
+            version, gold, n = copy.version, copy.gold_version, len(copy.rows)
+            rows = [copy.rows[k] for k in sorted(copy.rows)[-shown:]]
+        where = f"v{version}" if version is not None else "no live version yet"
         table = Table(
             title=f"{subscriber.view} as {subscriber.user} sees it: {where}",
-            caption=f"{len(copy.rows):,} rows, as of gold commit {copy.gold_version}; "
-            f"the last {shown} by key. Ctrl-C stops",
+            caption=f"{n:,} rows, as of gold commit {gold}; the last {shown} by key. Ctrl-C stops",
         )
-        rows = [copy.rows[k] for k in sorted(copy.rows)[-shown:]]
         for column in rows[0] if rows else ["(no rows yet)"]:
             table.add_column(column)
         for row in rows:
@@ -117,15 +118,11 @@ def _live_table(subscriber: Subscriber, stop: threading.Event) -> None:
             table.add_row(*[Text(str(v)) for v in row.values()])
         return table
 
-    drawn = [0.0]
-    with Live(render(), refresh_per_second=2) as live:
-
-        def show(change: Change) -> None:
+    def apply(change: Change) -> None:
+        with lock:
             copy.apply(change)
-            now = time.monotonic()
-            # Sorting the copy on every change would be quadratic over a whole table.
-            if now - drawn[0] >= 0.5 or change.op in ("reset", "waiting"):
-                drawn[0] = now
-                live.update(render())
 
-        subscriber.follow(show, stop)
+    # Live calls render on its own thread at each refresh, not once per change: a
+    # whole table arriving would otherwise be sorted once per row.
+    with Live(get_renderable=render, refresh_per_second=2):
+        subscriber.follow(apply, stop)
