@@ -122,6 +122,13 @@ def apply_changes(
         .localCheckpoint(eager=True)
     )
     values: dict[str, str | Column] = {f.name: f"s.{f.name}" for f in view.schema.fields}
+    # A recomputed row equal to gold's is left alone: the change feed (and so
+    # the published view changes) then holds only rows whose values moved, not
+    # every row of every touched scope. Null-safe, since a value can be NULL.
+    differs = " OR ".join(
+        f"NOT (t.`{f.name}` <=> s.`{f.name}`)" for f in view.schema.fields if f.name not in key
+    )
+    update_when = f"s._op = 'upsert' AND ({differs})" if differs else "false"
     # Replacing whole scopes is safe to repeat after a conflicting commit
     # (table maintenance, an operator's fix) aborted the first try.
     with lake.source_checkpointed(spark):
@@ -130,7 +137,7 @@ def apply_changes(
                 gold.alias("t")
                 .merge(source.alias("s"), lake.merge_condition(key))
                 .whenMatchedDelete(condition="s._op = 'delete'")
-                .whenMatchedUpdate(condition="s._op = 'upsert'", set=values)
+                .whenMatchedUpdate(condition=update_when, set=values)
                 .whenNotMatchedInsert(condition="s._op = 'upsert'", values=values)
                 .execute()
             ),
