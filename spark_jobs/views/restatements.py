@@ -11,6 +11,7 @@ each micro-batch's MERGE; the view's declared scope says where an event lands.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -31,6 +32,8 @@ from spark_jobs.views.base import View
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 
+log = logging.getLogger(__name__)
+
 RESTATEMENTS = registry.GOLD_RESTATEMENTS
 RESTATEMENTS_SCHEMA = StructType(
     [
@@ -40,14 +43,19 @@ RESTATEMENTS_SCHEMA = StructType(
         StructField("window_end", TimestampType(), False),
         # The key besides time: the currency of an hour, the customer of a session.
         StructField("window_key", StringType(), False),
-        StructField("event_id", StringType(), False),
-        StructField("event_time", TimestampType(), False),
+        # NULL for an erasure: the event is gone, and naming it would keep it.
+        StructField("event_id", StringType(), True),
+        StructField("event_time", TimestampType(), True),
         # Seconds the window had been over (in event time: the watermark's newest
         # time minus the window's end) when this event restated it.
         StructField("lateness", LongType(), False),
         StructField("restated_at", TimestampType(), False),
+        # Why the closed number moved: LATE (an event landed in it) or ERASURE.
+        StructField("reason", StringType(), True),
     ]
 )
+LATE = "late"
+ERASURE = "erasure"
 RESTATEMENT_KEY = ("view", "version", "window_start", "window_key", "event_id")
 # The change-feed rows that put an event in silver.
 LANDED = ("insert", "update_postimage")
@@ -132,11 +140,34 @@ def restated(
         "event_time",
         (F.unix_seconds("newest") - F.unix_seconds("window_end")).alias("lateness"),
         F.current_timestamp().alias("restated_at"),
+        F.lit(LATE).alias("reason"),
     )
 
 
 def ensure_table(spark: SparkSession, settings: Settings) -> None:
-    lake.ensure_table(spark, RESTATEMENTS.path(settings), RESTATEMENTS_SCHEMA)
+    """Create the table, or bring one made before erasures existed to this schema:
+    a `reason` column (its rows were all late events) and a nullable event."""
+    path = RESTATEMENTS.path(settings)
+    lake.ensure_table(spark, path, RESTATEMENTS_SCHEMA)
+    if "reason" in spark.read.format("delta").load(path).columns:
+        return
+    table = f"delta.`{path}`"
+    log.info("%s: adding the reason column (CONTRACT.md §3)", RESTATEMENTS.trino_name)
+    for statement in (
+        # The column last: it is what says the migration happened.
+        f"ALTER TABLE {table} ALTER COLUMN event_id DROP NOT NULL",
+        f"ALTER TABLE {table} ALTER COLUMN event_time DROP NOT NULL",
+        f"ALTER TABLE {table} ADD COLUMNS (reason STRING)",
+        f"UPDATE {table} SET reason = '{LATE}' WHERE reason IS NULL",
+    ):
+        try:
+            spark.sql(statement)
+        except Exception as exc:
+            # Two streams starting at once both migrate: the loser finds it done.
+            if "reason" not in spark.read.format("delta").load(path).columns:
+                raise
+            log.info("%s: migrated by a concurrent writer (%s)", path, type(exc).__name__)
+            return
 
 
 def newest_before(spark: SparkSession, settings: Settings, view: View, version: int) -> DataFrame:

@@ -47,6 +47,9 @@ SILVER_QUARANTINE = Table("silver", "shop_events_quarantine")
 # Every accepted record (event_id, position, content hash): silver's memory for
 # exact dedup over all history, and how an audit counts exact duplicates.
 SILVER_LEDGER = Table("silver", "shop_events_ledger")
+# The Kafka positions erased customers' records held (CONTRACT.md §8): no
+# personal data, what ingest and replays skip, and the accounting's `forgotten`.
+SILVER_FORGOTTEN = Table("silver", "shop_events_forgotten")
 GOLD_RESTATEMENTS = Table("gold", "restatements")
 # One row per check per `regauge audit` run.
 GOLD_AUDIT_RUNS = Table("gold", "audit_runs")
@@ -70,6 +73,7 @@ TABLES: dict[str, Table] = {
         SILVER_EVENTS,
         SILVER_QUARANTINE,
         SILVER_LEDGER,
+        SILVER_FORGOTTEN,
         GOLD_RESTATEMENTS,
         GOLD_AUDIT_RUNS,
     )

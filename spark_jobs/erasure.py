@@ -1,0 +1,286 @@
+"""Excision (CONTRACT.md §8): one customer's events out of every lake table, for good.
+
+What is forgotten is a set of Kafka positions (partition, offset): every record
+that names the customer (its key, its parsed `customer_id`, or, for a record
+that does not parse, the id as a JSON string in its raw value), closed over
+event ids, so that a conflicting duplicate of a forgotten event cannot become
+its winner. The positions are kept in `silver.shop_events_forgotten`, with no
+personal data: they are the ignore list that bronze ingest and a replay from
+Kafka honour while Kafka still holds the records, the `forgotten` term of the
+accounting, and the audit's list of what must never come back.
+
+The deletes are MERGEs against those positions, so no commit's metadata holds
+the id (a DELETE's predicate would stay in the log as a literal). Removing the
+history is `compact`: VACUUM with no retention, then a checkpoint, then the log
+files below it deleted, since Delta's own log cleanup keeps everything written
+since midnight UTC. Views are recomputed by the caller (a replay of each
+version: views stay pure functions of silver); the windows the forgotten
+events had landed in are recorded as restatements with reason `erasure`
+beforehand, without the event or the customer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from spark_jobs import lake
+from spark_jobs.views import restatements
+from spark_jobs.views.base import View
+from warehouse.base import registry
+from warehouse.base.settings import Settings
+
+log = logging.getLogger(__name__)
+
+FORGOTTEN = registry.SILVER_FORGOTTEN
+FORGOTTEN_SCHEMA = StructType(
+    [
+        StructField("erasure_id", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("offset", LongType(), False),
+        # SHA-256 of the record's event id, if it had one: lets the audit find an
+        # event that came back under another position, without keeping the id.
+        StructField("event_id_sha256", StringType(), True),
+        StructField("forgotten_at", TimestampType(), False),
+    ]
+)
+POSITION = ["partition", "offset"]
+# What an erasure restatement says instead of a key that named the customer.
+ERASED_KEY = "(erased)"
+
+
+# -- pure transforms ---------------------------------------------------------------
+def names_customer(customer_id: str) -> Column:
+    """Whether a bronze row belongs to the customer: by key, by its parsed
+    customer_id, or, when its value is not an event at all, by the id quoted
+    as JSON anywhere in the raw text (a malformed record still holds it)."""
+    text = F.col("value").cast("string")
+    parsed = F.get_json_object(text, "$.customer_id")
+    return (
+        (F.col("key") == F.lit(customer_id))
+        | (parsed == F.lit(customer_id))
+        | (parsed.isNull() & F.coalesce(text.contains(json.dumps(customer_id)), F.lit(False)))
+    )
+
+
+def positions(
+    bronze: DataFrame, ledger: DataFrame, quarantine: DataFrame, customer_id: str
+) -> DataFrame:
+    """(partition, offset, event_id) of every record to forget: those naming the
+    customer, and every record silver settled under one of their event ids."""
+    matched = bronze.where(names_customer(customer_id)).select(
+        *POSITION, F.get_json_object(F.col("value").cast("string"), "$.event_id").alias("event_id")
+    )
+    ids = matched.where(F.col("event_id").isNotNull()).select("event_id").distinct()
+    same_id = (
+        ledger.select(*POSITION, "event_id")
+        .unionByName(quarantine.where(F.col("event_id").isNotNull()).select(*POSITION, "event_id"))
+        .join(ids, "event_id", "left_semi")
+    )
+    return matched.unionByName(same_id).dropDuplicates(POSITION)
+
+
+def forgotten_rows(found: DataFrame, erasure_id: str) -> DataFrame:
+    """Positions found -> rows of the forgotten table (the event id only hashed)."""
+    return found.select(
+        F.lit(erasure_id).alias("erasure_id"),
+        F.col("partition").cast(IntegerType()),
+        F.col("offset").cast(LongType()),
+        F.sha2(F.col("event_id"), 256).alias("event_id_sha256"),
+        F.current_timestamp().alias("forgotten_at"),
+    )
+
+
+def without_forgotten(records: DataFrame, forgotten: DataFrame) -> DataFrame:
+    """Kafka or bronze rows minus the forgotten positions (the ignore list)."""
+    return records.join(F.broadcast(forgotten.select(*POSITION)), POSITION, "left_anti")
+
+
+def erasure_restatements(
+    view: View,
+    gone: DataFrame,
+    silver: DataFrame,
+    gold: DataFrame,
+    customer_id: str,
+) -> DataFrame:
+    """The final windows the forgotten silver rows `gone` had landed in (`silver` and
+    `gold` as they were before the erasure), as restatements with reason `erasure`:
+    no event, and a window key that named the customer replaced by ERASED_KEY."""
+    events = gone.where(F.col("event_type").isin(*view.event_types))
+    kept = silver.join(gone.select(*POSITION), POSITION, "left_anti")
+    newest = kept.where(F.col("event_type").isin(*view.event_types)).agg(
+        F.max(restatements.vouched_time()).alias("newest")
+    )
+    found = restatements.restated(view, events, silver, gold, newest)
+    return (
+        found.withColumn(
+            "window_key",
+            F.when(F.col("window_key") == F.lit(customer_id), F.lit(ERASED_KEY)).otherwise(
+                F.col("window_key")
+            ),
+        )
+        .withColumn("event_id", F.lit(None).cast(StringType()))
+        .withColumn("event_time", F.lit(None).cast(TimestampType()))
+        .withColumn("reason", F.lit(restatements.ERASURE))
+        .dropDuplicates(["view", "version", "window_start", "window_key"])
+    )
+
+
+# -- IO ----------------------------------------------------------------------------
+@dataclass
+class Removed:
+    """Rows removed per table (Trino name -> count); no identifiers."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, table: str, n: int) -> None:
+        self.counts[table] = self.counts.get(table, 0) + n
+
+
+def ensure_table(spark: SparkSession, settings: Settings) -> None:
+    lake.ensure_table(spark, FORGOTTEN.path(settings), FORGOTTEN_SCHEMA)
+
+
+def read_forgotten(spark: SparkSession, settings: Settings) -> DataFrame:
+    """The forgotten positions (an empty frame before the first erasure)."""
+    path = FORGOTTEN.path(settings)
+    if not DeltaTable.isDeltaTable(spark, path):
+        return spark.createDataFrame([], FORGOTTEN_SCHEMA)
+    return spark.read.format("delta").load(path)
+
+
+def find(spark: SparkSession, settings: Settings, customer_id: str) -> DataFrame:
+    """The positions to forget, materialised: the deletes below change their inputs."""
+    read = spark.read.format("delta").load
+    return positions(
+        read(registry.BRONZE_EVENTS.path(settings)),
+        read(registry.SILVER_LEDGER.path(settings)),
+        read(registry.SILVER_QUARANTINE.path(settings)),
+        customer_id,
+    ).localCheckpoint(eager=True)
+
+
+def record(spark: SparkSession, settings: Settings, found: DataFrame, erasure_id: str) -> int:
+    """Add the positions to the ignore list (once each, so a rerun is harmless)."""
+    ensure_table(spark, settings)
+    rows = forgotten_rows(found, erasure_id)
+    DeltaTable.forPath(spark, FORGOTTEN.path(settings)).alias("t").merge(
+        rows.alias("s"), lake.merge_condition(POSITION)
+    ).whenNotMatchedInsertAll().execute()
+    return found.count()
+
+
+def _delete_matching(
+    spark: SparkSession, path: str, source: DataFrame, on: list[str], what: str
+) -> int:
+    """MERGE-delete the rows of `path` matching `source` on `on`; rows deleted."""
+    table = DeltaTable.forPath(spark, path)
+    lake.retry_on_conflict(
+        lambda: (
+            table.alias("t")
+            .merge(F.broadcast(source.select(*on).distinct()).alias("s"), lake.merge_condition(on))
+            .whenMatchedDelete()
+            .execute()
+        ),
+        what,
+    )
+    metrics = table.history(1).select("operation", "operationMetrics").first()
+    if metrics is None or metrics["operation"] != "MERGE":
+        return 0
+    return int((metrics["operationMetrics"] or {}).get("numTargetRowsDeleted", 0))
+
+
+def silver_rows_at(spark: SparkSession, settings: Settings, found: DataFrame) -> DataFrame:
+    """Silver's rows at the forgotten positions, before they go."""
+    silver = spark.read.format("delta").load(registry.SILVER_EVENTS.path(settings))
+    return silver.join(F.broadcast(found.select(*POSITION)), POSITION, "left_semi")
+
+
+def record_restatements(spark: SparkSession, settings: Settings, rows: DataFrame) -> int:
+    restatements.ensure_table(spark, settings)
+    rows = rows.localCheckpoint(eager=True)
+    n = rows.count()
+    if n:
+        rows.write.format("delta").mode("append").save(restatements.RESTATEMENTS.path(settings))
+    return n
+
+
+def delete_everywhere(
+    spark: SparkSession, settings: Settings, found: DataFrame, customer_id: str
+) -> Removed:
+    """Delete the positions from silver, the ledger, the quarantine and bronze, and
+    the restatements that name a forgotten event or the customer's sessions."""
+    removed = Removed()
+    for table in (
+        registry.SILVER_EVENTS,
+        registry.SILVER_LEDGER,
+        registry.SILVER_QUARANTINE,
+        registry.BRONZE_EVENTS,
+    ):
+        n = _delete_matching(
+            spark, table.path(settings), found, POSITION, f"forgetting in {table.key}"
+        )
+        removed.add(table.trino_name, n)
+    path = restatements.RESTATEMENTS.path(settings)
+    if DeltaTable.isDeltaTable(spark, path):
+        ids = found.where(F.col("event_id").isNotNull()).select("event_id")
+        keys = spark.createDataFrame([(customer_id,)], "window_key string")
+        n = _delete_matching(spark, path, ids, ["event_id"], "forgetting restatements")
+        n += _delete_matching(spark, path, keys, ["window_key"], "forgetting restatements")
+        removed.add(restatements.RESTATEMENTS.trino_name, n)
+    return removed
+
+
+# Delta refuses a VACUUM under 7 days unless this check is off; an erasure means it.
+_RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
+
+
+def compact(spark: SparkSession, path: str) -> int:
+    """Remove a table's history: files no longer in its newest version (the change
+    feed's too), and every log file and checkpoint before a fresh checkpoint.
+    Time travel to an earlier version fails afterwards. Returns the log files
+    deleted. Every reader and writer of the table must be stopped: a stream
+    behind the newest version could no longer read the versions it missed."""
+    spark.conf.set(_RETENTION_CHECK, "false")
+    try:
+        table = DeltaTable.forPath(spark, path)
+        # Tombstones younger than this stay in a checkpoint, with their stats.
+        spark.sql(
+            f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+            "('delta.deletedFileRetentionDuration' = 'interval 0 hours')"
+        )
+        table.vacuum(0.0)
+    finally:
+        spark.conf.unset(_RETENTION_CHECK)
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    assert jvm is not None
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    snapshot = delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+    delta_log.checkpoint(snapshot, jvm.scala.Option.empty())
+    version = int(snapshot.version())
+    return _drop_log_before(spark, f"{path.rstrip('/')}/_delta_log", version)
+
+
+def _drop_log_before(spark: SparkSession, log_dir: str, version: int) -> int:
+    """Delete the log's commits, checksums and checkpoints older than `version`
+    (the version of the checkpoint just written, which stands in for them)."""
+    dropped = 0
+    for name in lake.list_names(spark, log_dir):
+        stem = name.split(".", 1)[0]
+        if stem.isdigit() and int(stem) < version:
+            lake.delete_tree(spark, f"{log_dir}/{name}")
+            dropped += 1
+    return dropped

@@ -1,0 +1,138 @@
+"""Excision (CONTRACT.md §8) against real Delta tables in a temp lake: what is matched,
+what is deleted, the erasure restatements, and that no file keeps the id afterwards."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from spark_jobs import erasure, silver
+from spark_jobs.bronze import BRONZE_SCHEMA
+from spark_jobs.testing.residue import residue
+from spark_jobs.views import cart_sessions_v1, restatements, runner
+from warehouse.base import registry
+
+GONE = "cust-forget-me"
+KEPT = "cust-keep"
+KAFKA_TS = datetime(2026, 1, 1, 18, 0, 0)
+
+
+def _event(event_id: str, customer: str, when: str, quantity: int = 1) -> bytes:
+    return json.dumps(
+        {
+            "event_id": event_id,
+            "event_type": "cart_item_added",
+            "event_time": f"2026-01-01T{when}:00.000Z",
+            "customer_id": customer,
+            "schema_version": 1,
+            "payload": {"product_id": "p1", "quantity": quantity},
+        }
+    ).encode()
+
+
+# (offset, key, value): positions 0..6 of partition 0.
+RECORDS = [
+    (0, GONE, _event("e-gone-1", GONE, "10:00")),
+    (1, KEPT, _event("e-kept-1", KEPT, "10:05")),
+    # The forgotten event's id again, under another key and content: a conflicting
+    # duplicate that would become the winner if only the customer's record went.
+    (2, KEPT, _event("e-gone-1", KEPT, "10:00", quantity=7)),
+    # Not JSON, but it names the customer.
+    (3, "", f'{{"customer_id": "{GONE}", broken'.encode()),
+    # Parses, names the customer, fails validation (no event_type).
+    (4, GONE, json.dumps({"event_id": "e-gone-2", "customer_id": GONE}).encode()),
+    (5, KEPT, _event("e-kept-2", KEPT, "15:00")),
+    (6, KEPT, b"not json at all"),
+]
+FORGOTTEN = {0, 2, 3, 4}
+
+
+@pytest.fixture
+def lake(spark, settings, tmp_path):
+    s = dataclasses.replace(settings, lake_root=str(tmp_path / "lake"))
+    silver.ensure_tables(spark, s)
+    batch = spark.createDataFrame(
+        [("shop.events", 0, o, KAFKA_TS, k, v, KAFKA_TS) for o, k, v in RECORDS], BRONZE_SCHEMA
+    )
+    batch.write.format("delta").mode("append").save(registry.BRONZE_EVENTS.path(s))
+    silver.process_batch(spark, s, batch, 0, "app")
+    return s
+
+
+def test_names_the_customer_by_key_content_and_raw_text_and_closes_over_event_ids(spark, lake):
+    found = erasure.find(spark, lake, GONE)
+    assert {r.offset for r in found.collect()} == FORGOTTEN
+    # An id that is a prefix of another names nobody else.
+    assert erasure.find(spark, lake, "cust").count() == 0
+
+
+def test_forget_removes_every_row_records_erasures_and_leaves_no_residue(spark, lake, tmp_path):
+    view = cart_sessions_v1.VIEW
+    gold_path = runner.gold_table(view).path(lake)
+    runner.ensure_gold(spark, gold_path, view)
+    silver_path = registry.SILVER_EVENTS.path(lake)
+    runner.apply_changes(spark, gold_path, view, *[spark.read.format("delta").load(silver_path)] * 2)
+    gold = spark.read.format("delta").load(gold_path)
+    assert gold.where(F.col("customer_id") == GONE).count() == 1
+
+    found = erasure.find(spark, lake, GONE)
+    assert erasure.record(spark, lake, found, "er-1") == len(FORGOTTEN)
+    assert erasure.record(spark, lake, found, "er-1") == len(FORGOTTEN)  # a rerun adds nothing
+    forgotten = erasure.read_forgotten(spark, lake)
+    assert sorted(r.offset for r in forgotten.collect()) == sorted(FORGOTTEN)
+    assert GONE not in str(forgotten.collect())
+
+    silver_before = spark.read.format("delta").load(silver_path).localCheckpoint()
+    gone = erasure.silver_rows_at(spark, lake, found)
+    assert [r.customer_id for r in gone.collect()] == [GONE]
+    restated = erasure.erasure_restatements(view, gone, silver_before, gold, GONE)
+    assert erasure.record_restatements(spark, lake, restated) == 1
+    removed = erasure.delete_everywhere(spark, lake, found, GONE)
+    assert removed.counts == {
+        registry.SILVER_EVENTS.trino_name: 1,
+        registry.SILVER_LEDGER.trino_name: 2,  # the customer's record and the conflict
+        registry.SILVER_QUARANTINE.trino_name: 3,  # the conflict and two malformed
+        registry.BRONZE_EVENTS.trino_name: 4,
+        restatements.RESTATEMENTS.trino_name: 0,
+    }
+    # The view, recomputed from silver (the caller replays every version).
+    runner.batch(spark, lake, view)
+
+    read = spark.read.format("delta").load
+    (row,) = read(restatements.RESTATEMENTS.path(lake)).collect()
+    assert (row.reason, row.window_key, row.event_id, row.event_time) == (
+        restatements.ERASURE,
+        erasure.ERASED_KEY,
+        None,
+        None,
+    )
+    assert [r.offset for r in read(registry.BRONZE_EVENTS.path(lake)).collect()] == [1, 5, 6]
+    assert sorted(r.event_id for r in read(silver_path).collect()) == ["e-kept-1", "e-kept-2"]
+    assert {r.customer_id for r in read(gold_path).collect()} == {KEPT}
+
+    root = Path(lake.lake_root)
+    before = residue(root, GONE)
+    assert before, "the history still holds the id before compacting"
+    for table in (*registry.TABLES.values(), runner.gold_table(view)):
+        path = table.path(lake)
+        if (Path(path) / "_delta_log").is_dir():
+            erasure.compact(spark, path)
+    assert residue(root, GONE) == []
+    assert residue(root, "e-gone-1") == []
+    with pytest.raises(Exception, match="(?i)version|not.*(exist|found)|timestamp|reconstruct"):
+        spark.read.format("delta").option("versionAsOf", 0).load(silver_path).collect()
+    # The tables still read, and hold what they held.
+    assert read(registry.BRONZE_EVENTS.path(lake)).count() == 3
+    assert read(gold_path).count() == read(gold_path).count() > 0
+
+
+def test_the_ignore_list_drops_forgotten_positions(spark):
+    records = spark.createDataFrame([(0, 1), (0, 2), (1, 2)], "partition int, offset bigint")
+    forgotten = spark.createDataFrame([(0, 2)], "partition int, offset bigint")
+    kept = erasure.without_forgotten(records, forgotten)
+    assert sorted(tuple(r) for r in kept.collect()) == [(0, 1), (1, 2)]
