@@ -32,7 +32,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs import lake
+from spark_jobs import erasure, lake
 from warehouse.base import kafka_conf, registry
 from warehouse.base.settings import Settings
 
@@ -103,14 +103,18 @@ def starting_offsets(spark: SparkSession, settings: Settings) -> str:
         DeltaTable.isDeltaTable(spark, path)
     ):
         return "earliest"
-    last = {
-        r["partition"]: r["last"]
-        for r in spark.read.format("delta")
+    # A forgotten record counts as copied: bronze no longer holds it, and must
+    # not copy it again (CONTRACT.md §8).
+    copied = (
+        spark.read.format("delta")
         .load(path)
         .where(F.col("topic") == registry.TOPIC)
-        .groupBy("partition")
-        .agg(F.max("offset").alias("last"))
-        .collect()
+        .select("partition", "offset")
+        .unionByName(erasure.read_forgotten(spark, settings).select("partition", "offset"))
+    )
+    last = {
+        r["partition"]: r["last"]
+        for r in copied.groupBy("partition").agg(F.max("offset").alias("last")).collect()
     }
     if not last:
         return "earliest"
@@ -148,6 +152,22 @@ def read_kafka(
     )
 
 
+def ignoring_forgotten(spark: SparkSession, settings: Settings, rows: DataFrame) -> DataFrame:
+    """Bronze rows read from Kafka, less the positions an erasure forgot (CONTRACT.md
+    §8), which Kafka holds until its retention deletes them.
+
+    The list is read when the query starts (an erasure stops ingest and starts
+    it again), and joined only once something has been forgotten: a join costs
+    every micro-batch a Spark job."""
+    positions = erasure.read_forgotten(spark, settings).select("partition", "offset").collect()
+    if not positions:
+        return rows
+    # As local rows: a few bytes each, and no table scan or cached block that a
+    # long-running query could lose.
+    forgotten = spark.createDataFrame(positions, "partition int, offset bigint")
+    return erasure.without_forgotten(rows, forgotten)
+
+
 def read_kafka_batch(spark: SparkSession, settings: Settings) -> DataFrame:
     """Every record the topic still holds, as one batch (a replay's source)."""
     return (
@@ -169,15 +189,16 @@ def start(
     accept_data_loss: bool = False,
 ) -> StreamingQuery:
     """Start the Kafka -> bronze query: continuous, or until caught up (available_now)."""
-    writer = (
-        to_bronze_rows(
-            read_kafka(
-                spark,
-                settings,
-                accept_data_loss=accept_data_loss,
-                starting=starting_offsets(spark, settings),
-            )
+    rows = to_bronze_rows(
+        read_kafka(
+            spark,
+            settings,
+            accept_data_loss=accept_data_loss,
+            starting=starting_offsets(spark, settings),
         )
+    )
+    writer = (
+        ignoring_forgotten(spark, settings, rows)
         .writeStream.format("delta")
         .queryName("bronze")
         .outputMode("append")

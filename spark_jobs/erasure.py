@@ -265,7 +265,7 @@ def compact(spark: SparkSession, path: str) -> int:
         table.vacuum(0.0)
     finally:
         spark.conf.unset(_RETENTION_CHECK)
-    jvm = spark._jvm  # type: ignore[attr-defined]
+    jvm = spark._jvm
     assert jvm is not None
     delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
     snapshot = delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())

@@ -22,7 +22,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from spark_jobs import bronze, lake, silver
+from spark_jobs import bronze, erasure, lake, silver
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 
@@ -175,6 +175,7 @@ def prepare(spark: SparkSession, settings: Settings) -> None:
     """Create the tables (silver streams from bronze, so bronze must exist)."""
     lake.ensure_table(spark, registry.BRONZE_EVENTS.path(settings), bronze.BRONZE_SCHEMA)
     silver.ensure_tables(spark, settings)
+    erasure.ensure_table(spark, settings)
 
 
 def _starter(

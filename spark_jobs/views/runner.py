@@ -254,8 +254,9 @@ def batch(
     version = silver_version(spark, settings) if as_of is None else as_of
     table = gold_table(view)
     if source == "kafka":
+        records = bronze.to_bronze_rows(bronze.read_kafka_batch(spark, settings))
         silver = silver_mod.from_records(
-            bronze.to_bronze_rows(bronze.read_kafka_batch(spark, settings))
+            bronze.ignoring_forgotten(spark, settings, records)
         ).localCheckpoint(eager=True)
     elif source == "bronze":
         silver = read_silver(spark, settings, version)

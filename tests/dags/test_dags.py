@@ -103,6 +103,7 @@ def test_every_dag_file_parses(loaded):
         "regauge_watchdog",
         "regauge_audit",
         "regauge_dbt",
+        "regauge_forget",
     }
 
 
@@ -123,6 +124,7 @@ def test_params_are_the_contracts(loaded):
     assert dags["regauge_watchdog"]["params"] == {}
     assert dags["regauge_audit"]["params"] == {}
     assert set(dags["regauge_dbt"]["params"]) == {"select"}
+    assert set(dags["regauge_forget"]["params"]) == {"customer_id", "reason"}
     views = dags["regauge_reprocess"]["params"]["view"]["enum"]
     assert views == ["cart_sessions", "revenue_hourly"]
 
@@ -146,6 +148,8 @@ def test_params_are_the_contracts(loaded):
             "fct_orders+ marts.fct_daily_revenue tag:daily",
             ["x; rm -rf /", "$(id)", "fct_orders\n", "'", '"', "`id`", "a" * 201],
         ),
+        ("regauge_forget", "customer_id", "cust-00042", ["", "c 1", "c'1", "c\n", "x" * 65, 42]),
+        ("regauge_forget", "reason", "GDPR art. 17 #12", ["", "<b>", "a\nb", "a" * 201, "$(id)"]),
     ],
 )
 def test_param_schemas_refuse_bad_values(loaded, dag_id, param, good, bad):

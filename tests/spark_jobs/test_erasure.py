@@ -76,7 +76,9 @@ def test_forget_removes_every_row_records_erasures_and_leaves_no_residue(spark, 
     gold_path = runner.gold_table(view).path(lake)
     runner.ensure_gold(spark, gold_path, view)
     silver_path = registry.SILVER_EVENTS.path(lake)
-    runner.apply_changes(spark, gold_path, view, *[spark.read.format("delta").load(silver_path)] * 2)
+    runner.apply_changes(
+        spark, gold_path, view, *[spark.read.format("delta").load(silver_path)] * 2
+    )
     gold = spark.read.format("delta").load(gold_path)
     assert gold.where(F.col("customer_id") == GONE).count() == 1
 
@@ -124,7 +126,7 @@ def test_forget_removes_every_row_records_erasures_and_leaves_no_residue(spark, 
             erasure.compact(spark, path)
     assert residue(root, GONE) == []
     assert residue(root, "e-gone-1") == []
-    with pytest.raises(Exception, match="(?i)version|not.*(exist|found)|timestamp|reconstruct"):
+    with pytest.raises(Exception, match=r"(?i)version|not.*(exist|found)|timestamp|reconstruct"):
         spark.read.format("delta").option("versionAsOf", 0).load(silver_path).collect()
     # The tables still read, and hold what they held.
     assert read(registry.BRONZE_EVENTS.path(lake)).count() == 3

@@ -16,6 +16,11 @@ _IDENTIFIER = re.compile(r"[a-z][a-z0-9_]{0,62}")
 _USER = re.compile(r"[a-z][a-z0-9_.@-]{0,63}")
 # Locations are lake paths or URIs; no quotes, no control characters.
 _LOCATION = re.compile(r"[A-Za-z0-9_./:\-]{1,1024}")
+# CONTRACT.md §1: customer_id is a string of 1-64 characters. One with a quote, a
+# control character or a path separator is refused before it reaches any query.
+_CUSTOMER_ID = re.compile(r"[A-Za-z0-9_.@:+-]{1,64}")
+# Words and simple punctuation: a reason is for people, and must not carry an id.
+_REASON = re.compile(r"[A-Za-z0-9 ,.;:()/#'_-]{1,200}")
 
 
 class UnsafeNameError(ValueError):
@@ -52,3 +57,27 @@ def quote_location(location: str) -> str:
     if not _LOCATION.fullmatch(location):
         raise UnsafeNameError(f"location {location!r} has characters not allowed in SQL")
     return f"'{location}'"
+
+
+def check_customer_id(customer_id: str) -> str:
+    if not _CUSTOMER_ID.fullmatch(customer_id):
+        raise UnsafeNameError(
+            f"customer id {customer_id!r} is not 1-64 characters of letters, digits and "
+            "_ . @ : + - (CONTRACT.md §1)"
+        )
+    return customer_id
+
+
+def check_reason(reason: str, customer_id: str) -> str:
+    """An erasure's reason, as the erasure log keeps it: plain words, never the id."""
+    reason = reason.strip()
+    if not _REASON.fullmatch(reason):
+        raise UnsafeNameError(
+            "the reason must be 1-200 characters of letters, digits, spaces and , . ; : ( ) / "
+            "# ' _ -, for example 'GDPR art. 17 request 1234'"
+        )
+    if customer_id.lower() in reason.lower():
+        raise UnsafeNameError(
+            "the reason names the customer; the erasure log must not hold the id it erases"
+        )
+    return reason

@@ -31,3 +31,14 @@ def query(args: argparse.Namespace) -> int:
     result = trino_client.query(settings_mod.get(), args.sql, user=args.user)
     print(trino_client.FORMATS[args.format](result))
     return 0
+
+
+def forget(args: argparse.Namespace) -> int:
+    from warehouse.base.sqlnames import check_reason
+    from warehouse.ops import erasure
+
+    check_reason(args.reason, args.id)  # before anything stops
+    report = erasure.forget_customer(settings_mod.get(), args.id, args.reason)
+    for line in report.lines():
+        print(line)
+    return 0

@@ -21,7 +21,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from warehouse.base import settings as settings_mod
-from warehouse.base.sqlnames import UnsafeNameError, check_identifier, check_user
+from warehouse.base.sqlnames import (
+    UnsafeNameError,
+    check_customer_id,
+    check_identifier,
+    check_user,
+)
 
 # The choices below are spelled here so `--help` imports no Spark or Trino; fast
 # tests hold each equal to the module that owns it.
@@ -101,6 +106,13 @@ def percent(text: str) -> int:
     if not 0 <= value <= 100:
         raise argparse.ArgumentTypeError(f"{value} is not a percent from 0 to 100")
     return value
+
+
+def _customer_id(text: str) -> str:
+    try:
+        return check_customer_id(text)
+    except UnsafeNameError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def positive_int(text: str) -> int:
@@ -381,6 +393,23 @@ def _checks(add: Add) -> None:
         type=subset(AUDIT_CHECKS),
         default=None,
         help="comma-separated subset of " + ",".join(AUDIT_CHECKS) + " (default: all)",
+    )
+
+    p = add(
+        "forget",
+        "checks:forget",
+        "erase one customer from every place regauge keeps data (CONTRACT.md §8): bronze, "
+        "silver, the ledger, the quarantine, every view version (archived ones too), the "
+        "restatements, the dbt marts, the reference data and Delta's history; ingest and "
+        "replays skip their Kafka records until retention deletes them. Stops ingest and "
+        "the streams meanwhile (minutes); logged without the id in ops.control.erasures",
+    )
+    p.add_argument("what", choices=("customer",), help="what to forget (a customer)")
+    p.add_argument("id", type=_customer_id, metavar="ID", help="the customer_id, e.g. cust-00042")
+    p.add_argument(
+        "--reason",
+        default="erasure request",
+        help="why, for the erasure log: plain words without the id, e.g. 'GDPR request 1234'",
     )
 
     p = add(

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 CHECKS = ("kafka_bronze", "bronze_silver", "silver_gold", "routing")
 BRONZE = registry.BRONZE_EVENTS.trino_name
+FORGOTTEN = registry.SILVER_FORGOTTEN.trino_name
 
 
 # -- kafka -> bronze ---------------------------------------------------------------------
@@ -102,10 +103,13 @@ def check_kafka_bronze(settings: Settings) -> list[Finding]:
             # Runs of consecutive offsets, as [start, end]: gaps are what lies between.
             f"""SELECT min(o), max(o) FROM (
                   SELECT "offset" AS o, "offset" - row_number() OVER (ORDER BY "offset") AS run
-                  FROM (SELECT DISTINCT "offset" FROM {BRONZE}
-                        WHERE topic = ? AND partition = ? AND "offset" >= ?))
+                  FROM (SELECT "offset" FROM {BRONZE}
+                        WHERE topic = ? AND partition = ? AND "offset" >= ?
+                        -- an erased record is accounted for, not missing (CONTRACT.md §8)
+                        UNION SELECT "offset" FROM {FORGOTTEN}
+                        WHERE partition = ? AND "offset" >= ?))
                 GROUP BY run ORDER BY 1""",
-            [registry.TOPIC, partition, low],
+            [registry.TOPIC, partition, low, partition, low],
         ).rows
         copied_to = max((int(r[1]) for r in ranges), default=low - 1)
         holes = gaps(low, [(int(a), int(b)) for a, b in ranges], copied_to)
@@ -191,6 +195,51 @@ LIMIT {MAX_KEYS}
 """
 
 
+# What an erasure forgot, back again: at a forgotten position, or as an event id
+# whose hash the erasure kept (a producer re-sending the event, say).
+_IDS = f"SELECT event_id_sha256 FROM {FORGOTTEN} WHERE event_id_sha256 IS NOT NULL"
+
+
+def _returned(layer: str, table: str, by_event_id: bool) -> str:
+    at = (
+        f"EXISTS (SELECT 1 FROM {FORGOTTEN} AS f "
+        'WHERE f.partition = t.partition AND f."offset" = t."offset")'
+    )
+    same_id = f"lower(to_hex(sha256(to_utf8(t.event_id)))) IN ({_IDS})"
+    where = f"{at} OR {same_id}" if by_event_id else at
+    return f"SELECT '{layer}' AS layer, t.partition, t.\"offset\" FROM {table} AS t WHERE {where}"
+
+
+RETURNED_SQL = (
+    "\nUNION ALL\n".join(
+        _returned(layer, table, by_id)
+        for layer, table, by_id in (
+            ("bronze", BRONZE, False),
+            ("silver", SILVER, True),
+            ("ledger", LEDGER, True),
+            ("quarantine", registry.SILVER_QUARANTINE.trino_name, True),
+        )
+    )
+    + f"\nORDER BY 1, 2, 3 LIMIT {MAX_KEYS}"
+)
+
+
+def check_forgotten(settings: Settings) -> Finding:
+    """Nothing an erasure removed is back in bronze or silver (CONTRACT.md §8)."""
+    back = trino_client.query(settings, RETURNED_SQL).rows
+    (n,) = trino_client.query(settings, f"SELECT count(*) FROM {FORGOTTEN}").rows[0]
+    return Finding(
+        "bronze_silver",
+        "forgotten",
+        not back,
+        f"none of the {n} forgotten records is back"
+        if not back
+        else f"{len(back)} forgotten records are back: "
+        + ", ".join(f"{layer} {p}:{o}" for layer, p, o in back[:3]),
+        {"back": [[layer, int(p), int(o)] for layer, p, o in back], "forgotten": int(n)},
+    )
+
+
 def check_bronze_silver(settings: Settings, attempts: int = 4, wait_s: float = 15) -> list[Finding]:
     """The accounting per partition, and one silver row per accepted event id.
 
@@ -222,7 +271,7 @@ def check_bronze_silver(settings: Settings, attempts: int = 4, wait_s: float = 1
             detail["not_in_bronze"] = mine
         summary = (
             f"bronze {r['bronze']} = silver {r['silver']} + quarantine {r['quarantine']} + "
-            f"duplicates {r['exact_duplicates']}"
+            f"duplicates {r['exact_duplicates']} + forgotten {r['forgotten']}"
             + ("" if ok else f"; {r['unaccounted']} unaccounted, {len(mine)} not in bronze")
         )
         findings.append(Finding("bronze_silver", f"partition {partition}", ok, summary, detail))
@@ -239,6 +288,7 @@ def check_bronze_silver(settings: Settings, attempts: int = 4, wait_s: float = 1
             {"broken": [[why, eid] for why, eid in broken]},
         )
     )
+    findings.append(check_forgotten(settings))
     return findings
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from warehouse.base.settings import Settings
-from warehouse.ops import lag, streams
+from warehouse.ops import lag, streams, writers
 from warehouse.ops.stack.process import ServiceError
 
 log = logging.getLogger(__name__)
@@ -137,6 +137,8 @@ def ensure(settings: Settings) -> str | None:
     want, trigger = wanted(settings)
     if not want or streams.host(settings).pid() is not None:
         return None
+    if writers.busy(settings, writers.ERASURE) is not None:
+        return None  # the erasure starts ingest again itself
     log.warning("ingest is wanted but the view host is not running: starting it")
     host_pid = start(settings, trigger)
     return f"ingest restarted (view host pid {host_pid})"

@@ -16,7 +16,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from spark_jobs import bronze, generator, ingest, producer
+from spark_jobs import bronze, erasure, generator, ingest, producer
 from spark_jobs.views import restatements, runner
 from spark_jobs.views.base import View
 from warehouse.base.settings import Settings
@@ -50,7 +50,7 @@ def produce(
 
 
 def publish_ingest_tables(settings: Settings) -> None:
-    for table in ingest.TABLES:
+    for table in (*ingest.TABLES, erasure.FORGOTTEN):
         catalog.publish(table, settings)
 
 

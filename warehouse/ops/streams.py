@@ -31,6 +31,7 @@ from typing import Any
 
 from warehouse.base.settings import Settings
 from warehouse.base.sqlnames import check_identifier
+from warehouse.ops import writers
 from warehouse.ops.daemon import Daemon
 from warehouse.ops.stack import process
 from warehouse.ops.stack.process import ServiceError
@@ -201,6 +202,10 @@ def stop_host(settings: Settings) -> bool:
 
 def ensure(settings: Settings) -> list[str]:
     """Run the streams of live versions; stop those of failed or retired ones."""
+    erasing = writers.busy(settings, writers.ERASURE)
+    if erasing is not None:
+        # It stopped them on purpose, and starts them again when it is done.
+        return [f"streams left as they are: an erasure is running ({erasing})"]
     done = []
     for v in versions.versions(settings):
         running = pid(settings, v.view_name, v.version) is not None

@@ -100,3 +100,22 @@ def ingest(settings: Settings, holder: str) -> Writer:
 
 def view(settings: Settings, view_name: str, version: int, holder: str) -> Writer:
     return Writer(settings, view_resource(view_name, version), holder)
+
+
+ERASURE = "erasure"
+
+
+def erasure(settings: Settings, holder: str) -> Writer:
+    """Held while `regauge forget` has the pipeline stopped: the watchdog waits."""
+    return Writer(settings, ERASURE, holder)
+
+
+def busy(settings: Settings, resource: str) -> str | None:
+    """Who holds `resource` now (None: nobody), without waiting or keeping it."""
+    probe = Writer(settings, resource, "a probe")
+    try:
+        probe.acquire()
+    except WriterBusy:
+        return holder_of(probe.path)
+    probe.release()
+    return None

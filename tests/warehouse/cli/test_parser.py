@@ -127,3 +127,34 @@ def test_subscribe_refuses_an_unknown_view_or_user_before_connecting(argv, says,
 
     assert main(argv) == 2
     assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["forget", "customer", "cust-1'; DROP TABLE x"], "is not 1-64 characters"),
+        (["forget", "customer", "x" * 65], "is not 1-64 characters"),
+        (["forget", "order", "o-1"], "invalid choice: 'order'"),
+    ],
+)
+def test_forget_refuses_a_bad_id_before_anything_runs(argv, says, capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.build_parser().parse_args(argv)
+    assert exited.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("reason", "says"),
+    [
+        ("request from cust-00042", "names the customer"),
+        ("<script>", "1-200 characters"),
+        ("", "1-200 characters"),
+    ],
+)
+def test_forget_refuses_a_reason_the_erasure_log_must_not_keep(reason, says, capsys):
+    from warehouse.cli import main
+
+    # Refused before PostgreSQL, Spark or the pipeline is touched (none runs here).
+    assert main(["forget", "customer", "cust-00042", "--reason", reason]) == 2
+    assert says in capsys.readouterr().err

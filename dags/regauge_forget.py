@@ -1,0 +1,48 @@
+"""regauge_forget(customer_id, reason): erase one customer everywhere (CONTRACT.md §8).
+
+Runs `regauge forget customer`: ingest and the view streams stop meanwhile,
+every layer and every view version loses the customer's rows, Delta's history
+is removed, and the streams start again. The erasure is logged, without the id,
+in ops.control.erasures. Kafka's copy is skipped by ingest and replays until
+its retention deletes it.
+
+Airflow keeps this run's params (the id) in its own database and the task log
+shows the command's environment names only, never the values; delete the run
+(`airflow dags delete-run` or the UI) once it has succeeded."""
+
+from __future__ import annotations
+
+from airflow.sdk import DAG, Param
+
+from _regauge import dag_args, regauge
+
+# The same rules as warehouse/base/sqlnames.py, held by Airflow before a run exists.
+CUSTOMER_ID_PATTERN = r"^[A-Za-z0-9_.@:+-]{1,64}(?![\s\S])"
+REASON_PATTERN = r"^[A-Za-z0-9 ,.;:()/#'_-]{1,200}(?![\s\S])"
+
+with DAG(
+    dag_id="regauge_forget",
+    description="erase one customer from every layer, view version and Delta's history",
+    schedule=None,
+    params={
+        "customer_id": Param(
+            type="string",
+            pattern=CUSTOMER_ID_PATTERN,
+            description="the customer_id to erase, e.g. cust-00042",
+        ),
+        "reason": Param(
+            "erasure request",
+            type="string",
+            pattern=REASON_PATTERN,
+            description="why, for the erasure log: plain words, never the id",
+        ),
+    },
+    **dag_args(__doc__),
+) as dag:
+    # Retried once like any task: a rerun finds what is left and finishes it.
+    regauge(
+        "forget",
+        'forget customer "$CUSTOMER_ID" --reason "$REASON"',
+        CUSTOMER_ID="{{ params.customer_id }}",
+        REASON="{{ params.reason }}",
+    )

@@ -1,0 +1,258 @@
+"""`regauge forget customer ID`: one customer out of every place regauge keeps data
+(CONTRACT.md §8), with the steps logged in `control.erasures`.
+
+The pipeline stands still meanwhile: ingest and every view stream are stopped
+and their writer locks held (the watchdog waits for the erasure lock), because
+removing history under a running stream would leave it reading versions that
+no longer exist. In order:
+
+1. ingest catches up once, so every record Kafka holds is in bronze;
+2. the positions to forget are found and kept (`silver.shop_events_forgotten`),
+   and the final windows they touched are recorded as `erasure` restatements;
+3. the rows go from silver, the ledger, the quarantine, bronze and the
+   restatements; the customer from `reference.customers`;
+4. every gold table (each registered version's, and archived ones) is
+   recomputed from silver, the dbt models are rebuilt with a full refresh;
+5. every table's history is removed (VACUUM with no retention, a checkpoint,
+   the log before it deleted), and each live version's change topic is
+   recreated, so no compacted record of the customer outlives the erasure;
+6. the streams and ingest that ran before start again (from the replays'
+   positions); Trino's metadata caches are flushed.
+
+Kafka's own copy of `shop.events` stays until its retention deletes it; ingest
+and replays from Kafka skip the forgotten positions until then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from warehouse.base import registry, sqlnames
+from warehouse.base.settings import Settings
+from warehouse.ops import dbt_runner, ingest_ctl, pipeline, streams, writers
+from warehouse.ops.stack import kafka
+from warehouse.sql import catalog, erasures, trino_client, versions
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from spark_jobs.views.base import View
+
+log = logging.getLogger(__name__)
+
+ERASED = "<erased>"
+
+
+@dataclass
+class Report:
+    erasure_id: str
+    positions: int = 0
+    removed: dict[str, int] = field(default_factory=dict)
+    rebuilt: list[str] = field(default_factory=list)
+    compacted: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = [f"erasure {self.erasure_id}: {self.positions} Kafka records forgotten"]
+        out += [f"  {table}: {n} rows removed" for table, n in sorted(self.removed.items())]
+        out += [f"  rebuilt from silver: {', '.join(self.rebuilt) or 'no view tables'}"]
+        out += [f"  history removed from {len(self.compacted)} tables"]
+        return out
+
+
+@dataclass
+class Paused:
+    ingest: bool = False
+    trigger: str | None = None
+    streams: list[tuple[str, int]] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def quiesced(settings: Settings, holder: str) -> Iterator[Paused]:
+    """Stop ingest and every stream, hold their writer locks, and start again what ran."""
+    lock = writers.erasure(settings, holder).acquire()
+    paused = Paused()
+    held: list[writers.Writer] = []
+    try:
+        paused.ingest, paused.trigger = ingest_ctl.wanted(settings)
+        if ingest_ctl.stop(settings):
+            log.info("ingest stopped for the erasure")
+        for s in streams.known(settings):
+            if s.state in ("running", "starting"):
+                paused.streams.append((s.view, s.version))
+            log.info(streams.stop(settings, s.view, s.version))
+        held.append(writers.ingest(settings, holder).acquire())
+        for v in versions.versions(settings):
+            held.append(writers.view(settings, v.view_name, v.version, holder).acquire())
+        yield paused
+    finally:
+        for w in held:
+            w.release()
+        lock.release()
+    for view, version in paused.streams:
+        log.info(streams.start(settings, view, version))
+    if paused.ingest:
+        ingest_ctl.start(settings, paused.trigger)
+
+
+def forget_customer(settings: Settings, customer_id: str, reason: str) -> Report:
+    sqlnames.check_customer_id(customer_id)
+    reason = sqlnames.check_reason(reason, customer_id)
+    erasure_id = erasures.start(settings, reason, getpass.getuser())
+    report = Report(erasure_id)
+    log.info("erasure %s: registered (%s)", erasure_id, reason)
+    try:
+        with quiesced(settings, f"`regauge forget` (erasure {erasure_id})"):
+            _erase(settings, customer_id, report)
+            _rebuild_marts(settings, report)
+            _compact(settings, report)
+            _recreate_view_topics(settings)
+            erasures.advance(settings, erasure_id, "compacted", report.removed)
+        _flush_trino(settings)
+    except BaseException as exc:
+        # The error is kept, with the id taken out of it.
+        erasures.fail(settings, erasure_id, str(exc).replace(customer_id, ERASED))
+        raise
+    erasures.finish(settings, erasure_id, report.removed)
+    return report
+
+
+def _session(settings: Settings, name: str) -> SparkSession:
+    from spark_jobs.session import build_session
+
+    return build_session(name, settings, ui=False)
+
+
+def _gold_tables(settings: Settings) -> list[tuple[View, str]]:
+    """(view code, path) of every registered version's table: live or not, a
+    rollback can route to it."""
+    from spark_jobs import views
+
+    found = []
+    codes = views.discover()
+    for v in versions.versions(settings):
+        code = codes.get((v.view_name, v.version))
+        if code is not None and v.status != "retired":
+            found.append((code, registry.gold_view_table(v.view_name, v.version).path(settings)))
+    return found
+
+
+def _archived(spark: SparkSession, settings: Settings) -> list[tuple[View, str]]:
+    """(view code, path) of every archived gold table (`<view>_v<N>@<stamp>`)."""
+    from spark_jobs import lake, views
+
+    root = f"{settings.lake_root.rstrip('/')}/_archive/table/gold"
+    codes = views.discover()
+    found = []
+    for name in lake.list_names(spark, root) if lake.exists(spark, root) else []:
+        parsed = streams.parse_name(name.split("@", 1)[0])
+        code = codes.get(parsed) if parsed else None
+        if code is not None and lake.exists(spark, f"{root}/{name}/_delta_log"):
+            found.append((code, f"{root}/{name}"))
+    return found
+
+
+def _erase(settings: Settings, customer_id: str, report: Report) -> None:
+    from spark_jobs import erasure
+    from spark_jobs.views import runner
+
+    spark = _session(settings, f"regauge-forget-{report.erasure_id[:8]}")
+    try:
+        log.info("erasure %s: catching ingest up with Kafka", report.erasure_id)
+        pipeline.ingest_once(spark, settings)
+        found = erasure.find(spark, settings, customer_id)
+        report.positions = erasure.record(spark, settings, found, report.erasure_id)
+        catalog.publish(erasure.FORGOTTEN, settings)
+        erasures.advance(settings, report.erasure_id, "found", report.removed)
+        log.info("erasure %s: %d Kafka records to forget", report.erasure_id, report.positions)
+
+        live = _gold_tables(settings)
+        archived = _archived(spark, settings)
+        silver = spark.read.format("delta").load(registry.SILVER_EVENTS.path(settings))
+        silver = silver.localCheckpoint(eager=True)
+        gone = erasure.silver_rows_at(spark, settings, found).localCheckpoint(eager=True)
+        restated = 0
+        for code, path in [*live, *archived]:
+            gold = spark.read.format("delta").load(path)
+            rows = erasure.erasure_restatements(code, gone, silver, gold, customer_id)
+            restated += erasure.record_restatements(spark, settings, rows)
+        report.removed["erasure restatements recorded"] = restated
+
+        removed = erasure.delete_everywhere(spark, settings, found, customer_id)
+        report.removed.update(removed.counts)
+        report.removed["ops.reference.customers"] = erasures.delete_reference(settings, customer_id)
+        erasures.advance(settings, report.erasure_id, "deleted", report.removed)
+
+        for code, _path in live:
+            pipeline.replay(spark, settings, code)
+            report.rebuilt.append(runner.gold_table(code).trino_name)
+        fresh = spark.read.format("delta").load(registry.SILVER_EVENTS.path(settings))
+        for code, path in archived:
+            (runner.gold_rows(code, fresh).write.format("delta").mode("overwrite").save(path))
+            report.rebuilt.append(path.rsplit("/", 1)[-1] + " (archived)")
+    finally:
+        spark.stop()
+    erasures.advance(settings, report.erasure_id, "recomputed", report.removed)
+
+
+def _rebuild_marts(settings: Settings, report: Report) -> None:
+    """dbt's models, rebuilt whole from silver (an incremental model never deletes)."""
+    from spark_jobs import lake
+
+    spark = _session(settings, "regauge-forget-marts")
+    try:
+        has_models = any(
+            lake.exists(spark, f"{settings.lake_root.rstrip('/')}/{schema}")
+            for schema in registry.DBT_SCHEMAS
+        )
+    finally:
+        spark.stop()
+    if not has_models:
+        return
+    code = dbt_runner.run(settings, ["build", "--full-refresh"])
+    if code != 0:
+        raise RuntimeError(
+            f"dbt build --full-refresh exited {code}: the marts may still hold the customer; "
+            "see the dbt log, fix it, and run the erasure again"
+        )
+    report.rebuilt.append("dbt models (full refresh)")
+
+
+def _compact(settings: Settings, report: Report) -> None:
+    from spark_jobs import erasure, lake
+
+    spark = _session(settings, "regauge-forget-compact")
+    try:
+        root = settings.lake_root.rstrip("/")
+        paths = [t.path(settings) for t in registry.TABLES.values()]
+        paths += [path for _, path in [*_gold_tables(settings), *_archived(spark, settings)]]
+        for schema in registry.DBT_SCHEMAS:
+            folder = f"{root}/{schema}"
+            if lake.exists(spark, folder):
+                paths += [f"{folder}/{name}" for name in lake.list_names(spark, folder)]
+        for path in paths:
+            if lake.exists(spark, f"{path}/_delta_log"):
+                erasure.compact(spark, path)
+                report.compacted.append(path)
+                log.info("erasure %s: history removed from %s", report.erasure_id, path)
+    finally:
+        spark.stop()
+
+
+def _recreate_view_topics(settings: Settings) -> None:
+    """A compacted topic keeps a key's last record until it is compacted away: start
+    each version's topic over, and its stream publishes the whole table again."""
+    for v in versions.versions(settings):
+        if v.live:
+            for line in kafka.drop_view_topic(settings, v.view_name, v.version):
+                log.info(line)
+
+
+def _flush_trino(settings: Settings) -> None:
+    trino_client.query(
+        settings, f"CALL {registry.TRINO_LAKE_CATALOG}.system.flush_metadata_cache()"
+    )
