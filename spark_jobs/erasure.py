@@ -191,7 +191,7 @@ def _delete_matching(
     lake.retry_on_conflict(
         lambda: (
             table.alias("t")
-            .merge(F.broadcast(source.select(*on).distinct()).alias("s"), lake.merge_condition(on))
+            .merge(source.select(*on).distinct().alias("s"), lake.merge_condition(on))
             .whenMatchedDelete()
             .execute()
         ),
@@ -248,13 +248,23 @@ def delete_everywhere(
 _RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 
 
-def compact(spark: SparkSession, path: str) -> int:
+# Delta keeps this session setting as the userMetadata of the commits it makes.
+_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+
+
+def compact(spark: SparkSession, path: str, user_metadata: str | None = None) -> int:
     """Remove a table's history: files no longer in its newest version (the change
     feed's too), and every log file and checkpoint before a fresh checkpoint.
     Time travel to an earlier version fails afterwards. Returns the log files
     deleted. Every reader and writer of the table must be stopped: a stream
-    behind the newest version could no longer read the versions it missed."""
+    behind the newest version could no longer read the versions it missed.
+
+    The commits this makes carry `user_metadata`: a view's tag (which silver
+    version its table equals) must survive on the newest commit, since the
+    commits before it are gone."""
     spark.conf.set(_RETENTION_CHECK, "false")
+    if user_metadata is not None:
+        spark.conf.set(_USER_METADATA, user_metadata)
     try:
         table = DeltaTable.forPath(spark, path)
         # Tombstones younger than this stay in a checkpoint, with their stats.
@@ -265,6 +275,7 @@ def compact(spark: SparkSession, path: str) -> int:
         table.vacuum(0.0)
     finally:
         spark.conf.unset(_RETENTION_CHECK)
+        spark.conf.unset(_USER_METADATA)
     jvm = spark._jvm
     assert jvm is not None
     delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)

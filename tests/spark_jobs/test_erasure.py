@@ -102,9 +102,6 @@ def test_forget_removes_every_row_records_erasures_and_leaves_no_residue(spark, 
         registry.BRONZE_EVENTS.trino_name: 4,
         restatements.RESTATEMENTS.trino_name: 0,
     }
-    # The view, recomputed from silver (the caller replays every version).
-    runner.batch(spark, lake, view)
-
     read = spark.read.format("delta").load
     (row,) = read(restatements.RESTATEMENTS.path(lake)).collect()
     assert (row.reason, row.window_key, row.event_id, row.event_time) == (
@@ -115,22 +112,34 @@ def test_forget_removes_every_row_records_erasures_and_leaves_no_residue(spark, 
     )
     assert [r.offset for r in read(registry.BRONZE_EVENTS.path(lake)).collect()] == [1, 5, 6]
     assert sorted(r.event_id for r in read(silver_path).collect()) == ["e-kept-1", "e-kept-2"]
-    assert {r.customer_id for r in read(gold_path).collect()} == {KEPT}
 
     root = Path(lake.lake_root)
-    before = residue(root, GONE)
-    assert before, "the history still holds the id before compacting"
-    for table in (*registry.TABLES.values(), runner.gold_table(view)):
-        path = table.path(lake)
-        if (Path(path) / "_delta_log").is_dir():
-            erasure.compact(spark, path)
+    assert residue(root, GONE), "the history still holds the id before compacting"
+    # As `regauge forget` does it: the lake's tables, then each view replayed from
+    # silver's final version and compacted with the replay's tag on top.
+    for table in registry.TABLES.values():
+        if (Path(table.path(lake)) / "_delta_log").is_dir():
+            erasure.compact(spark, table.path(lake))
+    through = runner.replay(spark, lake, view)
+    erasure.compact(spark, gold_path, runner.tag(through, "bronze"))
     assert residue(root, GONE) == []
     assert residue(root, "e-gone-1") == []
+
+    assert {r.customer_id for r in read(gold_path).collect()} == {KEPT}
     with pytest.raises(Exception, match=r"(?i)version|not.*(exist|found)|timestamp|reconstruct"):
         spark.read.format("delta").option("versionAsOf", 0).load(silver_path).collect()
-    # The tables still read, and hold what they held.
-    assert read(registry.BRONZE_EVENTS.path(lake)).count() == 3
-    assert read(gold_path).count() == read(gold_path).count() > 0
+    # What the audit and the stream read afterwards still reads: the tag on gold's
+    # newest commit, silver as of that version, its change feed from there.
+    assert runner.latest_tag(spark, gold_path)[1:] == (through, "bronze")
+    assert read(silver_path).count() == 2
+    assert spark.read.format("delta").option("versionAsOf", through).load(silver_path).count() == 2
+    changes = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", through)
+        .load(silver_path)
+    )
+    assert changes.count() == 0
 
 
 def test_the_ignore_list_drops_forgotten_positions(spark):

@@ -108,8 +108,8 @@ def forget_customer(settings: Settings, customer_id: str, reason: str) -> Report
     try:
         with quiesced(settings, f"`regauge forget` (erasure {erasure_id})"):
             _erase(settings, customer_id, report)
-            _rebuild_marts(settings, report)
-            _compact(settings, report)
+            if _rebuild_marts(settings, report):
+                _compact_marts(settings, report)
             _recreate_view_topics(settings)
             erasures.advance(settings, erasure_id, "compacted", report.removed)
         _flush_trino(settings)
@@ -187,19 +187,34 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> None:
         report.removed["ops.reference.customers"] = erasures.delete_reference(settings, customer_id)
         erasures.advance(settings, report.erasure_id, "deleted", report.removed)
 
-        for code, _path in live:
-            pipeline.replay(spark, settings, code)
+        # The lake's tables first: a view is then replayed from silver's final
+        # version, the one its tag and its stream's starting point name.
+        for table in registry.TABLES.values():
+            _compact(spark, table.path(settings), report)
+        for code, path in live:
+            through = pipeline.replay(spark, settings, code)
+            _compact(spark, path, report, runner.tag(through, "bronze"))
             report.rebuilt.append(runner.gold_table(code).trino_name)
         fresh = spark.read.format("delta").load(registry.SILVER_EVENTS.path(settings))
         for code, path in archived:
-            (runner.gold_rows(code, fresh).write.format("delta").mode("overwrite").save(path))
+            runner.gold_rows(code, fresh).write.format("delta").mode("overwrite").save(path)
+            _compact(spark, path, report)
             report.rebuilt.append(path.rsplit("/", 1)[-1] + " (archived)")
     finally:
         spark.stop()
     erasures.advance(settings, report.erasure_id, "recomputed", report.removed)
 
 
-def _rebuild_marts(settings: Settings, report: Report) -> None:
+def _compact(spark: SparkSession, path: str, report: Report, tag: str | None = None) -> None:
+    from spark_jobs import erasure, lake
+
+    if lake.exists(spark, f"{path}/_delta_log"):
+        erasure.compact(spark, path, tag)
+        report.compacted.append(path)
+        log.info("erasure %s: history removed from %s", report.erasure_id, path)
+
+
+def _rebuild_marts(settings: Settings, report: Report) -> bool:
     """dbt's models, rebuilt whole from silver (an incremental model never deletes)."""
     from spark_jobs import lake
 
@@ -212,7 +227,7 @@ def _rebuild_marts(settings: Settings, report: Report) -> None:
     finally:
         spark.stop()
     if not has_models:
-        return
+        return False
     code = dbt_runner.run(settings, ["build", "--full-refresh"])
     if code != 0:
         raise RuntimeError(
@@ -220,25 +235,20 @@ def _rebuild_marts(settings: Settings, report: Report) -> None:
             "see the dbt log, fix it, and run the erasure again"
         )
     report.rebuilt.append("dbt models (full refresh)")
+    return True
 
 
-def _compact(settings: Settings, report: Report) -> None:
-    from spark_jobs import erasure, lake
+def _compact_marts(settings: Settings, report: Report) -> None:
+    from spark_jobs import lake
 
     spark = _session(settings, "regauge-forget-compact")
     try:
         root = settings.lake_root.rstrip("/")
-        paths = [t.path(settings) for t in registry.TABLES.values()]
-        paths += [path for _, path in [*_gold_tables(settings), *_archived(spark, settings)]]
         for schema in registry.DBT_SCHEMAS:
             folder = f"{root}/{schema}"
             if lake.exists(spark, folder):
-                paths += [f"{folder}/{name}" for name in lake.list_names(spark, folder)]
-        for path in paths:
-            if lake.exists(spark, f"{path}/_delta_log"):
-                erasure.compact(spark, path)
-                report.compacted.append(path)
-                log.info("erasure %s: history removed from %s", report.erasure_id, path)
+                for name in lake.list_names(spark, folder):
+                    _compact(spark, f"{folder}/{name}", report)
     finally:
         spark.stop()
 
