@@ -11,15 +11,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from spark_jobs import audit as spark_audit
-from spark_jobs import views
+from spark_jobs import bronze, lake, producer, silver, views
 from spark_jobs.testing.landing import assert_exact, fresh_seed, landing
+from spark_jobs.testing.residue import residue
 from spark_jobs.views import runner
 from warehouse.base import registry
 from warehouse.base.settings import Settings
@@ -273,4 +276,116 @@ def test_silver_rides_over_a_rewritten_bronze(settings, honest):
     run = pipeline.produce(settings, seed=fresh_seed(), count=500, chaos=True)
     pipeline.ingest_once(honest, settings)
     assert_exact(run, landing(honest, settings, run))
-    assert audit.check_bronze_silver(settings, attempts=1)[-1].passed
+    (ids,) = [
+        f for f in audit.check_bronze_silver(settings, attempts=1) if f.subject == "event ids"
+    ]
+    assert ids.passed, ids.summary
+
+
+# -- erasure (CONTRACT.md §8); last: it removes the history the tests above restore from ----
+def _customer_with_sessions(spark: SparkSession, settings: Settings) -> tuple[str, dict]:
+    """A customer with cart events in silver, and one of their events as produced."""
+    silver = spark.read.format("delta").load(registry.SILVER_EVENTS.path(settings))
+    (row,) = (
+        silver.where("event_type = 'cart_item_added'")
+        .groupBy("customer_id")
+        .count()
+        .orderBy(F.col("count").desc(), "customer_id")
+        .limit(1)
+        .collect()
+    )
+    bronze = spark.read.format("delta").load(registry.BRONZE_EVENTS.path(settings))
+    (one,) = bronze.where(F.col("key") == row.customer_id).limit(1).collect()
+    return row.customer_id, json.loads(bytes(one.value))
+
+
+def _mentions(settings: Settings, customer: str) -> dict[str, int]:
+    """Rows naming the customer, per table, through Trino."""
+    t = {k: v.trino_name for k, v in registry.TABLES.items()}
+    checks = {
+        "bronze": f"SELECT count(*) FROM {t['bronze.shop_events']} "
+        "WHERE key = ? OR strpos(from_utf8(value), ?) > 0",
+        "silver": f"SELECT count(*) FROM {t['silver.shop_events']} WHERE customer_id = ?",
+        "quarantine": f"SELECT count(*) FROM {t['silver.shop_events_quarantine']} "
+        "WHERE strpos(from_utf8(raw_value), ?) > 0",
+        "gold": f"SELECT count(*) FROM {runner.gold_table(views.get(VIEW, VERSION)).trino_name} "
+        "WHERE customer_id = ?",
+        "serving": f"SELECT count(*) FROM lakehouse.serving.{VIEW} WHERE customer_id = ?",
+        "restatements": f"SELECT count(*) FROM {t['gold.restatements']} WHERE window_key = ?",
+        "reference": "SELECT count(*) FROM ops.reference.customers WHERE customer_id = ?",
+    }
+    found = {}
+    for name, sql in checks.items():
+        params = [customer] * sql.count("?")
+        found[name] = int(trino_client.query(settings, sql, params).rows[0][0])
+    return found
+
+
+def test_forget_removes_a_customer_everywhere_and_nothing_brings_them_back(settings, honest):
+    spark = honest
+    customer, event = _customer_with_sessions(spark, settings)
+    # Besides their events: an exact re-send, a conflicting duplicate under another
+    # key, and a malformed record that names them.
+    conflicting = {**event, "customer_id": "someone-else", "event_time": "2001-01-01T00:00:00Z"}
+    producer.produce_records(
+        settings,
+        [
+            (customer.encode(), json.dumps(event).encode()),
+            (b"someone-else", json.dumps(conflicting).encode()),
+            (customer.encode(), f'{{"customer_id": "{customer}", '.encode()),
+        ],
+    )
+    pipeline.ingest_once(spark, settings)
+    pipeline.ensure_restatements(spark, settings)
+    before = _mentions(settings, customer)
+    assert before["bronze"] >= 3 and before["silver"] and before["gold"], before
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "warehouse.cli",
+            "forget",
+            "customer",
+            customer,
+            "--reason",
+            "integration test of the erasure",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert customer not in proc.stdout + proc.stderr
+
+    assert _mentions(settings, customer) == dict.fromkeys(before, 0)
+    # ...nor in any file of the lake, its history and checkpoints included.
+    assert residue(Path(settings.lake_root), customer) == []
+    with psycopg.connect(settings.postgres_dsn()) as conn:
+        (logged,) = conn.execute(
+            "SELECT status, removed, reason, row_to_json(e)::text FROM control.erasures AS e "
+            "ORDER BY requested_at DESC LIMIT 1"
+        ).fetchall()
+    status, removed, reason, whole = logged
+    assert (status, reason) == ("done", "integration test of the erasure")
+    assert removed[registry.BRONZE_EVENTS.trino_name] >= 3
+    assert removed[registry.SILVER_QUARANTINE.trino_name] >= 2  # the conflict, the malformed
+    assert customer not in whole
+
+    # The accounting holds with the forgotten term, and the audit passes.
+    run = run_checks(spark, settings)
+    assert not failures(run), failures(run)
+    forgotten = {f.subject: f for f in run.findings}["forgotten"]
+    assert forgotten.detail["forgotten"] == removed[registry.BRONZE_EVENTS.trino_name]
+
+    # A replay from Kafka (which still holds the records) skips them...
+    replayed = silver.from_records(
+        bronze.ignoring_forgotten(
+            spark, settings, bronze.to_bronze_rows(bronze.read_kafka_batch(spark, settings))
+        )
+    )
+    assert replayed.where(F.col("customer_id") == customer).count() == 0
+    # ...and so does bronze, copying the topic again after losing its checkpoint.
+    lake.delete_tree(spark, registry.BRONZE_EVENTS.checkpoint(settings))
+    pipeline.ingest_once(spark, settings)
+    assert _mentions(settings, customer)["bronze"] == 0
+    assert all(f.passed for f in audit.check_bronze_silver(settings, attempts=2, wait_s=5))

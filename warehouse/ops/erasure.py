@@ -127,17 +127,20 @@ def _session(settings: Settings, name: str) -> SparkSession:
     return build_session(name, settings, ui=False)
 
 
-def _gold_tables(settings: Settings) -> list[tuple[View, str]]:
-    """(view code, path) of every registered version's table: live or not, a
-    rollback can route to it."""
-    from spark_jobs import views
+def _gold_tables(spark: SparkSession, settings: Settings) -> list[tuple[View, str]]:
+    """(view code, path) of every view version's table in the lake, registered or
+    not: live or not, a rollback or a new registration can route to it."""
+    from spark_jobs import lake, views
 
-    found = []
+    root = f"{settings.lake_root.rstrip('/')}/gold"
     codes = views.discover()
-    for v in versions.versions(settings):
-        code = codes.get((v.view_name, v.version))
-        if code is not None and v.status != "retired":
-            found.append((code, registry.gold_view_table(v.view_name, v.version).path(settings)))
+    found = []
+    for name in lake.list_names(spark, root) if lake.exists(spark, root) else []:
+        parsed = streams.parse_name(name)
+        code = codes.get(parsed) if parsed else None
+        path = f"{root}/{name}"
+        if code is not None and lake.exists(spark, f"{path}/_delta_log"):
+            found.append((code, path))
     return found
 
 
@@ -157,7 +160,7 @@ def _archived(spark: SparkSession, settings: Settings) -> list[tuple[View, str]]
 
 
 def _erase(settings: Settings, customer_id: str, report: Report) -> None:
-    from spark_jobs import erasure
+    from spark_jobs import erasure, lake
     from spark_jobs.views import runner
 
     spark = _session(settings, f"regauge-forget-{report.erasure_id[:8]}")
@@ -170,7 +173,7 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> None:
         erasures.advance(settings, report.erasure_id, "found", report.removed)
         log.info("erasure %s: %d Kafka records to forget", report.erasure_id, report.positions)
 
-        live = _gold_tables(settings)
+        live = _gold_tables(spark, settings)
         archived = _archived(spark, settings)
         silver = spark.read.format("delta").load(registry.SILVER_EVENTS.path(settings))
         silver = silver.localCheckpoint(eager=True)
@@ -181,6 +184,7 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> None:
             rows = erasure.erasure_restatements(code, gone, silver, gold, customer_id)
             restated += erasure.record_restatements(spark, settings, rows)
         report.removed["erasure restatements recorded"] = restated
+        pipeline.ensure_restatements(spark, settings)
 
         removed = erasure.delete_everywhere(spark, settings, found, customer_id)
         report.removed.update(removed.counts)
@@ -191,6 +195,11 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> None:
         # version, the one its tag and its stream's starting point name.
         for table in registry.TABLES.values():
             _compact(spark, table.path(settings), report)
+        # Silver's query follows bronze's log from where it stopped, and that part
+        # of the log is gone: without its checkpoint, ingest's next start settles
+        # what bronze holds (nothing is left unsettled) and follows on from
+        # bronze's newest version (silver.recover).
+        lake.delete_tree(spark, registry.SILVER_EVENTS.checkpoint(settings))
         for code, path in live:
             through = pipeline.replay(spark, settings, code)
             _compact(spark, path, report, runner.tag(through, "bronze"))
