@@ -27,7 +27,7 @@ from spark_jobs.views import runner
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 from warehouse.ops import airflow_client, audit, lag, pipeline
-from warehouse.sql import serving, trino_client, versions
+from warehouse.sql import erasures, serving, trino_client, versions
 
 VIEW, VERSION = "cart_sessions", 1
 
@@ -299,28 +299,6 @@ def _customer_with_sessions(spark: SparkSession, settings: Settings) -> tuple[st
     return row.customer_id, json.loads(bytes(one.value))
 
 
-def _mentions(settings: Settings, customer: str) -> dict[str, int]:
-    """Rows naming the customer, per table, through Trino."""
-    t = {k: v.trino_name for k, v in registry.TABLES.items()}
-    checks = {
-        "bronze": f"SELECT count(*) FROM {t['bronze.shop_events']} "
-        "WHERE key = ? OR strpos(from_utf8(value), ?) > 0",
-        "silver": f"SELECT count(*) FROM {t['silver.shop_events']} WHERE customer_id = ?",
-        "quarantine": f"SELECT count(*) FROM {t['silver.shop_events_quarantine']} "
-        "WHERE strpos(from_utf8(raw_value), ?) > 0",
-        "gold": f"SELECT count(*) FROM {runner.gold_table(views.get(VIEW, VERSION)).trino_name} "
-        "WHERE customer_id = ?",
-        "serving": f"SELECT count(*) FROM lakehouse.serving.{VIEW} WHERE customer_id = ?",
-        "restatements": f"SELECT count(*) FROM {t['gold.restatements']} WHERE window_key = ?",
-        "reference": "SELECT count(*) FROM ops.reference.customers WHERE customer_id = ?",
-    }
-    found = {}
-    for name, sql in checks.items():
-        params = [customer] * sql.count("?")
-        found[name] = int(trino_client.query(settings, sql, params).rows[0][0])
-    return found
-
-
 def test_forget_removes_a_customer_everywhere_and_nothing_brings_them_back(settings, honest):
     spark = honest
     customer, event = _customer_with_sessions(spark, settings)
@@ -337,8 +315,11 @@ def test_forget_removes_a_customer_everywhere_and_nothing_brings_them_back(setti
     )
     pipeline.ingest_once(spark, settings)
     pipeline.ensure_restatements(spark, settings)
-    before = _mentions(settings, customer)
-    assert before["bronze"] >= 3 and before["silver"] and before["gold"], before
+    before = erasures.mentions(settings, customer)
+    gold = runner.gold_table(views.get(VIEW, VERSION)).trino_name
+    assert before[registry.BRONZE_EVENTS.trino_name] >= 3, before
+    assert before[registry.SILVER_EVENTS.trino_name] and before[gold], before
+    assert before[f"lakehouse.serving.{VIEW}"], before
 
     proc = subprocess.run(
         [
@@ -357,7 +338,7 @@ def test_forget_removes_a_customer_everywhere_and_nothing_brings_them_back(setti
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert customer not in proc.stdout + proc.stderr
 
-    assert _mentions(settings, customer) == dict.fromkeys(before, 0)
+    assert erasures.mentions(settings, customer) == dict.fromkeys(before, 0)
     # ...nor in any file of the lake, its history and checkpoints included.
     assert residue(Path(settings.lake_root), customer) == []
     with psycopg.connect(settings.postgres_dsn()) as conn:
@@ -387,5 +368,5 @@ def test_forget_removes_a_customer_everywhere_and_nothing_brings_them_back(setti
     # ...and so does bronze, copying the topic again after losing its checkpoint.
     lake.delete_tree(spark, registry.BRONZE_EVENTS.checkpoint(settings))
     pipeline.ingest_once(spark, settings)
-    assert _mentions(settings, customer)["bronze"] == 0
+    assert erasures.mentions(settings, customer)[registry.BRONZE_EVENTS.trino_name] == 0
     assert all(f.passed for f in audit.check_bronze_silver(settings, attempts=2, wait_s=5))

@@ -87,3 +87,41 @@ def delete_reference(settings: Settings, customer_id: str) -> int:
             return 0
         cur = conn.execute("DELETE FROM reference.customers WHERE customer_id = %s", [customer_id])
         return cur.rowcount
+
+
+def mentions(settings: Settings, customer_id: str) -> dict[str, int]:
+    """Rows that name the customer, per table, as Trino reads them: bronze's key and
+    raw value, the quarantine's raw value, restatement keys, the reference data, and
+    every lake table or view with a customer_id column (views, marts, serving)."""
+    from warehouse.base import registry
+    from warehouse.base.sqlnames import quote_identifier
+    from warehouse.sql import trino_client
+
+    lake_catalog = registry.TRINO_LAKE_CATALOG
+    bronze, quarantine = registry.BRONZE_EVENTS.trino_name, registry.SILVER_QUARANTINE.trino_name
+    checks = {
+        bronze: f"SELECT count(*) FROM {bronze} WHERE key = ? OR strpos(from_utf8(value), ?) > 0",
+        quarantine: f"SELECT count(*) FROM {quarantine} WHERE strpos(from_utf8(raw_value), ?) > 0",
+        registry.GOLD_RESTATEMENTS.trino_name: (
+            f"SELECT count(*) FROM {registry.GOLD_RESTATEMENTS.trino_name} WHERE window_key = ?"
+        ),
+        f"{registry.TRINO_OPS_CATALOG}.reference.customers": (
+            f"SELECT count(*) FROM {registry.TRINO_OPS_CATALOG}.reference.customers "
+            "WHERE customer_id = ?"
+        ),
+    }
+    with_column = trino_client.query(
+        settings,
+        f"SELECT table_schema, table_name FROM {lake_catalog}.information_schema.columns "
+        "WHERE column_name = 'customer_id' AND table_schema <> 'information_schema' "
+        "ORDER BY 1, 2",
+    ).rows
+    for schema, table in with_column:
+        name = f"{lake_catalog}.{schema}.{table}"
+        quoted = f"{quote_identifier(schema, 'schema')}.{quote_identifier(table, 'table')}"
+        checks[name] = f"SELECT count(*) FROM {lake_catalog}.{quoted} WHERE customer_id = ?"
+    found = {}
+    for name, sql in checks.items():
+        rows = trino_client.query(settings, sql, [customer_id] * sql.count("?")).rows
+        found[name] = int(rows[0][0])
+    return found

@@ -4,8 +4,9 @@ The story: shop traffic lands exactly once in bronze and silver; revenue_hourly
 v1 is built and serves everyone; v2 (net of cancellations) is reprocessed from
 all history through Airflow while events keep flowing, validated, rolled out
 to 10 %, 50 % and 100 % of analysts, and v1 is retired. A subscriber follows
-one analyst's view from Kafka throughout, and moves with them. Every number
-printed comes from Trino, or is checked against it.
+one analyst's view from Kafka throughout, and moves with them. Then one
+customer is forgotten everywhere (regauge_forget) and shown absent from every
+table. Every number printed comes from Trino, or is checked against it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from warehouse.base.settings import Settings
 from warehouse.ops import airflow_client, ingest_ctl, lifecycle, pipeline
 from warehouse.ops.stack import services
 from warehouse.ops.subscribe import Change, Copy, Subscriber
-from warehouse.sql import accounting, serving, trino_client, versions
+from warehouse.sql import accounting, erasures, serving, trino_client, versions
 from warehouse.tools.examples import analyst_examples
 
 log = logging.getLogger(__name__)
@@ -243,6 +244,19 @@ def run(settings: Settings, events: int) -> int:
     _step("Airflow: regauge_dbt (dbt build on silver beside the running streams; marts to Trino)")
     airflow.run("regauge_dbt", {})
 
+    _step("Airflow: regauge_forget, for the customer with the most events in this demo")
+    customer = _busiest_customer(settings, seed)
+    airflow.run(
+        "regauge_forget",
+        {"customer_id": customer, "reason": "demo: a customer asked to be forgotten"},
+    )
+    _step(f"asking Trino: rows naming {customer}, per table, after the erasure")
+    left = erasures.mentions(settings, customer)
+    print(trino_client.format_table(trino_client.Result(["table", "rows"], sorted(left.items()))))
+    print(trino_client.format_table(trino_client.query(settings, ERASURES_SQL)))
+    forgotten = not any(left.values())
+    print(f"\n{'forgotten' if forgotten else 'NOT FORGOTTEN'}: {customer} is in no table")
+
     examples = analyst_examples()
     for title in (
         "Net revenue by customer segment and country",
@@ -257,7 +271,7 @@ def run(settings: Settings, events: int) -> int:
         "\nstill running: ingest and revenue_hourly v2's live stream (`regauge streams list`), "
         "and the stack (`make status`); `make down` stops everything"
     )
-    return 0 if ok and followed else 1
+    return 0 if ok and followed and forgotten else 1
 
 
 def _settled_accounting(settings: Settings, timeout: float = 300) -> trino_client.Result:
@@ -269,6 +283,25 @@ def _settled_accounting(settings: Settings, timeout: float = 300) -> trino_clien
         if all(row[unaccounted] == 0 for row in result.rows) or time.monotonic() > deadline:
             return result
         time.sleep(5)
+
+
+ERASURES_SQL = f"""
+SELECT erasure_id, reason, status, requested_at, completed_at, removed
+FROM {registry.TRINO_OPS_CATALOG}.control.erasures
+ORDER BY requested_at DESC
+LIMIT 1
+"""
+
+
+def _busiest_customer(settings: Settings, seed: int) -> str:
+    """The customer with the most of this demo's events in silver."""
+    rows = trino_client.query(
+        settings,
+        f"SELECT customer_id FROM {SILVER_EVENTS.trino_name} WHERE starts_with(event_id, ?) "
+        "GROUP BY customer_id ORDER BY count(*) DESC, customer_id LIMIT 1",
+        [f"s{seed}-"],
+    ).rows
+    return str(rows[0][0])
 
 
 def _describe(settings: Settings, version: int) -> str:
