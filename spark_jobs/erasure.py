@@ -252,6 +252,9 @@ _RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 _USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
 
+_FILE_RETENTION = "delta.deletedFileRetentionDuration"
+
+
 def compact(spark: SparkSession, path: str, user_metadata: str | None = None) -> int:
     """Remove a table's history: files no longer in its newest version (the change
     feed's too), and every log file and checkpoint before a fresh checkpoint.
@@ -262,27 +265,30 @@ def compact(spark: SparkSession, path: str, user_metadata: str | None = None) ->
     The commits this makes carry `user_metadata`: a view's tag (which silver
     version its table equals) must survive on the newest commit, since the
     commits before it are gone."""
+    table_sql = f"delta.`{path}`"
     spark.conf.set(_RETENTION_CHECK, "false")
     if user_metadata is not None:
         spark.conf.set(_USER_METADATA, user_metadata)
     try:
-        table = DeltaTable.forPath(spark, path)
-        # Tombstones younger than this stay in a checkpoint, with their stats.
+        # A checkpoint keeps the tombstones (removed files, with their column
+        # stats) younger than this retention: with none, it keeps none.
         spark.sql(
-            f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
-            "('delta.deletedFileRetentionDuration' = 'interval 0 hours')"
+            f"ALTER TABLE {table_sql} SET TBLPROPERTIES ('{_FILE_RETENTION}' = 'interval 0 hours')"
         )
-        table.vacuum(0.0)
+        DeltaTable.forPath(spark, path).vacuum(0.0)
+        jvm = spark._jvm
+        assert jvm is not None
+        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+        snapshot = delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+        delta_log.checkpoint(snapshot, jvm.scala.Option.empty())
+        dropped = _drop_log_before(spark, f"{path.rstrip('/')}/_delta_log", int(snapshot.version()))
+        # Back to the default: Delta refuses time travel to any version older than
+        # the retention, which the audit and the validation gate need.
+        spark.sql(f"ALTER TABLE {table_sql} UNSET TBLPROPERTIES IF EXISTS ('{_FILE_RETENTION}')")
     finally:
         spark.conf.unset(_RETENTION_CHECK)
         spark.conf.unset(_USER_METADATA)
-    jvm = spark._jvm
-    assert jvm is not None
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-    snapshot = delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
-    delta_log.checkpoint(snapshot, jvm.scala.Option.empty())
-    version = int(snapshot.version())
-    return _drop_log_before(spark, f"{path.rstrip('/')}/_delta_log", version)
+    return dropped
 
 
 def _drop_log_before(spark: SparkSession, log_dir: str, version: int) -> int:
