@@ -219,3 +219,14 @@ def run_once(spark: SparkSession, settings: Settings) -> int:
     if query.exception() is not None:
         raise RuntimeError(f"bronze ingest failed: {query.exception()}")
     return spark.read.format("delta").load(BRONZE.path(settings)).count()
+
+
+def mark(spark: SparkSession, settings: Settings, erasure_id: str) -> int:
+    """A commit that changes no rows (a table property: the last erasure), for a
+    silver query that is to start after bronze's newest commit when no traffic
+    comes (Delta makes no commit for an empty append). Returns its version."""
+    path = BRONZE.path(settings)
+    spark.sql(
+        f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('regauge.last_erasure' = '{erasure_id}')"
+    )
+    return lake.newest_version(spark, path)

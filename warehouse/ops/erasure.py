@@ -160,7 +160,7 @@ def _archived(spark: SparkSession, settings: Settings) -> list[tuple[View, str]]
 
 
 def _erase(settings: Settings, customer_id: str, report: Report) -> None:
-    from spark_jobs import erasure, lake
+    from spark_jobs import bronze, erasure, lake
     from spark_jobs.views import runner
 
     spark = _session(settings, f"regauge-forget-{report.erasure_id[:8]}")
@@ -193,34 +193,33 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> None:
 
         # The lake's tables first: a view is then replayed from silver's final
         # version, the one its tag and its stream's starting point name.
-        for table in registry.TABLES.values():
-            _compact(spark, table.path(settings), report)
+        report.compacted += erasure.compact_all(
+            spark, [t.path(settings) for t in registry.TABLES.values()]
+        )
         # Silver's query follows bronze's log from where it stopped, and that part
         # of the log is gone: without its checkpoint, ingest's next start settles
         # what bronze holds (nothing is left unsettled) and follows on from
         # bronze's newest version (silver.recover).
         lake.delete_tree(spark, registry.SILVER_EVENTS.checkpoint(settings))
+        # That recovery starts silver at bronze's commit after the newest, which idle
+        # traffic may never make: recover now, while nothing writes, then make
+        # that commit (it changes no rows), so ingest runs again at once.
+        pipeline.ingest_once(spark, settings)
+        bronze.mark(spark, settings, report.erasure_id)
         for code, path in live:
             through = pipeline.replay(spark, settings, code)
-            _compact(spark, path, report, runner.tag(through, "bronze"))
+            with erasure.removing_history(spark, runner.tag(through, "bronze")):
+                erasure.compact(spark, path)
+            report.compacted.append(path)
             report.rebuilt.append(runner.gold_table(code).trino_name)
         fresh = spark.read.format("delta").load(registry.SILVER_EVENTS.path(settings))
         for code, path in archived:
             runner.gold_rows(code, fresh).write.format("delta").mode("overwrite").save(path)
-            _compact(spark, path, report)
+            report.compacted += erasure.compact_all(spark, [path])
             report.rebuilt.append(path.rsplit("/", 1)[-1] + " (archived)")
     finally:
         spark.stop()
     erasures.advance(settings, report.erasure_id, "recomputed", report.removed)
-
-
-def _compact(spark: SparkSession, path: str, report: Report, tag: str | None = None) -> None:
-    from spark_jobs import erasure, lake
-
-    if lake.exists(spark, f"{path}/_delta_log"):
-        erasure.compact(spark, path, tag)
-        report.compacted.append(path)
-        log.info("erasure %s: history removed from %s", report.erasure_id, path)
 
 
 def _rebuild_marts(settings: Settings, report: Report) -> bool:
@@ -248,16 +247,18 @@ def _rebuild_marts(settings: Settings, report: Report) -> bool:
 
 
 def _compact_marts(settings: Settings, report: Report) -> None:
-    from spark_jobs import lake
+    from spark_jobs import erasure, lake
 
     spark = _session(settings, "regauge-forget-compact")
     try:
         root = settings.lake_root.rstrip("/")
-        for schema in registry.DBT_SCHEMAS:
-            folder = f"{root}/{schema}"
-            if lake.exists(spark, folder):
-                for name in lake.list_names(spark, folder):
-                    _compact(spark, f"{folder}/{name}", report)
+        paths = [
+            f"{root}/{schema}/{name}"
+            for schema in registry.DBT_SCHEMAS
+            if lake.exists(spark, f"{root}/{schema}")
+            for name in lake.list_names(spark, f"{root}/{schema}")
+        ]
+        report.compacted += erasure.compact_all(spark, paths)
     finally:
         spark.stop()
 
