@@ -11,13 +11,16 @@ no longer exist. In order:
    and the final windows they touched are recorded as `erasure` restatements;
 3. the rows go from silver, the ledger, the quarantine, bronze and the
    restatements; the customer from `reference.customers`;
-4. every gold table (each registered version's, and archived ones) is
-   recomputed from silver, the dbt models are rebuilt with a full refresh;
-5. every table's history is removed (VACUUM with no retention, a checkpoint,
-   the log before it deleted), and each live version's change topic is
-   recreated, so no compacted record of the customer outlives the erasure;
-6. the streams and ingest that ran before start again (from the replays'
-   positions); Trino's metadata caches are flushed.
+4. the lake's tables lose their history (VACUUM with no retention, a
+   checkpoint, the log before it deleted); silver's query is recovered past
+   bronze's compacted log;
+5. every view table in the lake (each version's, and archived ones) is
+   replayed from silver's final version and compacted with its tag on top;
+   the dbt models are rebuilt with a full refresh and compacted; each live
+   version's change topic starts over, so no compacted record of the
+   customer outlives the erasure;
+6. the streams and ingest that ran before start again (the streams from the
+   replays' positions); Trino's metadata caches are flushed.
 
 Kafka's own copy of `shop.events` stays until its retention deletes it; ingest
 and replays from Kafka skip the forgotten positions until then.
