@@ -26,7 +26,6 @@ import json
 import logging
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -143,16 +142,6 @@ def erasure_restatements(
 
 
 # -- IO ----------------------------------------------------------------------------
-@dataclass
-class Removed:
-    """Rows removed per table (Trino name -> count); no identifiers."""
-
-    counts: dict[str, int] = field(default_factory=dict)
-
-    def add(self, table: str, n: int) -> None:
-        self.counts[table] = self.counts.get(table, 0) + n
-
-
 def ensure_table(spark: SparkSession, settings: Settings) -> None:
     lake.ensure_table(spark, FORGOTTEN.path(settings), FORGOTTEN_SCHEMA)
 
@@ -223,10 +212,11 @@ def record_restatements(spark: SparkSession, settings: Settings, rows: DataFrame
 
 def delete_everywhere(
     spark: SparkSession, settings: Settings, found: DataFrame, customer_id: str
-) -> Removed:
+) -> dict[str, int]:
     """Delete the positions from silver, the ledger, the quarantine and bronze, and
-    the restatements that name a forgotten event or the customer's sessions."""
-    removed = Removed()
+    the restatements that name a forgotten event or the customer's sessions; the
+    rows removed per table (Trino names, no identifiers)."""
+    removed: dict[str, int] = {}
     for table in (
         registry.SILVER_EVENTS,
         registry.SILVER_LEDGER,
@@ -236,14 +226,14 @@ def delete_everywhere(
         n = _delete_matching(
             spark, table.path(settings), found, POSITION, f"forgetting in {table.key}"
         )
-        removed.add(table.trino_name, n)
+        removed[table.trino_name] = n
     path = restatements.RESTATEMENTS.path(settings)
     if DeltaTable.isDeltaTable(spark, path):
         ids = found.where(F.col("event_id").isNotNull()).select("event_id")
         keys = spark.createDataFrame([(customer_id,)], "window_key string")
         n = _delete_matching(spark, path, ids, ["event_id"], "forgetting restatements")
         n += _delete_matching(spark, path, keys, ["window_key"], "forgetting restatements")
-        removed.add(restatements.RESTATEMENTS.trino_name, n)
+        removed[restatements.RESTATEMENTS.trino_name] = n
     return removed
 
 

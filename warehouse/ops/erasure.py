@@ -110,8 +110,8 @@ def forget_customer(settings: Settings, customer_id: str, reason: str) -> Report
     log.info("erasure %s: registered (%s)", erasure_id, reason)
     try:
         with quiesced(settings, f"`regauge forget` (erasure {erasure_id})"):
-            _erase(settings, customer_id, report)
-            if _rebuild_marts(settings, report):
+            if _erase(settings, customer_id, report):
+                _rebuild_marts(settings, report)
                 _compact_marts(settings, report)
             _recreate_view_topics(settings)
             erasures.advance(settings, erasure_id, "compacted", report.removed)
@@ -130,28 +130,11 @@ def _session(settings: Settings, name: str) -> SparkSession:
     return build_session(name, settings, ui=False)
 
 
-def _gold_tables(spark: SparkSession, settings: Settings) -> list[tuple[View, str]]:
-    """(view code, path) of every view version's table in the lake, registered or
-    not: live or not, a rollback or a new registration can route to it."""
+def _view_tables(spark: SparkSession, root: str) -> list[tuple[View, str]]:
+    """(view code, path) of every view version's table under `root`, named
+    `<view>_v<N>`, or `<view>_v<N>@<stamp>` once archived."""
     from spark_jobs import lake, views
 
-    root = f"{settings.lake_root.rstrip('/')}/gold"
-    codes = views.discover()
-    found = []
-    for name in lake.list_names(spark, root) if lake.exists(spark, root) else []:
-        parsed = streams.parse_name(name)
-        code = codes.get(parsed) if parsed else None
-        path = f"{root}/{name}"
-        if code is not None and lake.exists(spark, f"{path}/_delta_log"):
-            found.append((code, path))
-    return found
-
-
-def _archived(spark: SparkSession, settings: Settings) -> list[tuple[View, str]]:
-    """(view code, path) of every archived gold table (`<view>_v<N>@<stamp>`)."""
-    from spark_jobs import lake, views
-
-    root = f"{settings.lake_root.rstrip('/')}/_archive/table/gold"
     codes = views.discover()
     found = []
     for name in lake.list_names(spark, root) if lake.exists(spark, root) else []:
@@ -162,7 +145,8 @@ def _archived(spark: SparkSession, settings: Settings) -> list[tuple[View, str]]
     return found
 
 
-def _erase(settings: Settings, customer_id: str, report: Report) -> None:
+def _erase(settings: Settings, customer_id: str, report: Report) -> bool:
+    """Steps 1-5 but dbt's; whether the lake holds dbt models to rebuild."""
     from spark_jobs import bronze, erasure, lake
     from spark_jobs.views import runner
 
@@ -176,10 +160,12 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> None:
         erasures.advance(settings, report.erasure_id, "found", report.removed)
         log.info("erasure %s: %d Kafka records to forget", report.erasure_id, report.positions)
 
-        live = _gold_tables(spark, settings)
-        archived = _archived(spark, settings)
-        silver = spark.read.format("delta").load(registry.SILVER_EVENTS.path(settings))
-        silver = silver.localCheckpoint(eager=True)
+        # Every view table in the lake, registered or not: live or not, a rollback or
+        # a new registration can route to it. Archived ones are recomputed too.
+        root = settings.lake_root.rstrip("/")
+        live = _view_tables(spark, f"{root}/gold")
+        archived = _view_tables(spark, f"{root}/_archive/table/gold")
+        silver = runner.read_silver(spark, settings).localCheckpoint(eager=True)
         gone = erasure.silver_rows_at(spark, settings, found).localCheckpoint(eager=True)
         restated = 0
         for code, path in [*live, *archived]:
@@ -190,7 +176,7 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> None:
         pipeline.ensure_restatements(spark, settings)
 
         removed = erasure.delete_everywhere(spark, settings, found, customer_id)
-        report.removed.update(removed.counts)
+        report.removed.update(removed)
         report.removed["ops.reference.customers"] = erasures.delete_reference(settings, customer_id)
         erasures.advance(settings, report.erasure_id, "deleted", report.removed)
 
@@ -215,30 +201,22 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> None:
                 erasure.compact(spark, path)
             report.compacted.append(path)
             report.rebuilt.append(runner.gold_table(code).trino_name)
-        fresh = spark.read.format("delta").load(registry.SILVER_EVENTS.path(settings))
+        fresh = runner.read_silver(spark, settings)
         for code, path in archived:
             runner.gold_rows(code, fresh).write.format("delta").mode("overwrite").save(path)
-            report.compacted += erasure.compact_all(spark, [path])
             report.rebuilt.append(path.rsplit("/", 1)[-1] + " (archived)")
+        report.compacted += erasure.compact_all(spark, [path for _, path in archived])
+        dbt_models = [
+            t for t in dbt_runner.lake_tables(spark, settings) if t.schema in registry.DBT_SCHEMAS
+        ]
     finally:
         spark.stop()
     erasures.advance(settings, report.erasure_id, "recomputed", report.removed)
+    return bool(dbt_models)
 
 
-def _rebuild_marts(settings: Settings, report: Report) -> bool:
+def _rebuild_marts(settings: Settings, report: Report) -> None:
     """dbt's models, rebuilt whole from silver (an incremental model never deletes)."""
-    from spark_jobs import lake
-
-    spark = _session(settings, "regauge-forget-marts")
-    try:
-        has_models = any(
-            lake.exists(spark, f"{settings.lake_root.rstrip('/')}/{schema}")
-            for schema in registry.DBT_SCHEMAS
-        )
-    finally:
-        spark.stop()
-    if not has_models:
-        return False
     code = dbt_runner.run(settings, ["build", "--full-refresh"])
     if code != 0:
         raise RuntimeError(
@@ -246,22 +224,19 @@ def _rebuild_marts(settings: Settings, report: Report) -> bool:
             "see the dbt log, fix it, and run the erasure again"
         )
     report.rebuilt.append("dbt models (full refresh)")
-    return True
 
 
 def _compact_marts(settings: Settings, report: Report) -> None:
-    from spark_jobs import erasure, lake
+    from spark_jobs import erasure
 
     spark = _session(settings, "regauge-forget-compact")
     try:
-        root = settings.lake_root.rstrip("/")
-        paths = [
-            f"{root}/{schema}/{name}"
-            for schema in registry.DBT_SCHEMAS
-            if lake.exists(spark, f"{root}/{schema}")
-            for name in lake.list_names(spark, f"{root}/{schema}")
+        models = [
+            t.path(settings)
+            for t in dbt_runner.lake_tables(spark, settings)
+            if t.schema in registry.DBT_SCHEMAS
         ]
-        report.compacted += erasure.compact_all(spark, paths)
+        report.compacted += erasure.compact_all(spark, models)
     finally:
         spark.stop()
 

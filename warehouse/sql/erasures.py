@@ -6,28 +6,15 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 
+from warehouse.base import registry
 from warehouse.base.settings import Settings
-from warehouse.sql import migrations
-
-
-@dataclass(frozen=True)
-class Erasure:
-    erasure_id: str
-    requested_at: datetime
-    completed_at: datetime | None
-    reason: str
-    requested_by: str
-    status: str
-    phase: str | None
-    removed: dict[str, int]
-    error: str | None
+from warehouse.base.sqlnames import quote_identifier
+from warehouse.sql import migrations, trino_client
 
 
 def _connect(settings: Settings) -> psycopg.Connection[dict[str, Any]]:
@@ -71,14 +58,6 @@ def fail(settings: Settings, erasure_id: str, error: str) -> None:
         )
 
 
-def recent(settings: Settings, limit: int = 20) -> list[Erasure]:
-    with _connect(settings) as conn:
-        rows = conn.execute(
-            "SELECT * FROM control.erasures ORDER BY requested_at DESC LIMIT %s", [limit]
-        ).fetchall()
-    return [Erasure(**r) for r in rows]
-
-
 def delete_reference(settings: Settings, customer_id: str) -> int:
     """Remove the customer from the reference data; rows removed."""
     with _connect(settings) as conn:
@@ -93,10 +72,6 @@ def mentions(settings: Settings, customer_id: str) -> dict[str, int]:
     """Rows that name the customer, per table, as Trino reads them: bronze's key and
     raw value, the quarantine's raw value, restatement keys, the reference data, and
     every lake table or view with a customer_id column (views, marts, serving)."""
-    from warehouse.base import registry
-    from warehouse.base.sqlnames import quote_identifier
-    from warehouse.sql import trino_client
-
     lake_catalog = registry.TRINO_LAKE_CATALOG
     bronze, quarantine = registry.BRONZE_EVENTS.trino_name, registry.SILVER_QUARANTINE.trino_name
     checks = {
