@@ -25,7 +25,7 @@ demo: setup  ## the whole pipeline on the local stack, ending with a Trino query
 	@$(REGAUGE) demo
 
 test: setup lint  ## every test: fast ones, then integration against the real services and the one-box cluster's smoke test
-	@$(PYTEST) tests -m "not full_cluster"
+	@$(PYTEST) tests -m "not full_cluster" --durations=25
 
 test-fast: setup  ## only the tests that need no services
 	@$(PYTEST) tests -m "not integration"

@@ -38,6 +38,7 @@ for dag_id, dag in bag.dags.items():
         "tasks": {t.task_id: {"command": getattr(t, "bash_command", None),
                               "env": getattr(t, "env", None),
                               "upstream": sorted(t.upstream_task_ids),
+                              "trigger_rule": str(t.trigger_rule),
                               "retries": t.retries,
                               "retry_delay_s": t.retry_delay.total_seconds(),
                               "on_failure": [name(f) for f in t.on_failure_callback]}
@@ -172,8 +173,13 @@ def test_tasks_call_the_cli_and_take_params_only_from_the_environment(loaded):
                 assert value.startswith("{{ params.") and value.endswith("}}")
 
 
-def test_the_watchdog_runs_every_minute(loaded):
-    assert "0:01:00" in loaded["dags"]["regauge_watchdog"]["schedule"]
+def test_the_watchdog_runs_every_minute_and_deletes_finished_erasure_runs(loaded):
+    watchdog = loaded["dags"]["regauge_watchdog"]
+    assert "0:01:00" in watchdog["schedule"]
+    scrub = watchdog["tasks"]["scrub_erasure_runs"]
+    assert scrub["command"].endswith(" forget airflow-runs")
+    # After the streams, even when starting one failed.
+    assert (scrub["upstream"], scrub["trigger_rule"]) == (["ensure_streams"], "all_done")
 
 
 def test_every_dag_shows_its_files_docstring(loaded):

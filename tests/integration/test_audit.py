@@ -5,31 +5,38 @@ Each tampering is undone afterwards, so the lake is honest again for the tests a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 from delta.tables import DeltaTable
+from psycopg import sql
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs import audit as spark_audit
-from spark_jobs import bronze, lake, producer, silver, views
+from spark_jobs import lake, producer, views
 from spark_jobs.testing.landing import assert_exact, fresh_seed, landing
 from spark_jobs.testing.residue import residue
 from spark_jobs.views import runner
+from spark_jobs.views.base import View
+from tests.integration.subscription import Subscription
 from warehouse.base import registry
 from warehouse.base.settings import Settings
-from warehouse.ops import airflow_client, audit, lag, pipeline
+from warehouse.ops import airflow_client, audit, erasure, lag, lifecycle, pipeline, streams
 from warehouse.sql import erasures, serving, trino_client, versions
 
 VIEW, VERSION = "cart_sessions", 1
+HOURLY = "revenue_hourly"
+SUBSCRIBER = "analyst.subscriber"
 
 
 def _set_status(settings: Settings, status: str) -> None:
@@ -284,10 +291,13 @@ def test_silver_rides_over_a_rewritten_bronze(settings, honest):
 
 # -- erasure (CONTRACT.md §8); last: it removes the history the tests above restore from ----
 def _customer_with_sessions(spark: SparkSession, settings: Settings) -> tuple[str, dict]:
-    """A customer with cart events in silver, and one of their events as produced."""
+    """A customer with cart events and orders in silver, and one of their events as
+    produced: they are in cart sessions, in hourly revenue and in the marts."""
     silver = spark.read.format("delta").load(registry.SILVER_EVENTS.path(settings))
+    ordering = silver.where("event_type = 'order_placed'").select("customer_id").distinct()
     (row,) = (
         silver.where("event_type = 'cart_item_added'")
+        .join(ordering, "customer_id")
         .groupBy("customer_id")
         .count()
         .orderBy(F.col("count").desc(), "customer_id")
@@ -299,8 +309,120 @@ def _customer_with_sessions(spark: SparkSession, settings: Settings) -> tuple[st
     return row.customer_id, json.loads(bytes(one.value))
 
 
-def test_forget_removes_a_customer_everywhere_and_nothing_brings_them_back(settings, honest):
+@contextlib.contextmanager
+def _hourly_with_a_way_back(spark: SparkSession, settings: Settings) -> Iterator[list[View]]:
+    """revenue_hourly v1 and v2 built from silver as it is: v2 serves everyone and
+    v1 stays live as the way back, as after a rollout to 100 %."""
+    codes = [views.get(HOURLY, n) for n in (1, 2)]
+    for code in codes:
+        pipeline.replay(spark, settings, code)
+    lifecycle.forget(settings, HOURLY)
+    with psycopg.connect(settings.postgres_dsn()) as conn:
+        conn.execute(
+            "INSERT INTO control.view_versions (view_name, version, status, rollout_percent) "
+            "VALUES (%s, 1, 'ready', 0), (%s, 2, 'serving', 100)",
+            [HOURLY, HOURLY],
+        )
+    serving.regenerate(settings, HOURLY)
+    try:
+        yield codes
+    finally:
+        lifecycle.forget(settings, HOURLY)
+
+
+def _table_rows(spark: SparkSession, settings: Settings, code: View) -> set[tuple]:
+    path = runner.gold_table(code).path(settings)
+    return {tuple(r) for r in spark.read.format("delta").load(path).collect()}
+
+
+def _airflow_rows_naming(settings: Settings, needle: str) -> dict[str, int]:
+    """Rows of any table in Airflow's database whose text holds `needle`."""
+    found = {}
+    with psycopg.connect(settings.postgres_dsn(settings.airflow_db)) as conn:
+        tables = conn.execute(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = 'public' AND table_type = 'BASE TABLE'"
+        ).fetchall()
+        for (table,) in tables:
+            (n,) = conn.execute(
+                sql.SQL("SELECT count(*) FROM {} AS t WHERE strpos(t::text, %s) > 0").format(
+                    sql.Identifier(table)
+                ),
+                [needle],
+            ).fetchone() or (0,)
+            if n:
+                found[table] = n
+    return found
+
+
+# The stack's state folders that may keep a forgotten id, by design (README):
+# Kafka's log until retention, PostgreSQL's write-ahead log and statistics.
+KEEPS_IDS = ("kafka", "postgres")
+
+
+def _state_sizes(settings: Settings) -> dict[Path, int]:
+    state = Path(settings.state_dir)
+    return {
+        p: p.stat().st_size
+        for p in state.rglob("*")
+        if p.is_file() and p.relative_to(state).parts[0] not in KEEPS_IDS
+    }
+
+
+def _written_since(settings: Settings, sizes: dict[Path, int], needle: str) -> list[str]:
+    """State files that had `needle` written to them since `sizes` was taken: new
+    files whole, grown files past their old end (a developer's stack keeps older
+    logs, which may name ids from before this test)."""
+    found = []
+    for path, size in _state_sizes(settings).items():
+        old = sizes.get(path, 0)
+        with path.open("rb") as f:
+            f.seek(old if size >= old else 0)
+            if needle.encode() in f.read():
+                found.append(str(path.relative_to(settings.state_dir)))
+    return sorted(found)
+
+
+def _dbt(*args: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "warehouse.cli", "dbt", *args], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def _customers(rows: list[dict]) -> dict[str, int]:
+    """Sessions per customer, in a subscriber's copy of cart_sessions."""
+    return dict(Counter(r["customer_id"] for r in rows))
+
+
+def _served_customers(settings: Settings) -> dict[str, int]:
+    rows = trino_client.query(
+        settings,
+        f"SELECT customer_id, count(*) FROM lakehouse.serving.{VIEW} GROUP BY 1",
+        user=SUBSCRIBER,
+    ).rows
+    return {str(c): int(n) for c, n in rows}
+
+
+@contextlib.contextmanager
+def _subscribed(settings: Settings, log: Path) -> Iterator[Subscription]:
+    """cart_sessions v1's stream running, publishing to its topic, and a subscriber
+    whose copy equals what the serving view shows."""
+    streams.start(settings, VIEW, VERSION)
+    subscriber = Subscription(VIEW, SUBSCRIBER, log)
+    try:
+        subscriber.wait_equal(_customers, _served_customers(settings))
+        yield subscriber
+    finally:
+        subscriber.close()
+        streams.stop(settings, VIEW, VERSION)
+
+
+def test_forget_removes_a_customer_everywhere_and_nothing_brings_them_back(
+    settings, honest, tmp_path
+):
     spark = honest
+    state_before = _state_sizes(settings)
     customer, event = _customer_with_sessions(spark, settings)
     # Besides their events: an exact re-send, a conflicting duplicate under another
     # key, and a malformed record that names them.
@@ -315,31 +437,53 @@ def test_forget_removes_a_customer_everywhere_and_nothing_brings_them_back(setti
     )
     pipeline.ingest_once(spark, settings)
     pipeline.ensure_restatements(spark, settings)
+    # The ways back hold the customer before the erasure: revenue_hourly v1, which a
+    # rollback returns to, dbt's marts, which the erasure rebuilds --full-refresh,
+    # and a subscriber's copy of cart_sessions.
+    with _hourly_with_a_way_back(spark, settings) as hourly:
+        _dbt("build", "--select", "+dim_customers")
+        v1_before = _table_rows(spark, settings, hourly[0])
+        with _subscribed(settings, tmp_path / "subscriber.log") as subscriber:
+            assert customer in _customers(subscriber.rows())
+            erased = _forget(spark, settings, customer)
+            # The erasure started the topic over, and the subscriber with it.
+            subscriber.wait_equal(_customers, _served_customers(settings))
+            assert customer not in _customers(subscriber.rows())
+            assert subscriber.resets == [VERSION, VERSION]
+        _nothing_brings_them_back(spark, settings, customer, erased, hourly, v1_before)
+    # Nothing this test ran (queries, dbt, the DAG, the erasure) wrote the id into
+    # a file of the stack's state: logs (Trino's, dbt's, Airflow's tasks) included.
+    assert _written_since(settings, state_before, customer) == []
+
+
+@dataclasses.dataclass
+class Erased:
+    before: dict[str, int]  # erasures.mentions before the erasure
+    forgotten_before: int  # positions forgotten by earlier erasures
+    removed: dict[str, int]  # the erasure log's counts
+
+
+def _forget(spark: SparkSession, settings: Settings, customer: str) -> Erased:
+    """Forget `customer` through the DAG, and check they are gone from every table,
+    every file of the lake, the erasure log, and Airflow."""
     before = erasures.mentions(settings, customer)
     # Earlier erasures (a demo's, on a developer's lake) are in the count too.
     forgotten_sql = f"SELECT count(*) FROM {registry.SILVER_FORGOTTEN.trino_name}"
     (forgotten_before,) = trino_client.query(settings, forgotten_sql).rows[0]
     gold = runner.gold_table(views.get(VIEW, VERSION)).trino_name
+    mart = f"{registry.TRINO_LAKE_CATALOG}.{registry.MARTS_SCHEMA}.dim_customers"
     assert before[registry.BRONZE_EVENTS.trino_name] >= 3, before
-    assert before[registry.SILVER_EVENTS.trino_name] and before[gold], before
+    assert before[registry.SILVER_EVENTS.trino_name] and before[gold] and before[mart], before
     assert before[f"lakehouse.serving.{VIEW}"], before
 
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "warehouse.cli",
-            "forget",
-            "customer",
-            customer,
-            "--reason",
-            "integration test of the erasure",
-        ],
-        capture_output=True,
-        text=True,
+    # Through the DAG, as an operator would: Airflow validates the params first.
+    airflow = airflow_client.Client(settings)
+    run_id = airflow.run(
+        "regauge_forget", {"customer_id": customer, "reason": "integration test of the erasure"}
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert customer not in proc.stdout + proc.stderr
+    task_log = airflow.task_log("regauge_forget", run_id, "forget")
+    assert "Kafka records forgotten" in task_log
+    assert customer not in task_log
 
     assert erasures.mentions(settings, customer) == dict.fromkeys(before, 0)
     # ...nor in any file of the lake, its history and checkpoints included.
@@ -355,24 +499,51 @@ def test_forget_removes_a_customer_everywhere_and_nothing_brings_them_back(setti
     assert removed[registry.SILVER_QUARANTINE.trino_name] >= 2  # the conflict, the malformed
     assert customer not in whole
 
-    # The accounting holds with the forgotten term, and the audit passes.
+    # Airflow kept the id in the run's params: the watchdog's task deletes the run.
+    assert _airflow_rows_naming(settings, customer)
+    assert erasure.scrub_airflow_runs(settings, ended_before_s=0) >= 1
+    assert _airflow_rows_naming(settings, customer) == {}
+
+    return Erased(before, forgotten_before, removed)
+
+
+def _nothing_brings_them_back(
+    spark: SparkSession,
+    settings: Settings,
+    customer: str,
+    erased: Erased,
+    hourly: list[View],
+    v1_before: set[tuple],
+) -> None:
+    before, removed = erased.before, erased.removed
+    # The accounting holds with the forgotten term, and the audit passes: every live
+    # version, revenue_hourly's two among them, equals its code over silver.
     run = run_checks(spark, settings)
     assert not failures(run), failures(run)
     forgotten = {f.subject: f for f in run.findings}["forgotten"]
     assert (
         forgotten.detail["forgotten"]
-        == forgotten_before + removed[registry.BRONZE_EVENTS.trino_name]
+        == erased.forgotten_before + removed[registry.BRONZE_EVENTS.trino_name]
     )
 
-    # A replay from Kafka (which still holds the records) skips them...
-    replayed = silver.from_records(
-        bronze.ignoring_forgotten(
-            spark, settings, bronze.to_bronze_rows(bronze.read_kafka_batch(spark, settings))
-        )
-    )
-    assert replayed.where(F.col("customer_id") == customer).count() == 0
-    # ...and so does bronze, copying the topic again after losing its checkpoint.
+    # A rollback to v1, built before the erasure, shows v1 without the customer's orders.
+    lifecycle.rollout(settings, HOURLY, 2, 0)
+    user = "analyst.rollback"
+    served = trino_client.query(
+        settings, f"SELECT DISTINCT view_version FROM lakehouse.serving.{HOURLY}", user=user
+    ).rows
+    assert [tuple(r) for r in served] == [(1,)]
+    v1_after = _table_rows(spark, settings, hourly[0])
+    assert v1_after != v1_before
+    want = runner.gold_rows(hourly[0], runner.read_silver(spark, settings))
+    assert v1_after == {tuple(r) for r in want.collect()}
+
+    # A reprocess of a new version from Kafka (which still holds the records) skips
+    # them, and so does bronze, copying the topic again after losing its checkpoint.
+    pipeline.replay(spark, settings, views.get(VIEW, VERSION), source="kafka")
     lake.delete_tree(spark, registry.BRONZE_EVENTS.checkpoint(settings))
     pipeline.ingest_once(spark, settings)
-    assert erasures.mentions(settings, customer)[registry.BRONZE_EVENTS.trino_name] == 0
+    # dbt's full refresh, run again by hand, brings nobody back either.
+    _dbt("build", "--full-refresh", "--select", "+dim_customers")
+    assert erasures.mentions(settings, customer) == dict.fromkeys(before, 0)
     assert all(f.passed for f in audit.check_bronze_silver(settings, attempts=2, wait_s=5))

@@ -8,7 +8,6 @@ Trino, while ingest keeps taking new events (CONTRACT.md §4-§5).
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import re
 import signal
@@ -18,9 +17,8 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
-from decimal import Decimal
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -28,11 +26,11 @@ from pyspark.sql import functions as F
 
 from spark_jobs.testing.landing import fresh_seed
 from spark_jobs.views import revenue_hourly_v2, runner
+from tests.integration.subscription import Subscription
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 from warehouse.ops import airflow_client, ingest_ctl, lifecycle, pipeline, streams
 from warehouse.ops.stack import kafka
-from warehouse.ops.subscribe import Change, Copy
 from warehouse.sql import catalog, versions
 from warehouse.sql.trino_client import query
 
@@ -164,64 +162,15 @@ def served_rows(settings: Settings, user: str) -> list[tuple[Any, ...]]:
     return sorted(tuple(r) for r in rows)
 
 
-class Subscription:
-    """`regauge subscribe VIEW --user U --from-start --format json`, a process of its own,
-    with every line it prints applied to a local copy."""
-
-    def __init__(self, user: str, log: Path) -> None:
-        self.copy = Copy()
-        self.resets: list[int | None] = []
-        self._lock = threading.Lock()
-        self._log: IO[str] = log.open("w")
-        argv = ["subscribe", VIEW, "--user", user, "--from-start", "--format", "json"]
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "warehouse.cli", *argv],
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            text=True,
+def subscribed_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """A subscriber's copy in `served_rows`' shape (v2's columns)."""
+    return sorted(
+        (
+            int(datetime.fromisoformat(r["window_start"]).timestamp()),
+            *(r[c] for c in SERVED.split(", ")),
         )
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            change = Change(**json.loads(line, parse_float=Decimal))
-            with self._lock:
-                self.copy.apply(change)
-                if change.op in ("reset", "waiting"):
-                    self.resets.append(change.version)
-
-    def rows(self) -> list[tuple[Any, ...]]:
-        """The copy, in `served_rows`' shape (v2's columns)."""
-        with self._lock:
-            rows = list(self.copy.rows.values())
-        return sorted(
-            (
-                int(datetime.fromisoformat(r["window_start"]).timestamp()),
-                *(r[c] for c in SERVED.split(", ")),
-            )
-            for r in rows
-        )
-
-    def wait_equal(self, want: list[tuple[Any, ...]], timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while self.rows() != want:
-            assert self.proc.poll() is None, f"the subscriber ended: {self.proc.returncode}"
-            if time.monotonic() > deadline:
-                got = set(self.rows())
-                raise AssertionError(
-                    f"the subscriber's copy ({len(got)} rows, v{self.copy.version}, gold "
-                    f"commit {self.copy.gold_version}) differs from the serving view "
-                    f"({len(want)} rows): missing {sorted(set(want) - got)[:5]}, "
-                    f"unexpected {sorted(got - set(want))[:5]}"
-                )
-            time.sleep(2)
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(30)
-        self._log.close()
+        for r in rows
+    )
 
 
 # Two reprocesses through Airflow on a 2-core machine busy with ingest and two
@@ -244,21 +193,21 @@ def test_reprocess_roll_out_and_retire_while_events_flow(
     # A user above the 10 % cut, whom the rollout below pins to v2 and back: a
     # subscriber follows their route from v1's whole table on (CONTRACT.md §9).
     pinned = next(u for u in USERS if versions.cohort(u) >= 10)
-    subscriber = Subscription(pinned, tmp_path / "subscriber.log")
+    subscriber = Subscription(VIEW, pinned, tmp_path / "subscriber.log")
     try:
         _reprocess_roll_out_and_retire(settings, spark, airflow, flowing, pinned)
         # Late events, a move to v2, back to v1, to v2 again, and a kill -9 of the
         # host: the subscriber's copy is what the serving view shows the user.
-        subscriber.wait_equal(served_rows(settings, pinned))
+        subscriber.wait_equal(subscribed_rows, served_rows(settings, pinned))
         assert subscriber.resets == [1, 2, 1, 2]
     finally:
         subscriber.close()
     # A retired version's topic goes with it.
     assert topic not in changes_topics(settings)
     # A subscriber starting now rebuilds the same copy from v2's compacted topic.
-    fresh = Subscription(pinned, tmp_path / "fresh.log")
+    fresh = Subscription(VIEW, pinned, tmp_path / "fresh.log")
     try:
-        fresh.wait_equal(served_rows(settings, pinned))
+        fresh.wait_equal(subscribed_rows, served_rows(settings, pinned))
         assert fresh.resets == [2]
     finally:
         fresh.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from spark_jobs.session import build_session
 from warehouse.base import settings as settings_mod
@@ -37,6 +38,16 @@ def forget(args: argparse.Namespace) -> int:
     from warehouse.base.sqlnames import check_reason
     from warehouse.ops import erasure
 
+    if args.what == "airflow-runs":
+        if args.id is not None:
+            print("regauge: forget airflow-runs takes no ID", file=sys.stderr)
+            return 2
+        deleted = erasure.scrub_airflow_runs(settings_mod.get())
+        print(f"{deleted} succeeded {erasure.FORGET_DAG} runs deleted from Airflow")
+        return 0
+    if args.id is None:
+        print("regauge: forget customer needs the customer's ID, e.g. cust-00042", file=sys.stderr)
+        return 2
     check_reason(args.reason, args.id)  # before anything stops
     report = erasure.forget_customer(settings_mod.get(), args.id, args.reason)
     for line in report.lines():

@@ -404,8 +404,19 @@ def _checks(add: Add) -> None:
         "replays skip their Kafka records until retention deletes them. Stops ingest and "
         "the streams meanwhile (minutes); logged without the id in ops.control.erasures",
     )
-    p.add_argument("what", choices=("customer",), help="what to forget (a customer)")
-    p.add_argument("id", type=_customer_id, metavar="ID", help="the customer_id, e.g. cust-00042")
+    p.add_argument(
+        "what",
+        choices=("customer", "airflow-runs"),
+        help="a customer (give its ID), or airflow-runs: delete the succeeded regauge_forget "
+        "runs from Airflow, whose params hold the id (the watchdog does it every minute)",
+    )
+    p.add_argument(
+        "id",
+        type=_customer_id,
+        nargs="?",
+        metavar="ID",
+        help="the customer_id, e.g. cust-00042",
+    )
     p.add_argument(
         "--reason",
         default="erasure request",

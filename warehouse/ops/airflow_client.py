@@ -19,6 +19,9 @@ from warehouse.base.settings import Settings
 log = logging.getLogger(__name__)
 
 FINISHED = ("success", "failed")
+# Params whose values never go into a log line: an erasure's customer id is what the
+# erasure removes (CONTRACT.md §8).
+PRIVATE_PARAMS = frozenset({"customer_id"})
 
 
 class AirflowError(RuntimeError):
@@ -107,8 +110,14 @@ class Client:
         )
         self._check(resp)
         run_id: str = resp.json()["dag_run_id"]
-        log.info("triggered %s with %s: run %s", dag_id, json.dumps(conf), run_id)
+        shown = {k: "<hidden>" if k in PRIVATE_PARAMS else v for k, v in conf.items()}
+        log.info("triggered %s with %s: run %s", dag_id, json.dumps(shown), run_id)
         return run_id
+
+    def delete_run(self, dag_id: str, run_id: str) -> None:
+        """Delete a run with its task instances (and their rendered fields)."""
+        resp = self.session.delete(f"{self.base}/api/v2/dags/{dag_id}/dagRuns/{run_id}", timeout=30)
+        self._check(resp)
 
     def runs(self, dag_id: str) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self._get(f"/dags/{dag_id}/dagRuns", limit=100)["dag_runs"]

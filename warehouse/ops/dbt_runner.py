@@ -160,7 +160,13 @@ def run(settings: Settings, args: Sequence[str]) -> int:
         tables = register_lake_tables(spark, settings)
         log.info("catalog rebuilt from the lake: %s", ", ".join(t.key for t in tables))
     try:
-        result = dbtRunner().invoke(dbt_args(settings, args, profiles))
+        # dbt logs its process's command line as `invocation_command`: in-process that
+        # would be regauge's, e.g. an erasure's `forget customer ID` (CONTRACT.md §8).
+        argv, sys.argv = sys.argv, ["dbt", *args]
+        try:
+            result = dbtRunner().invoke(dbt_args(settings, args, profiles))
+        finally:
+            sys.argv = argv
         if result.exception is not None:
             print(f"regauge dbt: {result.exception}", file=sys.stderr)
             return 2

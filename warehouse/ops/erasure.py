@@ -31,14 +31,17 @@ from __future__ import annotations
 import contextlib
 import getpass
 import logging
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from warehouse.base import registry, sqlnames
 from warehouse.base.settings import Settings
-from warehouse.ops import dbt_runner, ingest_ctl, pipeline, streams, writers
+from warehouse.ops import airflow_client, dbt_runner, ingest_ctl, pipeline, streams, writers
 from warehouse.ops.stack import kafka
+from warehouse.ops.stack.airflow import Airflow
 from warehouse.sql import catalog, erasures, trino_client, versions
 
 if TYPE_CHECKING:
@@ -49,6 +52,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ERASED = "<erased>"
+FORGET_DAG = "regauge_forget"
+# Airflow's tables that held a forget run's id: its conf, its rendered task
+# environment, and the audit log's record of the trigger request.
+AIRFLOW_TABLES = ("dag_run", "task_instance", "rendered_task_instance_fields", "log")
+# A run is kept this long after it succeeded, so whoever waits on it (the demo, a
+# person in the UI) sees it end before it is deleted.
+SCRUB_AFTER_S = 120.0
 
 
 @dataclass
@@ -254,3 +264,42 @@ def _flush_trino(settings: Settings) -> None:
     trino_client.query(
         settings, f"CALL {registry.TRINO_LAKE_CATALOG}.system.flush_metadata_cache()"
     )
+
+
+def scrub_airflow_runs(settings: Settings, ended_before_s: float = SCRUB_AFTER_S) -> int:
+    """Delete every `regauge_forget` run that succeeded at least `ended_before_s` ago
+    from Airflow, since its params hold the id the run erased: the run and its
+    task instances (through the REST API), its task logs, and the audit log's
+    rows of it; then rewrite those tables (VACUUM FULL), so the deleted rows
+    leave PostgreSQL's data files too. Failed runs stay, for their retry.
+    Returns how many runs were deleted."""
+    import psycopg
+
+    client = airflow_client.Client(settings)
+    cutoff = datetime.now(UTC) - timedelta(seconds=ended_before_s)
+    done = [
+        r
+        for r in client.runs(FORGET_DAG)
+        if r["state"] == "success"
+        and r.get("end_date")
+        and datetime.fromisoformat(r["end_date"]) <= cutoff
+    ]
+    if not done:
+        return 0
+    logs = Airflow(settings).home / "logs" / f"dag_id={FORGET_DAG}"
+    with psycopg.connect(settings.postgres_dsn(settings.airflow_db)) as conn:
+        for run in done:
+            run_id = str(run["dag_run_id"])
+            customer = str((run.get("conf") or {}).get("customer_id") or run_id)
+            client.delete_run(FORGET_DAG, run_id)
+            shutil.rmtree(logs / f"run_id={run_id}", ignore_errors=True)
+            # The trigger request's row has no run id, only the conf in its extra.
+            conn.execute(
+                "DELETE FROM log WHERE dag_id = %s AND (run_id = %s OR strpos(extra, %s) > 0)",
+                [FORGET_DAG, run_id, customer],
+            )
+            log.info("deleted %s run %s from Airflow", FORGET_DAG, run_id)
+    with psycopg.connect(settings.postgres_dsn(settings.airflow_db), autocommit=True) as conn:
+        for table in AIRFLOW_TABLES:
+            conn.execute(f"VACUUM FULL {table}")
+    return len(done)

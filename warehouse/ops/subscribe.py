@@ -7,7 +7,9 @@ starts over on the new version's topic from its first record, so the copy
 becomes the new version's whole table (a `reset`, then its rows) and then
 follows its changes. With `from_start` the first version is read from its
 first record too (the compacted topic holds every row's latest state);
-without, only changes from now on.
+without, only changes from now on. An erasure deletes and creates each live
+version's topic again (CONTRACT.md §8): the subscriber sees the topic's new id
+and starts over the same way, so its copy loses the erased rows too.
 """
 
 from __future__ import annotations
@@ -21,7 +23,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicCollection,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
 
 from warehouse.base import kafka_conf, registry
 from warehouse.base.settings import Settings
@@ -98,6 +109,8 @@ class Subscriber:
         self.settings, self.view, self.user, self.from_start = settings, view, user, from_start
         self.version: int | None = None
         self._consumer: Consumer | None = None
+        self._admin: AdminClient | None = None
+        self._topic_id: str | None = None
         self._route_at = 0.0
 
     def route(self) -> int | None:
@@ -123,7 +136,31 @@ class Subscriber:
         meta = self._consumer.list_topics(topic, timeout=10).topics.get(topic)
         if meta is None or meta.error is not None or not meta.partitions:
             return False
+        self._topic_id = self._id_of(topic)
         self._consumer.assign([TopicPartition(topic, p, start) for p in sorted(meta.partitions)])
+        return True
+
+    def _id_of(self, topic: str) -> str | None:
+        """The topic's id (None while it does not exist): a topic deleted and created
+        again under the same name has a new one."""
+        if self._admin is None:
+            self._admin = AdminClient(kafka_conf.client_conf(self.settings))
+        found = self._admin.describe_topics(TopicCollection([topic]), request_timeout=10)
+        try:
+            return str(found[topic].result().topic_id)
+        except KafkaException:
+            return None
+
+    def _started_over(self) -> bool:
+        """Whether the followed version's topic was created again since it was assigned."""
+        if self.version is None or self._topic_id is None:
+            return False
+        now = self._id_of(registry.view_topic(self.view, self.version))
+        if now is None or now == self._topic_id:
+            return False
+        log.info(
+            "%s v%d's topic was created again: reading it from the start", self.view, self.version
+        )
         return True
 
     def follow(self, emit: Callable[[Change], None], stop: threading.Event) -> None:
@@ -140,7 +177,7 @@ class Subscriber:
                         # PostgreSQL away for a moment: keep following the current route.
                         log.warning("cannot read %s's route (%s); trying again", self.user, exc)
                         wanted = self.version
-                    if wanted != self.version or self._consumer is None:
+                    if wanted != self.version or self._consumer is None or self._started_over():
                         if wanted is None:
                             if self.version is not None or first:
                                 emit(Change("waiting", self.view, None))

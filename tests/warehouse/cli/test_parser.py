@@ -145,6 +145,20 @@ def test_forget_refuses_a_bad_id_before_anything_runs(argv, says, capsys):
 
 
 @pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["forget", "customer"], "needs the customer's ID"),
+        (["forget", "airflow-runs", "cust-00042"], "takes no ID"),
+    ],
+)
+def test_forget_says_which_argument_is_wrong(argv, says, capsys):
+    from warehouse.cli import main
+
+    assert main(argv) == 2
+    assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
     ("reason", "says"),
     [
         ("request from cust-00042", "names the customer"),

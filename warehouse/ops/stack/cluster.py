@@ -401,7 +401,8 @@ class TrinoNode(Trino):
                 (etc / "password.db").write_text(
                     "".join(f"{u}:{pbkdf2(p)}\n" for u, p in logins.items())
                 )
-            (etc / "log.properties").write_text("io.trino=INFO\n")
+            # The local stack's levels (they keep query values out of the log).
+            shutil.copy(INFRA / "trino" / "local" / "log.properties", etc / "log.properties")
 
     @property
     def info_url(self) -> str:
