@@ -1,4 +1,4 @@
-"""Analysts through Trino: the README's federated examples, and what an analyst may not do.
+"""Analysts through Trino: the analysts' guide's federated examples, and what an analyst may not do.
 
 Each example runs as written, as an analyst, and must equal an answer the test
 computes itself: from the Delta tables through Spark and from PostgreSQL

@@ -355,8 +355,9 @@ def _airflow_rows_naming(settings: Settings, needle: str) -> dict[str, int]:
     return found
 
 
-# The stack's state folders that may keep a forgotten id, by design (README):
-# Kafka's log until retention, PostgreSQL's write-ahead log and statistics.
+# The stack's state folders that may keep a forgotten id, by design: Kafka's log
+# until retention, PostgreSQL's write-ahead log and statistics (docs/operators.md,
+# "Forgetting a customer").
 KEEPS_IDS = ("kafka", "postgres")
 
 

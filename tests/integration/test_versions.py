@@ -319,7 +319,7 @@ def _reprocess_roll_out_and_retire(
     # ... with the same query that ran before v1's stopped beside it.
     assert streams.host(settings).read_status()["queries"][f"{VIEW}_v2"]["since"] == v2_since
 
-    # The README's serving-view example, as an analyst, equals v2's table read by Spark.
+    # The analysts' guide's serving-view example, as an analyst, equals v2's table read by Spark.
     from warehouse.tools.examples import analyst_examples
 
     example = analyst_examples()["Hourly revenue as you see it"]

@@ -264,7 +264,7 @@ def run(settings: Settings, events: int) -> int:
         "Daily net revenue, from the dbt mart",
         "Hourly revenue as you see it",
     ):
-        _step(f"asking Trino as {ANALYSTS[0]} (README, For analysts): {title}")
+        _step(f"asking Trino as {ANALYSTS[0]} (docs/analysts.md): {title}")
         answer = trino_client.query(settings, examples[title], user=ANALYSTS[0])
         print(trino_client.format_table(answer))
     print(

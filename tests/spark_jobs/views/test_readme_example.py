@@ -1,6 +1,6 @@
-"""The README's worked example of adding a view version runs as written: its module
-and its test are taken from the README text and executed here (as chispa's
-`tests/test_readme_examples.py` runs its README)."""
+"""The worked example of adding a view version (docs/architecture.md) runs as
+written: its module and its test are taken from the guide's text and executed
+here (as chispa's `tests/test_readme_examples.py` runs its README)."""
 
 from __future__ import annotations
 
@@ -12,21 +12,21 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+GUIDE = Path(__file__).resolve().parents[3] / "docs" / "architecture.md"
 MODULE = "spark_jobs.views.revenue_hourly_v3"
 
 
 def _block(first_line: str) -> str:
-    """The ```python block of the README whose first line is `first_line`."""
-    for body in re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S):
+    """The ```python block of the guide whose first line is `first_line`."""
+    for body in re.findall(r"```python\n(.*?)```", GUIDE.read_text(), flags=re.S):
         if body.startswith(first_line + "\n"):
             return str(body)
-    raise AssertionError(f"README has no python block starting {first_line!r}")
+    raise AssertionError(f"docs/architecture.md has no python block starting {first_line!r}")
 
 
 @pytest.fixture
 def v3() -> Iterator[types.ModuleType]:
-    """The README's v3 as an importable module, for this test only (no file is written,
+    """The guide's v3 as an importable module, for this test only (no file is written,
     so the view registry, which lists files, never sees it)."""
     module = types.ModuleType(MODULE)
     sys.modules[MODULE] = module
