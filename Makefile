@@ -4,13 +4,21 @@ SHELL := /bin/bash
 REGAUGE := .venv/bin/regauge
 PYTEST := .venv/bin/pytest
 
-.PHONY: help setup up down status demo test test-fast test-cluster cluster-up cluster-down lint format bench chaos clean
+.PHONY: help setup lock up down status demo test test-fast test-cluster cluster-up cluster-down lint format bench chaos clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 setup:  ## install everything (Debian packages, virtualenvs, JVM artifacts); idempotent
 	@bash infra/setup.sh
+
+# The locks are for this platform (Linux x86-64, CPython 3.11), the one setup supports.
+LOCK := .venv/bin/uv pip compile --quiet --python-version 3.11 --python-platform x86_64-manylinux_2_28
+
+lock:  ## pin every Python package again after a change to pyproject.toml or infra/airflow-requirements.txt (current pins kept where they still fit; add --upgrade via LOCK_ARGS)
+	@$(LOCK) $(LOCK_ARGS) pyproject.toml --all-extras -o infra/requirements/pipeline.lock
+	@$(LOCK) $(LOCK_ARGS) infra/airflow-requirements.txt -o infra/requirements/airflow.lock
+	@echo "locks written; make setup installs them"
 
 up: setup  ## start PostgreSQL, Kafka, Trino and Airflow and wait until healthy
 	@$(REGAUGE) up

