@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def pins(lock: Path) -> dict[str, str]:
     """Package -> pinned version, from a lock written by `uv pip compile`."""
-    found = {}
+    found: dict[str, str] = {}
     for line in lock.read_text().splitlines():
         if line and not line.startswith((" ", "#")):
             name, _, version = line.partition("==")
