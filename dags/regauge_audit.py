@@ -2,6 +2,9 @@
 
 Fails loudly (the task fails, and `lakehouse.gold.audit_runs` says which keys
 differ) on any mismatch: Kafka -> bronze -> silver -> gold, and routing.
+
+Beside it, scrub_erasure_runs deletes the regauge_forget runs that have
+succeeded: their params hold the customer id they erased (CONTRACT.md §8).
 """
 
 from __future__ import annotations
@@ -22,3 +25,6 @@ with DAG(
     # No retry: a mismatch is the audit's verdict (exit 1) and would only be found
     # again; the next hourly run is its retry.
     no_retry(regauge("audit", "audit"))
+    # Hourly, not in the every-minute watchdog: an Airflow task a minute more costs
+    # 2 cores several seconds of CPU each time, and an hour is soon enough.
+    regauge("scrub_erasure_runs", "forget airflow-runs")

@@ -7,10 +7,10 @@ in ops.control.erasures. Kafka's copy is skipped by ingest and replays until
 its retention deletes it.
 
 Airflow keeps this run's params (the id) in its own database; the task log
-shows the command's environment names only, never the values. Two minutes
-after the run has succeeded, regauge_watchdog's scrub_erasure_runs task
-deletes it (the run, its task instances, logs and audit-log rows). A failed
-run stays, for its retry."""
+shows the command's environment names only, never the values. Within the hour
+after the run has succeeded, regauge_audit's scrub_erasure_runs task deletes
+it (the run, its task instances, logs and audit-log rows). A failed run
+stays, for its retry."""
 
 from __future__ import annotations
 

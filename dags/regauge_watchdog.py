@@ -1,8 +1,7 @@
 """regauge_watchdog: every minute, restart the view host if it died while ingest was
 wanted (started and not stopped on purpose; the host brings ingest back), then
 the live stream of any ready or serving view version that died (and stop streams
-of failed or retired ones). Then delete the regauge_forget runs that have
-succeeded: their params hold the customer id they erased (CONTRACT.md §8)."""
+of failed or retired ones)."""
 
 from __future__ import annotations
 
@@ -20,9 +19,4 @@ with DAG(
     dagrun_timeout=timedelta(minutes=10),
     **dag_args(__doc__),
 ) as dag:
-    ensure = regauge("ensure_streams", "streams ensure")
-    scrub = regauge("scrub_erasure_runs", "forget airflow-runs")
-    # After the streams (two CLI processes at once would crowd 2 cores), whether
-    # or not they could be started: a stuck stream must not keep an id in Airflow.
-    scrub.trigger_rule = "all_done"
-    ensure >> scrub
+    regauge("ensure_streams", "streams ensure")

@@ -173,13 +173,17 @@ def test_tasks_call_the_cli_and_take_params_only_from_the_environment(loaded):
                 assert value.startswith("{{ params.") and value.endswith("}}")
 
 
-def test_the_watchdog_runs_every_minute_and_deletes_finished_erasure_runs(loaded):
-    watchdog = loaded["dags"]["regauge_watchdog"]
-    assert "0:01:00" in watchdog["schedule"]
-    scrub = watchdog["tasks"]["scrub_erasure_runs"]
+def test_the_watchdog_runs_every_minute(loaded):
+    assert "0:01:00" in loaded["dags"]["regauge_watchdog"]["schedule"]
+
+
+def test_the_audit_dag_deletes_succeeded_erasure_runs_hourly(loaded):
+    audit = loaded["dags"]["regauge_audit"]
+    assert "1:00:00" in audit["schedule"]
+    scrub = audit["tasks"]["scrub_erasure_runs"]
     assert scrub["command"].endswith(" forget airflow-runs")
-    # After the streams, even when starting one failed.
-    assert (scrub["upstream"], scrub["trigger_rule"]) == (["ensure_streams"], "all_done")
+    # Beside the audit, not after it: a failed audit must not keep an id in Airflow.
+    assert scrub["upstream"] == []
 
 
 def test_every_dag_shows_its_files_docstring(loaded):

@@ -408,7 +408,7 @@ def _checks(add: Add) -> None:
         "what",
         choices=("customer", "airflow-runs"),
         help="a customer (give its ID), or airflow-runs: delete the succeeded regauge_forget "
-        "runs from Airflow, whose params hold the id (the watchdog does it every minute)",
+        "runs from Airflow, whose params hold the id (regauge_audit does it every hour)",
     )
     p.add_argument(
         "id",
