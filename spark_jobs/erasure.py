@@ -237,12 +237,7 @@ def delete_everywhere(
     return removed
 
 
-# Delta refuses a VACUUM under 7 days unless this check is off; an erasure means it.
-_RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
-# Delta keeps this session setting as the userMetadata of the commits it makes.
-_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 _FILE_RETENTION = "delta.deletedFileRetentionDuration"
-_LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 
 
 @contextlib.contextmanager
@@ -253,22 +248,13 @@ def removing_history(spark: SparkSession, user_metadata: str | None = None) -> I
     The commits made meanwhile carry `user_metadata`: a view's tag (which silver
     version its table equals) must survive on the newest commit, since the
     commits before it are gone."""
-    listing = spark.conf.get(_LISTING_PARALLELISM, None)
-    spark.conf.set(_RETENTION_CHECK, "false")
-    # VACUUM lists a table's folders in a Spark job of this many tasks, 10,000 by
-    # default: a minute for a small table on 2 cores, 6 s with the cores' count.
-    spark.conf.set(_LISTING_PARALLELISM, str(spark.sparkContext.defaultParallelism))
-    if user_metadata is not None:
-        spark.conf.set(_USER_METADATA, user_metadata)
-    try:
-        yield
-    finally:
-        spark.conf.unset(_RETENTION_CHECK)
-        spark.conf.unset(_USER_METADATA)
-        if listing is None:
-            spark.conf.unset(_LISTING_PARALLELISM)
-        else:
-            spark.conf.set(_LISTING_PARALLELISM, listing)
+    with lake.vacuum_session(spark):
+        if user_metadata is not None:
+            spark.conf.set(lake.USER_METADATA, user_metadata)
+        try:
+            yield
+        finally:
+            spark.conf.unset(lake.USER_METADATA)
 
 
 def compact(spark: SparkSession, path: str) -> int:
@@ -278,7 +264,7 @@ def compact(spark: SparkSession, path: str) -> int:
     deleted. Inside `removing_history`. Every reader and writer of the table
     must be stopped: a stream behind the newest version could no longer read
     the versions it missed."""
-    if spark.conf.get(_RETENTION_CHECK, "true") != "false":
+    if not lake.in_vacuum_session(spark):
         raise RuntimeError("compact runs inside erasure.removing_history(spark)")
     table_sql = f"delta.`{path}`"
     # A checkpoint keeps the tombstones (removed files, with their column stats)

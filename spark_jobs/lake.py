@@ -199,6 +199,42 @@ def source_checkpointed(spark: SparkSession) -> Iterator[None]:
             spark.conf.set(_MATERIALIZE_SOURCE, before)
 
 
+# Delta refuses a VACUUM under 7 days unless this check is off: regauge turns it
+# off only where it has worked out what the retention must keep (an erasure,
+# spark_jobs.maintenance).
+_RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
+_LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+# VACUUM's START and END commits then carry how many files it deleted.
+VACUUM_LOGGING = "spark.databricks.delta.vacuum.logging.enabled"
+# Delta keeps this session setting as the userMetadata of the commits it makes.
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+
+
+@contextlib.contextmanager
+def vacuum_session(spark: SparkSession) -> Iterator[None]:
+    """Session settings for VACUUMs whose retention the caller has worked out: a
+    retention under 7 days allowed, and the listing sized to the cores. Undone on
+    the way out."""
+    saved = {k: spark.conf.get(k, None) for k in (_LISTING_PARALLELISM, VACUUM_LOGGING)}
+    spark.conf.set(_RETENTION_CHECK, "false")
+    # VACUUM lists a table's folders in a Spark job of this many tasks, 10,000 by
+    # default: a minute for a small table on 2 cores, 6 s with the cores' count.
+    spark.conf.set(_LISTING_PARALLELISM, str(spark.sparkContext.defaultParallelism))
+    try:
+        yield
+    finally:
+        spark.conf.unset(_RETENTION_CHECK)
+        for key, value in saved.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+def in_vacuum_session(spark: SparkSession) -> bool:
+    return spark.conf.get(_RETENTION_CHECK, "true") == "false"
+
+
 def retry_on_conflict(
     action: Callable[[], T], what: str, attempts: int = 6, backoff_s: float = 1.0
 ) -> T:

@@ -96,7 +96,7 @@ def produce_records(
     """
     summary = ProduceSummary()
     positions: list[Position | None] = [None] * len(records)
-    producer = Producer(producer_config(settings))
+    producer = Producer(producer_config(settings), logger=kafka_conf.client_logger("producer"))
 
     # Per record, so kept to the bone (`make bench` compares this loop with a bare
     # confluent-kafka one): the delivered count is taken from `positions` at the end.

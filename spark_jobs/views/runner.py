@@ -418,8 +418,12 @@ def can_stream(spark: SparkSession, settings: Settings, view: View) -> bool:
     return has_checkpoint(spark, settings, view) or replayed_through(spark, settings, view) >= 0
 
 
+# Beside a view's stream checkpoint: the silver version its last replay was built from.
+REPLAY_MARKER = "regauge_replayed_through"
+
+
 def _marker(settings: Settings, view: View) -> str:
-    return gold_table(view).checkpoint(settings) + "/regauge_replayed_through"
+    return f"{gold_table(view).checkpoint(settings)}/{REPLAY_MARKER}"
 
 
 def replayed_through(spark: SparkSession, settings: Settings, view: View) -> int:

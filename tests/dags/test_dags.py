@@ -105,6 +105,7 @@ def test_every_dag_file_parses(loaded):
         "regauge_audit",
         "regauge_dbt",
         "regauge_forget",
+        "regauge_maintenance",
     }
 
 
@@ -126,6 +127,7 @@ def test_params_are_the_contracts(loaded):
     assert dags["regauge_audit"]["params"] == {}
     assert set(dags["regauge_dbt"]["params"]) == {"select"}
     assert set(dags["regauge_forget"]["params"]) == {"customer_id", "reason"}
+    assert set(dags["regauge_maintenance"]["params"]) == {"retention_hours"}
     views = dags["regauge_reprocess"]["params"]["view"]["enum"]
     assert views == ["cart_sessions", "revenue_hourly"]
 
@@ -151,6 +153,7 @@ def test_params_are_the_contracts(loaded):
         ),
         ("regauge_forget", "customer_id", "cust-00042", ["", "c 1", "c'1", "c\n", "x" * 65, 42]),
         ("regauge_forget", "reason", "GDPR art. 17 #12", ["", "<b>", "a\nb", "a" * 201, "$(id)"]),
+        ("regauge_maintenance", "retention_hours", 0.5, [-1, "12", "1; rm -rf /", [1]]),
     ],
 )
 def test_param_schemas_refuse_bad_values(loaded, dag_id, param, good, bad):

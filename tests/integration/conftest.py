@@ -7,10 +7,11 @@ before the tests (a developer's stack) are left as they were.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
 
+from warehouse.base import settings as settings_mod
 from warehouse.base.settings import Settings
 from warehouse.ops import ingest_ctl, streams
 from warehouse.ops.stack import services
@@ -20,6 +21,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration/" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
+
+
+# Lines of the view host's log shown under a failed test.
+HOST_LOG_TAIL = 40
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Under a failed test, the end of the view host's log (ingest and the streams run
+    there, in another process, so a fault of theirs shows nowhere else) and the
+    status ingest last reported."""
+    report = yield
+    if report.failed and call.when in ("setup", "call"):
+        settings = settings_mod.get()
+        log = streams.host(settings).log
+        lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+        status = ingest_ctl.read_status(settings)
+        report.sections.append(
+            (
+                f"view host ({log}, last {HOST_LOG_TAIL} lines; ingest status {status})",
+                "\n".join(lines[-HOST_LOG_TAIL:]) or "(no log)",
+            )
+        )
+    return report
 
 
 @pytest.fixture(scope="session")

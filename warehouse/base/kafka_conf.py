@@ -6,6 +6,10 @@ options). A cluster with SASL or TLS needs only the REGAUGE_KAFKA_* variables.
 
 from __future__ import annotations
 
+import logging
+import re
+import time
+
 from warehouse.base.settings import Settings
 
 # SASL mechanisms and the Java login module each one takes.
@@ -64,3 +68,36 @@ def spark_options(settings: Settings) -> dict[str, str]:
 
 def _jaas_quote(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+# How long a repeated librdkafka message stays quiet after it was logged once.
+REPEAT_QUIET_S = 30.0
+_NUMBERS = re.compile(r"\d+")
+
+
+class _Repeats(logging.Filter):
+    """Lets a librdkafka message through once per REPEAT_QUIET_S: while a broker is
+    down, every client says "Connect to ... failed: Connection refused" several
+    times a second, one line per broker connection, differing only in numbers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = _NUMBERS.sub("#", record.getMessage())
+        now = time.monotonic()
+        if now - self._last.get(key, -REPEAT_QUIET_S) < REPEAT_QUIET_S:
+            return False
+        self._last[key] = now
+        return True
+
+
+def client_logger(name: str) -> logging.Logger:
+    """The logger a confluent-kafka client is given (`logger=`): librdkafka's lines
+    then go through logging, with timestamps and the client's name, instead of
+    straight to stderr, and a repeated one is said once per REPEAT_QUIET_S."""
+    logger = logging.getLogger(f"regauge.kafka.{name}")
+    if not any(isinstance(f, _Repeats) for f in logger.filters):
+        logger.addFilter(_Repeats())
+    return logger

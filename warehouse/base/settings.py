@@ -83,6 +83,11 @@ class Settings:
     # than this: ingest has stalled (dead, stuck, or far behind), and "not copied
     # yet" has become "not being copied".
     ingest_lag_alert_s: float = 300.0
+    # How long `regauge maintain` keeps the files a table's newer versions no longer
+    # use (Delta's VACUUM retention): time travel and a lagging change-feed reader
+    # need them. Longer for a table while some reader needs an older version
+    # (spark_jobs.maintenance); Delta's own default is 7 days.
+    maintenance_retention_hours: float = 168.0
     # Where every Spark application regauge starts writes Spark's event log (plain
     # JSON lines: every job, stage and task with its duration and micro-batch),
     # to profile a slow batch with; None writes none. `make bench` sets it.
@@ -230,6 +235,7 @@ OVERRIDES: dict[str, tuple[str, type]] = {
     "REGAUGE_INGEST_MAX_RECORDS_PER_BATCH": ("ingest_max_records_per_batch", int),
     "REGAUGE_BIND_HOST": ("bind_host", str),
     "REGAUGE_INGEST_LAG_ALERT_S": ("ingest_lag_alert_s", float),
+    "REGAUGE_MAINTENANCE_RETENTION_HOURS": ("maintenance_retention_hours", float),
     "REGAUGE_SPARK_EVENT_LOG_DIR": ("spark_event_log_dir", str),
     "REGAUGE_SPARK_EXECUTOR_MEMORY": ("spark_executor_memory", str),
     "REGAUGE_SPARK_EXECUTOR_CORES": ("spark_executor_cores", int),

@@ -1,4 +1,5 @@
-"""`regauge audit|dbt|query`: verify the layers, build the dbt project, ask Trino."""
+"""`regauge audit|maintain|dbt|query|forget`: verify the layers, keep the tables
+small, build the dbt project, ask Trino, erase a customer."""
 
 from __future__ import annotations
 
@@ -52,4 +53,19 @@ def forget(args: argparse.Namespace) -> int:
     report = erasure.forget_customer(settings_mod.get(), args.id, args.reason)
     for line in report.lines():
         print(line)
+    return 0
+
+
+def maintain(args: argparse.Namespace) -> int:
+    from warehouse.ops import maintenance
+
+    try:
+        rows = maintenance.maintain(
+            settings_mod.get(), args.tables, args.retention_hours, args.dry_run
+        )
+    except ValueError as exc:
+        print(f"regauge: {exc}", file=sys.stderr)
+        return 2
+    header = maintenance.DRY_RUN_HEADER if args.dry_run else maintenance.HEADER
+    print(trino_client.format_table(trino_client.Result(header, [tuple(r) for r in rows])))
     return 0

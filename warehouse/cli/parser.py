@@ -115,6 +115,16 @@ def _customer_id(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of hours") from None
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
+    return value
+
+
 def positive_int(text: str) -> int:
     value = whole(text)
     if value < 1:
@@ -424,6 +434,37 @@ def _checks(add: Add) -> None:
     )
 
     p = add(
+        "maintain",
+        "checks:maintain",
+        "compact, checkpoint and VACUUM every Delta table regauge writes (the "
+        "regauge_maintenance DAG runs it daily). Files a newer version replaced are kept "
+        "REGAUGE_MAINTENANCE_RETENTION_HOURS (168) or longer, while a stream's checkpoint, "
+        "a replay waiting for its stream or the audit still needs an older version; "
+        "safe beside ingest and the streams",
+    )
+    p.add_argument(
+        "--table",
+        dest="tables",
+        action="append",
+        default=[],
+        metavar="SCHEMA.NAME",
+        help="only this table, e.g. silver.shop_events (repeatable; default: all)",
+    )
+    p.add_argument(
+        "--retention-hours",
+        type=_non_negative,
+        default=None,
+        metavar="H",
+        help="keep replaced files at least H hours instead of the configured retention "
+        "(readers that need older versions still make it longer)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="only show each table's files, retention and the reader holding it",
+    )
+
+    p = add(
         "dbt",
         "checks:dbt",
         "run dbt on silver in this process (dbt-spark, session method), e.g. "
@@ -483,8 +524,9 @@ def _tools(add: Add) -> None:
         "measure the pipeline on this machine, each figure beside a baseline from the same "
         "run (producer vs a bare confluent-kafka loop, ingest vs a bare consumer, the replay "
         "of every view vs DuckDB, a one-event view micro-batch over a 10x larger history vs a "
-        "smaller one, freshness vs the trigger interval, a serving query vs "
-        "SELECT 1, peak memory); writes JSON and a PNG and appends to docs/BENCHMARKS.md. "
+        "smaller one, Trino over 1,000 one-row commits vs after maintenance, freshness vs "
+        "the trigger interval, a serving query vs SELECT 1, peak memory); writes JSON and a "
+        "PNG and appends to docs/BENCHMARKS.md. "
         "Sends real traffic to the local stack; what `make bench` runs",
     )
     p.add_argument(
@@ -514,6 +556,13 @@ def _tools(add: Add) -> None:
         help="events of the small history a one-event view micro-batch is timed over; the "
         f"large one has {sizes.history_factor}x as many (default {sizes.history_events}; "
         "500000 gives 0.5 M and 5 M, about 15 minutes more)",
+    )
+    p.add_argument(
+        "--small-file-commits",
+        type=positive_int,
+        default=sizes.small_file_commits,
+        help="one-row commits before Trino's p50 is compared with its p50 after "
+        f"maintenance (default {sizes.small_file_commits})",
     )
     p.add_argument(
         "--queries",

@@ -38,6 +38,7 @@ def bench(args: argparse.Namespace) -> int:
         freshness_s=args.freshness_seconds,
         queries=args.queries,
         history_events=args.history_events,
+        small_file_commits=args.small_file_commits,
         phases=args.phases,
     )
     report = bench_mod.run(

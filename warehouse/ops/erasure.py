@@ -125,7 +125,7 @@ def forget_customer(settings: Settings, customer_id: str, reason: str) -> Report
                 _compact_marts(settings, report)
             _recreate_view_topics(settings)
             erasures.advance(settings, erasure_id, "compacted", report.removed)
-        _flush_trino(settings)
+        trino_client.flush_lake_cache(settings)
     except BaseException as exc:
         # The error is kept, with the id taken out of it.
         erasures.fail(settings, erasure_id, str(exc).replace(customer_id, ERASED))
@@ -258,12 +258,6 @@ def _recreate_view_topics(settings: Settings) -> None:
         if v.live:
             for line in kafka.drop_view_topic(settings, v.view_name, v.version):
                 log.info(line)
-
-
-def _flush_trino(settings: Settings) -> None:
-    trino_client.query(
-        settings, f"CALL {registry.TRINO_LAKE_CATALOG}.system.flush_metadata_cache()"
-    )
 
 
 def scrub_airflow_runs(settings: Settings, ended_before_s: float = SCRUB_AFTER_S) -> int:

@@ -8,6 +8,7 @@ from typing import Any
 import requests
 import trino
 
+from warehouse.base import registry
 from warehouse.base.settings import Settings
 
 
@@ -66,6 +67,12 @@ def scalar(
     if len(result.rows) != 1 or len(result.rows[0]) != 1:
         raise ValueError(f"expected one value from {sql!r}, got {len(result.rows)} rows")
     return result.rows[0][0]
+
+
+def flush_lake_cache(settings: Settings) -> None:
+    """Trino caches each Delta table's metadata and file list for a while: after a
+    rewrite of files (an erasure, maintenance), make the next query read them anew."""
+    query(settings, f"CALL {registry.TRINO_LAKE_CATALOG}.system.flush_metadata_cache()")
 
 
 def format_table(result: Result) -> str:

@@ -51,3 +51,24 @@ def test_sasl_over_tls_reaches_both_clients():
 def test_an_unknown_protocol_or_mechanism_is_refused(var: str, value: str):
     with pytest.raises(SettingsError, match=var):
         load({var: value})
+
+
+def test_a_client_logger_says_a_repeated_line_once(caplog, monkeypatch):
+    clock = iter([100.0, 100.2, 100.3, 131.0])
+    monkeypatch.setattr(kafka_conf.time, "monotonic", lambda: next(clock))
+    logger = kafka_conf.client_logger("test-repeats")
+    refused = (
+        "127.0.0.1:9092/{}: Connect to ipv4#127.0.0.1:9092 failed (after {}ms in state CONNECT)"
+    )
+    with caplog.at_level("ERROR", logger=logger.name):
+        logger.error(refused.format(1, 0))
+        logger.error(refused.format(1, 4))  # the same but for its numbers: quiet
+        logger.error("Disconnected: connection reset by peer")  # another line
+        logger.error(refused.format(2, 0))  # 31 s after the first: said again
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        refused.format(1, 0),
+        "Disconnected: connection reset by peer",
+        refused.format(2, 0),
+    ]
+    assert kafka_conf.client_logger("test-repeats") is logger and len(logger.filters) == 1

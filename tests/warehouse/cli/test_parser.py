@@ -51,6 +51,22 @@ def test_the_bench_runs_every_phase_or_a_named_subset():
         cli.build_parser().parse_args(["bench", "--phases", "ingest"])
 
 
+def test_maintain_takes_tables_and_a_retention_and_refuses_a_negative_one(capsys):
+    args = cli.build_parser().parse_args(
+        ["maintain", "--table", "silver.shop_events", "--table", "gold.x_v1", "--dry-run"]
+    )
+    assert (args.tables, args.retention_hours, args.dry_run) == (
+        ["silver.shop_events", "gold.x_v1"],
+        None,
+        True,
+    )
+    assert cli.build_parser().parse_args(["maintain", "--retention-hours", "0.5"]).tables == []
+    for bad in ("-1", "nan", "a week"):
+        with pytest.raises(SystemExit):
+            cli.build_parser().parse_args(["maintain", "--retention-hours", bad])
+    assert "--retention-hours" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "argv",
     [

@@ -14,7 +14,7 @@ from typing import Any
 
 from warehouse.base.settings import Settings
 from warehouse.tools.bench import chart as bench_chart
-from warehouse.tools.bench import history, latency, replay, throughput
+from warehouse.tools.bench import history, latency, replay, small_files, throughput
 from warehouse.tools.bench.context import Bench
 from warehouse.tools.bench.memory import PeakMemory
 from warehouse.tools.bench.report import DOC, Report, machine, section
@@ -26,7 +26,7 @@ QUIET_DAGS = ("regauge_watchdog", "regauge_audit")
 # yet, and Trino answering. The phases before run ingest, the replay and the
 # history in the bench's own JVM, with DuckDB beside it: reported apart.
 SERVING = "serving"
-MEASURING = {"throughput", "replay", "history"}
+MEASURING = {"throughput", "replay", "history", "small_files"}
 EVENT_LOG_VAR = "REGAUGE_SPARK_EVENT_LOG_DIR"
 
 
@@ -90,6 +90,12 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
                     f"{sizes.history_events * sizes.history_factor:,} events of history"
                 )
                 history.history(bench, spark)
+            if "small_files" in phases:
+                print(
+                    f"bench: Trino over {sizes.small_file_commits:,} one-row commits, then "
+                    "after maintenance"
+                )
+                small_files.small_files(bench, spark)
             _stop_jvm(spark)
             # From here the stack runs as in production: the host with ingest and the
             # live streams, Airflow's reprocess of any version not built yet, Trino.

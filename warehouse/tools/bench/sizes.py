@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 # The phases of a run, in the order they run. `throughput` is the producer and
 # ingest together (ingest measures the records the producer sent).
-PHASES = ("throughput", "replay", "history", "freshness", "queries")
+PHASES = ("throughput", "replay", "history", "small_files", "freshness", "queries")
 
 
 @dataclass(frozen=True)
@@ -24,5 +24,8 @@ class Sizes:
     # times as many (`--history-events 500000` gives the 0.5 M and 5 M).
     history_events: int = 50_000
     history_factor: int = 10
+    # One-row commits to a gold-like table before Trino's p50 over it is compared
+    # with its p50 after maintenance.
+    small_file_commits: int = 1_000
     # A subset runs in minutes: what a change to one stage needs measured again.
     phases: tuple[str, ...] = PHASES

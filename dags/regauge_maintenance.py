@@ -1,0 +1,48 @@
+"""regauge_maintenance: every day at 03:17 UTC, compact, checkpoint and VACUUM every
+Delta table regauge writes (`regauge maintain`).
+
+Files a newer version replaced are kept for REGAUGE_MAINTENANCE_RETENTION_HOURS
+(168, Delta's default), or longer while a stream's checkpoint, a replay waiting
+for its stream or the audit still needs an older version. It runs beside
+ingest and the streams: compaction changes no data, and a writer it conflicts
+with retries. REGAUGE_MAINTENANCE_CRON, read when the DAG file is parsed, sets
+another schedule (`make soak` runs it every 10 minutes: "*/10 * * * *").
+A stack that comes up waits for the next time: no run is due at start.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+
+from airflow.sdk import DAG, Param
+from airflow.timetables.trigger import CronTriggerTimetable
+
+from _regauge import dag_args, regauge
+
+with DAG(
+    dag_id="regauge_maintenance",
+    description="Delta table maintenance: OPTIMIZE, checkpoint, VACUUM behind every reader",
+    # A trigger timetable, not a timedelta: a stack started after a day away would
+    # otherwise run it at once, in the middle of whatever it was started for.
+    schedule=CronTriggerTimetable(
+        os.environ.get("REGAUGE_MAINTENANCE_CRON", "17 3 * * *"), timezone="UTC"
+    ),
+    start_date=datetime(2026, 1, 1),
+    params={
+        "retention_hours": Param(
+            None,
+            type=["null", "number"],
+            minimum=0,
+            description="keep replaced files at least this many hours instead of the "
+            "configured retention (empty: the configured one); readers still make it longer",
+        ),
+    },
+    **dag_args(__doc__),
+) as dag:
+    # Retried once like any task: what the first try compacted is not compacted again.
+    regauge(
+        "maintain",
+        'maintain ${RETENTION_HOURS:+--retention-hours "$RETENTION_HOURS"}',
+        RETENTION_HOURS="{{ params.retention_hours if params.retention_hours is not none else '' }}",
+    )

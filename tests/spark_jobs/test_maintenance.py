@@ -1,0 +1,133 @@
+"""Table maintenance against real Delta tables in a temp lake: what OPTIMIZE, the
+checkpoint and VACUUM leave, and that a lagging change-feed reader keeps the
+files it has yet to read (delta-io/delta#1515)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import pytest
+from delta.tables import DeltaTable
+from pyspark.sql import functions as F
+
+from spark_jobs import lake, maintenance
+from spark_jobs.views import runner
+from warehouse.base import registry
+
+
+@pytest.fixture
+def temp_lake(settings, tmp_path):
+    return dataclasses.replace(settings, lake_root=str(tmp_path / "lake"))
+
+
+def _parquet_files(path: str) -> list[Path]:
+    return [p for p in Path(path).rglob("*.parquet") if "_delta_log" not in p.parts]
+
+
+def test_one_row_commits_are_compacted_checkpointed_and_vacuumed(spark, temp_lake):
+    path = f"{temp_lake.lake_root}/gold/small_v1"
+    for i in range(6):
+        spark.range(i, i + 1, numPartitions=1).write.format("delta").mode("append").save(path)
+    assert len(_parquet_files(path)) == 6
+
+    with lake.vacuum_session(spark):
+        done = maintenance.maintain(spark, path, 0.0)
+
+    assert (done.files_before, done.files_after, done.compacted) == (6, 1, 6)
+    # The six small files are gone from the disk, not only from the table.
+    assert done.vacuumed == 6 and len(_parquet_files(path)) == 1
+    assert Path(f"{path}/_delta_log/{done.checkpoint:020d}.checkpoint.parquet").is_file()
+    rows = {r.id for r in spark.read.format("delta").load(path).collect()}
+    assert rows == set(range(6))
+    assert maintenance.lake_tables(spark, temp_lake) == [path]
+    # Outside the session, Delta's 7-day retention check stands again.
+    assert not lake.in_vacuum_session(spark)
+    with pytest.raises(RuntimeError, match="vacuum_session"):
+        maintenance.maintain(spark, path, 0.0)
+
+
+def _follow(spark, source: str, sink: str, checkpoint: str) -> None:
+    """One run of a stream reading `source`'s change feed into `sink`, as a view does."""
+    (
+        spark.readStream.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 0)
+        .load(source)
+        .writeStream.format("delta")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start(sink)
+        .awaitTermination()
+    )
+
+
+def test_a_lagging_change_feed_reader_keeps_the_files_it_has_yet_to_read(spark, temp_lake):
+    root = temp_lake.lake_root
+    source, sink = f"{root}/silver/feed", f"{root}/gold/copy_v1"
+    checkpoint = registry.gold_view_table("copy", 1).checkpoint(temp_lake)
+    (
+        spark.range(10)
+        .withColumn("v", F.lit(0))
+        .write.format("delta")
+        .option("delta.enableChangeDataFeed", "true")
+        .save(source)
+    )
+    _follow(spark, source, sink, checkpoint)
+    # The reader stops here; the table moves on: rewritten files, change files.
+    table = DeltaTable.forPath(spark, source)
+    table.update("id < 5", {"v": F.lit(1)})
+    table.delete("id = 9")
+
+    paths = maintenance.lake_tables(spark, temp_lake)
+    pins = maintenance.pins(spark, temp_lake, paths)
+    held = [p for p in pins if p.path == source]
+    # Where the stream goes on from: after version 0's files, or at version 1.
+    assert [p.reader for p in held] == ["the stream writing gold.copy_v1 (main)"]
+    assert held[0].version in (0, 1)
+    hours, by = maintenance.retention_for(spark, source, pins, 0.0, time.time())
+    assert by == held[0] and hours >= maintenance.MARGIN_HOURS
+    change_files = list(Path(source, "_change_data").rglob("*.parquet"))
+    assert change_files
+
+    with lake.vacuum_session(spark):
+        done = maintenance.maintain(spark, source, hours, by)
+    assert done.held_by == held[0].reader and done.vacuumed == 0
+    assert all(f.is_file() for f in change_files)
+
+    # The reader catches up with every change it missed.
+    _follow(spark, source, sink, checkpoint)
+    got = spark.read.format("delta").load(sink)
+    changes = got.where("_commit_version > 0").groupBy("_change_type").count().collect()
+    assert {r["_change_type"]: r["count"] for r in changes} == {
+        "update_preimage": 5,
+        "update_postimage": 5,
+        "delete": 1,
+    }
+
+    # With no reader behind it, the same VACUUM takes the files no version needs.
+    with lake.vacuum_session(spark):
+        spark.sql(f"DELETE FROM delta.`{sink}`")
+        assert maintenance.maintain(spark, sink, 0.0).vacuumed > 0
+
+
+def test_the_audit_s_tag_holds_gold_and_the_silver_version_it_names(spark, temp_lake):
+    gold = registry.gold_view_table("tagged", 1).path(temp_lake)
+    spark.range(3).write.format("delta").save(gold)
+    spark.conf.set(runner.TAG_CONF, runner.tag(7, "bronze"))
+    try:
+        spark.range(3, 4).write.format("delta").mode("append").save(gold)
+    finally:
+        spark.conf.unset(runner.TAG_CONF)
+    spark.range(4, 5).write.format("delta").mode("append").save(gold)  # untagged, newer
+    marker = f"{registry.gold_view_table('tagged', 1).checkpoint(temp_lake)}/"
+    lake.write_text(spark, marker + runner.REPLAY_MARKER, "5\n")
+
+    pins = maintenance.gold_pins(spark, temp_lake, [gold])
+    silver = registry.SILVER_EVENTS.path(temp_lake)
+    assert {(p.path, p.version, p.reader) for p in pins} == {
+        (gold, 1, "the audit of gold.tagged_v1"),
+        (silver, 7, "the audit of gold.tagged_v1"),
+        (silver, 5, "gold.tagged_v1's stream, not started yet"),
+    }

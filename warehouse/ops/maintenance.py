@@ -1,0 +1,108 @@
+"""`regauge maintain`: compact, checkpoint and VACUUM every table regauge writes.
+
+What runs on each table, and how long its files are kept, is in
+`spark_jobs.maintenance`: the configured retention
+(`REGAUGE_MAINTENANCE_RETENTION_HOURS`, 7 days by default), made longer for a
+table while a reader (a stream's checkpoint, a replay waiting for its stream,
+the audit's time travel) still needs an older version. It runs beside ingest
+and the streams: OPTIMIZE changes no data, and a writer it conflicts with
+retries. The `regauge_maintenance` DAG runs it every day.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from warehouse.base.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def _name(path: str) -> str:
+    return ".".join(path.rstrip("/").rsplit("/", 2)[-2:])
+
+
+def maintain(
+    settings: Settings,
+    tables: Sequence[str] = (),
+    retention_hours: float | None = None,
+    dry_run: bool = False,
+) -> list[list[str]]:
+    """Maintain `tables` (`schema.name`; all when empty); the rows of a report table.
+    With `dry_run`, only say what the retention of each would be and why."""
+    from spark_jobs import lake
+    from spark_jobs import maintenance as jobs
+    from spark_jobs.session import build_session
+
+    floor = settings.maintenance_retention_hours if retention_hours is None else retention_hours
+    if floor < jobs.MIN_RETENTION_HOURS:
+        log.info(
+            "retention %g h raised to %g h: a write under way has files it has not committed yet",
+            floor,
+            jobs.MIN_RETENTION_HOURS,
+        )
+        floor = jobs.MIN_RETENTION_HOURS
+    spark = build_session("regauge-maintain", settings, ui=False)
+    try:
+        every = jobs.lake_tables(spark, settings)
+        paths = every
+        if tables:
+            by_name = {_name(p): p for p in every}
+            unknown = sorted(set(tables) - set(by_name))
+            if unknown:
+                raise ValueError(
+                    f"no table {', '.join(unknown)} in the lake; known: {', '.join(by_name)}"
+                )
+            paths = [by_name[t] for t in tables]
+        # The readers of every table, not only the chosen ones: a stream writing
+        # one table reads another.
+        pins = jobs.pins(spark, settings, every)
+        for pin in pins:
+            log.info("%s v%d is needed by %s", _name(pin.path), pin.version, pin.reader)
+        now = time.time()
+        rows: list[list[str]] = []
+        with lake.vacuum_session(spark):
+            for n, path in enumerate(paths, start=1):
+                hours, held = jobs.retention_for(spark, path, pins, floor, now)
+                why = f"kept for {held.reader} (v{held.version})" if held else "configured"
+                if dry_run:
+                    rows.append([_name(path), str(jobs.files_in(spark, path)), f"{hours:g} h", why])
+                    continue
+                log.info("[%d/%d] %s: retention %g h (%s)", n, len(paths), _name(path), hours, why)
+                done = jobs.maintain(spark, path, hours, held)
+                log.info(
+                    "[%d/%d] %s: %d files -> %d (OPTIMIZE replaced %d), checkpoint at v%s, "
+                    "VACUUM deleted %d files, %.1f s",
+                    n,
+                    len(paths),
+                    done.name,
+                    done.files_before,
+                    done.files_after,
+                    done.compacted,
+                    done.checkpoint,
+                    done.vacuumed,
+                    done.seconds,
+                )
+                rows.append(
+                    [
+                        done.name,
+                        f"{done.files_before} -> {done.files_after}",
+                        str(done.vacuumed),
+                        f"{hours:g} h",
+                        "; ".join([why, *done.notes]),
+                        f"{done.seconds:.1f}",
+                    ]
+                )
+    finally:
+        spark.stop()
+    if not dry_run:
+        from warehouse.sql import trino_client
+
+        trino_client.flush_lake_cache(settings)
+    return rows
+
+
+HEADER = ["table", "files", "deleted", "retention", "why", "seconds"]
+DRY_RUN_HEADER = ["table", "files", "retention", "why"]
