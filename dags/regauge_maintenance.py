@@ -13,7 +13,6 @@ A stack that comes up waits for the next time: no run is due at start.
 from __future__ import annotations
 
 import os
-from datetime import datetime
 
 from airflow.sdk import DAG, Param
 from airflow.timetables.trigger import CronTriggerTimetable
@@ -28,7 +27,8 @@ with DAG(
     schedule=CronTriggerTimetable(
         os.environ.get("REGAUGE_MAINTENANCE_CRON", "17 3 * * *"), timezone="UTC"
     ),
-    start_date=datetime(2026, 1, 1),
+    # No start_date: with one, a trigger timetable without catchup runs the most
+    # recent past time at once (airflow.timetables.trigger); without, it waits.
     params={
         "retention_hours": Param(
             None,
@@ -44,5 +44,7 @@ with DAG(
     regauge(
         "maintain",
         'maintain ${RETENTION_HOURS:+--retention-hours "$RETENTION_HOURS"}',
-        RETENTION_HOURS="{{ params.retention_hours if params.retention_hours is not none else '' }}",
+        RETENTION_HOURS=(
+            "{{ params.retention_hours if params.retention_hours is not none else '' }}"
+        ),
     )

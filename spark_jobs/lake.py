@@ -206,17 +206,24 @@ _RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 _LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 # VACUUM's START and END commits then carry how many files it deleted.
 VACUUM_LOGGING = "spark.databricks.delta.vacuum.logging.enabled"
+# On by default in Delta 4: VACUUM then ignores the retention it is given, unless
+# 0, for the table's delta.deletedFileRetentionDuration (7 days).
+_RETENTION_IGNORED = "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled"
 # Delta keeps this session setting as the userMetadata of the commits it makes.
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
 
 @contextlib.contextmanager
 def vacuum_session(spark: SparkSession) -> Iterator[None]:
-    """Session settings for VACUUMs whose retention the caller has worked out: a
-    retention under 7 days allowed, and the listing sized to the cores. Undone on
-    the way out."""
-    saved = {k: spark.conf.get(k, None) for k in (_LISTING_PARALLELISM, VACUUM_LOGGING)}
+    """Session settings for VACUUMs whose retention the caller has worked out: the
+    retention given is the one used, under 7 days too, and the listing is sized to
+    the cores. Undone on the way out."""
+    saved = {
+        k: spark.conf.get(k, None)
+        for k in (_LISTING_PARALLELISM, VACUUM_LOGGING, _RETENTION_IGNORED)
+    }
     spark.conf.set(_RETENTION_CHECK, "false")
+    spark.conf.set(_RETENTION_IGNORED, "false")
     # VACUUM lists a table's folders in a Spark job of this many tasks, 10,000 by
     # default: a minute for a small table on 2 cores, 6 s with the cores' count.
     spark.conf.set(_LISTING_PARALLELISM, str(spark.sparkContext.defaultParallelism))

@@ -112,11 +112,7 @@ def lake_tables(spark: SparkSession, settings: Settings) -> list[str]:
 # -- who reads what -----------------------------------------------------------------------
 def table_ids(spark: SparkSession, paths: Iterable[str]) -> dict[str, str]:
     """Each table's id (what a streaming checkpoint calls its `reservoirId`) -> its path."""
-    ids = {}
-    for path in paths:
-        (row,) = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").select("id").collect()
-        ids[str(row["id"])] = path
-    return ids
+    return {str(_snapshot(spark, path).metadata().id()): path for path in paths}
 
 
 def stream_pins(spark: SparkSession, settings: Settings, ids: dict[str, str]) -> list[Pin]:

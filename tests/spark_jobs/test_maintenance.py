@@ -5,6 +5,7 @@ files it has yet to read (delta-io/delta#1515)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from pathlib import Path
 
@@ -42,6 +43,18 @@ def test_one_row_commits_are_compacted_checkpointed_and_vacuumed(spark, temp_lak
     rows = {r.id for r in spark.read.format("delta").load(path).collect()}
     assert rows == set(range(6))
     assert maintenance.lake_tables(spark, temp_lake) == [path]
+
+    # A file the log does not name goes once older than the retention given (not
+    # Delta 4's default 7 days): an abandoned write's. A younger one may be a write
+    # still under way, and stays.
+    abandoned, under_way = Path(path, "part-abandoned.parquet"), Path(path, "part-new.parquet")
+    for file, age_h in ((abandoned, 3), (under_way, 0.5)):
+        file.write_bytes(b"PAR1")
+        os.utime(file, (time.time() - age_h * 3600,) * 2)
+    with lake.vacuum_session(spark):
+        assert maintenance.maintain(spark, path, 1.0).vacuumed == 1
+    assert (abandoned.exists(), under_way.exists()) == (False, True)
+
     # Outside the session, Delta's 7-day retention check stands again.
     assert not lake.in_vacuum_session(spark)
     with pytest.raises(RuntimeError, match="vacuum_session"):

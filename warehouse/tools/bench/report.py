@@ -111,6 +111,12 @@ def table(report: Report) -> str:
         ("freshness p95", "freshness_p95_s", "trigger_interval_s", "s"),
         ("serving query p50", "serving_query_p50_ms", "select1_p50_ms", "ms"),
         ("serving query p95", "serving_query_p95_ms", "select1_p95_ms", "ms"),
+        (
+            "Trino p50 over one-row commits (baseline: after maintenance)",
+            "small_files_query_p50_ms",
+            "maintained_query_p50_ms",
+            "ms",
+        ),
         ("stack peak memory (ingest, live streams, reprocess, Trino)", "stack_peak_gib", "", "GiB"),
         (
             "peak memory of the measuring phases (the bench's JVM)",
@@ -138,6 +144,7 @@ def table(report: Report) -> str:
         ("ingest_vs_baseline", "ingest / baseline"),
         ("replay_vs_duckdb_time", "replay time / DuckDB time"),
         ("view_batch_history_ratio", "one-event view batch, 10x history / 1x (worst view)"),
+        ("small_file_penalty", "Trino over small files / after maintenance"),
     ):
         op, bound, ok = met.get(name, ("", 0.0, None))
         value = report.figures.get(name)
