@@ -25,14 +25,15 @@ def _published(settings) -> list[str]:
     return sorted(str(r[0]) for r in rows)
 
 
-def _count(settings, table: str, version: int) -> int:
-    return int(
-        trino_client.scalar(
-            settings,
-            f"SELECT count(*) FROM {registry.TRINO_LAKE_CATALOG}.{table} "
-            f"FOR VERSION AS OF {version}",
-        )
-    )
+def _counts(settings, versions: dict[str, int]) -> dict[str, int]:
+    """Each table's row count at a version, through Trino, in one query (19 queries
+    took half a minute)."""
+    parts = [
+        f"SELECT '{t}', count(*) FROM {registry.TRINO_LAKE_CATALOG}.{t} FOR VERSION AS OF {v}"
+        for t, v in versions.items()
+    ]
+    rows = trino_client.query(settings, " UNION ALL ".join(parts)).rows
+    return {str(t): int(n) for t, n in rows}
 
 
 def test_the_dag_compacts_every_table_and_trino_reads_each_the_same(stack, settings, spark):
@@ -47,7 +48,8 @@ def test_the_dag_compacts_every_table_and_trino_reads_each_the_same(stack, setti
     assert any(re.fullmatch(r"gold\.\w+_v\d+", t) for t in published), published
     # Fixed versions, so ingest or a stream committing meanwhile changes nothing compared.
     versions = {t: lake.newest_version(spark, paths[t]) for t in published}
-    before = {t: _count(settings, t, v) for t, v in versions.items()}
+    before = _counts(settings, versions)
+    assert set(before) == set(published)
     files = {t: maintenance.files_in(spark, p) for t, p in paths.items()}
 
     airflow = airflow_client.Client(settings)
@@ -58,7 +60,7 @@ def test_the_dag_compacts_every_table_and_trino_reads_each_the_same(stack, setti
     assert "retention 0 h raised to 1 h" in log
     for table in paths:
         assert f"] {table}: retention " in log, table
-    assert {t: _count(settings, t, v) for t, v in versions.items()} == before
+    assert _counts(settings, versions) == before
     after = {t: maintenance.files_in(spark, p) for t, p in paths.items()}
     assert all(after[t] <= files[t] for t in paths), (files, after)
     for written in (registry.BRONZE_EVENTS, registry.SILVER_EVENTS, registry.SILVER_LEDGER):
