@@ -273,12 +273,8 @@ def compact(spark: SparkSession, path: str) -> int:
         f"ALTER TABLE {table_sql} SET TBLPROPERTIES ('{_FILE_RETENTION}' = 'interval 0 hours')"
     )
     DeltaTable.forPath(spark, path).vacuum(0.0)
-    jvm = spark._jvm
-    assert jvm is not None
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-    snapshot = delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
-    delta_log.checkpoint(snapshot, jvm.scala.Option.empty())
-    dropped = _drop_log_before(spark, f"{path.rstrip('/')}/_delta_log", int(snapshot.version()))
+    checkpointed = lake.write_checkpoint(spark, path)
+    dropped = _drop_log_before(spark, f"{path.rstrip('/')}/_delta_log", checkpointed)
     # Back to the default: Delta refuses time travel to any version older than
     # the retention, which the audit and the validation gate need.
     spark.sql(f"ALTER TABLE {table_sql} UNSET TBLPROPERTIES IF EXISTS ('{_FILE_RETENTION}')")

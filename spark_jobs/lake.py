@@ -82,6 +82,14 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
         raise OSError(f"could not write {path}")
 
 
+def modified_at(spark: SparkSession, path: str) -> float | None:
+    """A file's modification time (seconds since the epoch), or None if it does not exist."""
+    hadoop_path, fs = _fs(spark, path)
+    if not fs.exists(hadoop_path):
+        return None
+    return float(fs.getFileStatus(hadoop_path).getModificationTime()) / 1000
+
+
 def exists(spark: SparkSession, path: str) -> bool:
     """Whether a file or directory exists."""
     hadoop_path, fs = _fs(spark, path)
@@ -133,6 +141,24 @@ def newest_version(spark: SparkSession, path: str) -> int:
     """The Delta table's newest commit version."""
     (last,) = DeltaTable.forPath(spark, path).history(1).select("version").collect()
     return int(last["version"])
+
+
+def snapshot(spark: SparkSession, path: str) -> Any:
+    """The table's newest snapshot, through Delta's JVM API: its file count, id and
+    properties without a Spark job (DESCRIBE DETAIL takes a second)."""
+    jvm = spark._jvm
+    assert jvm is not None
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    return delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+
+
+def write_checkpoint(spark: SparkSession, path: str) -> int:
+    """Write a checkpoint of the table's newest version; that version."""
+    jvm = spark._jvm
+    assert jvm is not None
+    newest = snapshot(spark, path)
+    newest.deltaLog().checkpoint(newest, jvm.scala.Option.empty())
+    return int(newest.version())
 
 
 def read_version(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:

@@ -40,7 +40,6 @@ import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
@@ -93,7 +92,12 @@ class Result:
 
     @property
     def name(self) -> str:
-        return "/".join(self.path.rstrip("/").rsplit("/", 2)[-2:]).replace("/", ".")
+        return table_name(self.path)
+
+
+def table_name(path: str) -> str:
+    """`schema.name` of a table at `<lake>/<schema>/<name>`."""
+    return ".".join(path.rstrip("/").rsplit("/", 2)[-2:])
 
 
 # -- which tables -----------------------------------------------------------------------
@@ -112,7 +116,7 @@ def lake_tables(spark: SparkSession, settings: Settings) -> list[str]:
 # -- who reads what -----------------------------------------------------------------------
 def table_ids(spark: SparkSession, paths: Iterable[str]) -> dict[str, str]:
     """Each table's id (what a streaming checkpoint calls its `reservoirId`) -> its path."""
-    return {str(_snapshot(spark, path).metadata().id()): path for path in paths}
+    return {str(lake.snapshot(spark, path).metadata().id()): path for path in paths}
 
 
 def stream_pins(spark: SparkSession, settings: Settings, ids: dict[str, str]) -> list[Pin]:
@@ -182,7 +186,7 @@ def gold_pins(spark: SparkSession, settings: Settings, gold_paths: Sequence[str]
 
 def pins(spark: SparkSession, settings: Settings, paths: Sequence[str]) -> list[Pin]:
     """Every version of `paths` some reader still needs."""
-    gold = [p for p in paths if p.rstrip("/").rsplit("/", 2)[-2] == "gold"]
+    gold = [p for p in paths if table_name(p).startswith("gold.")]
     return stream_pins(spark, settings, table_ids(spark, paths)) + gold_pins(spark, settings, gold)
 
 
@@ -190,11 +194,8 @@ def pins(spark: SparkSession, settings: Settings, paths: Sequence[str]) -> list[
 def version_age_hours(spark: SparkSession, path: str, version: int, now: float) -> float | None:
     """Hours since `version` was committed (its commit file's time, which is what Delta's
     own timestamps are), or None if its commit file is gone."""
-    commit = f"{path.rstrip('/')}/_delta_log/{version:020d}.json"
-    hadoop_path, fs = lake._fs(spark, commit)
-    if not fs.exists(hadoop_path):
-        return None
-    return max(0.0, now - fs.getFileStatus(hadoop_path).getModificationTime() / 1000) / 3600
+    committed = lake.modified_at(spark, f"{path.rstrip('/')}/_delta_log/{version:020d}.json")
+    return None if committed is None else max(0.0, now - committed) / 3600
 
 
 def retention_for(
@@ -216,18 +217,9 @@ def retention_for(
 
 
 # -- the work ------------------------------------------------------------------------------
-def _snapshot(spark: SparkSession, path: str) -> Any:
-    """The table's newest snapshot, through Delta's JVM API: its file count and
-    properties without a Spark job (DESCRIBE DETAIL takes a second)."""
-    jvm = spark._jvm
-    assert jvm is not None
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-    return delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
-
-
 def files_in(spark: SparkSession, path: str) -> int:
     """How many data files the table's newest version has."""
-    return int(_snapshot(spark, path).numOfFiles())
+    return int(lake.snapshot(spark, path).numOfFiles())
 
 
 def maintain(
@@ -259,7 +251,7 @@ def maintain(
             f"('{_LOG_RETENTION}' = 'interval {math.ceil(retention_hours)} hours')"
         )
         result.notes.append(f"log kept {math.ceil(retention_hours)} h")
-    result.checkpoint = checkpoint(spark, path)
+    result.checkpoint = lake.write_checkpoint(spark, path)
 
     table.vacuum(retention_hours)
     for row in table.history(2).select("operation", "operationMetrics").collect():
@@ -270,17 +262,8 @@ def maintain(
     return result
 
 
-def checkpoint(spark: SparkSession, path: str) -> int:
-    """Write a checkpoint of the table's newest version; that version."""
-    jvm = spark._jvm
-    assert jvm is not None
-    snapshot = _snapshot(spark, path)
-    snapshot.deltaLog().checkpoint(snapshot, jvm.scala.Option.empty())
-    return int(snapshot.version())
-
-
 def _log_retention_hours(spark: SparkSession, path: str) -> float:
-    found = _snapshot(spark, path).metadata().configuration().get(_LOG_RETENTION)
+    found = lake.snapshot(spark, path).metadata().configuration().get(_LOG_RETENTION)
     text = str(found.get()) if found.isDefined() else None
     if not text:
         return DEFAULT_LOG_RETENTION_HOURS

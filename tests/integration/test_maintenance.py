@@ -42,7 +42,7 @@ def test_the_dag_compacts_every_table_and_trino_reads_each_the_same(stack, setti
     ingest_ctl.stop(settings)
     pipeline.produce(settings, seed=fresh_seed(), count=300)
     pipeline.ingest_once(spark, settings)
-    paths = {".".join(p.rsplit("/", 2)[-2:]): p for p in maintenance.lake_tables(spark, settings)}
+    paths = {maintenance.table_name(p): p for p in maintenance.lake_tables(spark, settings)}
     published = [t for t in _published(settings) if t in paths]
     assert set(registry.TABLES) <= set(published), published
     assert any(re.fullmatch(r"gold\.\w+_v\d+", t) for t in published), published

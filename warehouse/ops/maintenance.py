@@ -20,10 +20,6 @@ from warehouse.base.settings import Settings
 log = logging.getLogger(__name__)
 
 
-def _name(path: str) -> str:
-    return ".".join(path.rstrip("/").rsplit("/", 2)[-2:])
-
-
 def maintain(
     settings: Settings,
     tables: Sequence[str] = (),
@@ -49,7 +45,7 @@ def maintain(
         every = jobs.lake_tables(spark, settings)
         paths = every
         if tables:
-            by_name = {_name(p): p for p in every}
+            by_name = {jobs.table_name(p): p for p in every}
             unknown = sorted(set(tables) - set(by_name))
             if unknown:
                 raise ValueError(
@@ -60,15 +56,16 @@ def maintain(
         # one table reads another.
         pins = jobs.pins(spark, settings, every)
         for pin in pins:
-            log.info("%s v%d is needed by %s", _name(pin.path), pin.version, pin.reader)
+            log.info("%s v%d is needed by %s", jobs.table_name(pin.path), pin.version, pin.reader)
         now = time.time()
 
         def one(n: int, path: str) -> list[str]:
             hours, held = jobs.retention_for(spark, path, pins, floor, now)
             why = f"kept for {held.reader} (v{held.version})" if held else "configured"
+            name = jobs.table_name(path)
             if dry_run:
-                return [_name(path), str(jobs.files_in(spark, path)), f"{hours:g} h", why]
-            log.info("[%d/%d] %s: retention %g h (%s)", n, len(paths), _name(path), hours, why)
+                return [name, str(jobs.files_in(spark, path)), f"{hours:g} h", why]
+            log.info("[%d/%d] %s: retention %g h (%s)", n, len(paths), name, hours, why)
             done = jobs.maintain(spark, path, hours, held)
             log.info(
                 "[%d/%d] %s: %d files -> %d (OPTIMIZE replaced %d), checkpoint at v%s, "
