@@ -58,11 +58,38 @@ class Postgres(Service):
             return
         digest = hashlib.sha1(str(self.settings.state_dir).encode()).hexdigest()[:10]
         real = Path("/var/lib/regauge") / digest / "postgres"
+        if real.exists():
+            # Only .state/postgres leads here, and it is gone: this cluster is an earlier
+            # checkout's at the same path (a fresh clone where one was, or .state removed
+            # by hand). Its databases (Airflow's runs, the view registry, the erasure
+            # log) describe a lake that no longer exists, and a fresh lake must not
+            # start with them.
+            self._refuse_if_running(real / "data")
+            shutil.rmtree(real)
+            log.info("removed %s, the PostgreSQL cluster of an earlier checkout at this path", real)
         real.mkdir(parents=True, exist_ok=True)
         for parent in (real.parent.parent, real.parent):
             parent.chmod(0o755)
         self.home.symlink_to(real, target_is_directory=True)
         log.info("postgres cannot reach %s; its cluster lives in %s", self.settings.state_dir, real)
+
+    @staticmethod
+    def _refuse_if_running(data: Path) -> None:
+        """Stop with a clear error if a postmaster still runs on `data`."""
+        try:
+            pid = int((data / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            pass
+        raise ServiceError(
+            f"PostgreSQL (pid {pid}) still runs on {data}, an earlier checkout's cluster at "
+            f"this path: stop it (kill {pid}), then start again"
+        )
 
     @staticmethod
     def bin_dir() -> Path:

@@ -162,3 +162,54 @@ def test_kept_secrets_are_owner_only_but_their_folders_are_not(tmp_path):
     assert secret.stat().st_mode & 0o777 == 0o600
     for folder in (tmp_path / "state", tmp_path / "state" / "cluster", secret.parent):
         assert folder.stat().st_mode & 0o777 == 0o777 & ~usual, folder
+
+
+@pytest.fixture
+def private_checkout(settings, tmp_path):
+    """Settings of a checkout the postgres account cannot reach (its state lives in
+    /var/lib/regauge, as for a clone under /root), and that folder, removed after."""
+    import hashlib
+    import shutil
+    from pathlib import Path
+
+    if os.geteuid() != 0:
+        pytest.fail("setup runs as root (it installs Debian's packages); so do the tests")
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    state = private / "main" / ".state"
+    digest = hashlib.sha1(str(state).encode()).hexdigest()[:10]
+    outside = Path("/var/lib/regauge") / digest
+    try:
+        yield dataclasses.replace(settings, state_dir=state), outside / "postgres"
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
+
+
+def test_a_fresh_checkout_never_inherits_an_earlier_ones_postgres(private_checkout):
+    """CI clones to the same path every time: the PostgreSQL cluster an earlier clone
+    left in /var/lib/regauge (Airflow's runs, the view registry) must not greet the
+    next one, whose .state and lake are new."""
+    settings, outside = private_checkout
+    stale = outside / "data" / "PG_VERSION"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("16\n")
+    pg = services.Postgres(settings)
+    pg._place_home("postgres")
+    assert pg.home.is_symlink() and pg.home.resolve() == outside
+    assert outside.is_dir() and not stale.exists()
+    # The link in place, the cluster is this checkout's own: a second start keeps it.
+    kept = outside / "data" / "PG_VERSION"
+    kept.parent.mkdir(parents=True)
+    kept.write_text("16\n")
+    pg._place_home("postgres")
+    assert kept.exists()
+
+
+def test_an_earlier_checkouts_postgres_still_running_is_named_not_removed(private_checkout):
+    settings, outside = private_checkout
+    pidfile = outside / "data" / "postmaster.pid"
+    pidfile.parent.mkdir(parents=True)
+    pidfile.write_text(f"{os.getpid()}\n{outside / 'data'}\n")
+    with pytest.raises(ServiceError, match=f"PostgreSQL \\(pid {os.getpid()}\\) still runs"):
+        services.Postgres(settings)._place_home("postgres")
+    assert pidfile.exists()
