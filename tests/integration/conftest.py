@@ -13,7 +13,7 @@ import pytest
 
 from warehouse.base import settings as settings_mod
 from warehouse.base.settings import Settings
-from warehouse.ops import ingest_ctl, streams
+from warehouse.ops import ingest_ctl, streams, writers
 from warehouse.ops.stack import services
 
 
@@ -46,6 +46,15 @@ def pytest_runtest_makereport(
                 "\n".join(lines[-HOST_LOG_TAIL:]) or "(no log)",
             )
         )
+        # Who held the pipeline's writer locks when the test failed: a holder left
+        # over from an earlier test (an erasure still running in Airflow, say)
+        # refuses every ingest after it.
+        held = {
+            lock.stem: writers.holder_of(lock)
+            for lock in sorted((settings.state_dir / "writers").glob("*.lock"))
+            if writers.busy(settings, lock.stem.replace("_", " ")) is not None
+        }
+        report.sections.append(("writer locks held", str(held or "none")))
     return report
 
 
