@@ -141,8 +141,15 @@ class Client:
         found = self._get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
         return {t["task_id"]: float(t["duration"]) for t in found if t.get("duration") is not None}
 
-    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
-        """A task try's log as text (Airflow 3 serves structured entries)."""
+    def task_log(
+        self, dag_id: str, run_id: str, task_id: str, try_number: int | None = None
+    ) -> str:
+        """A task try's log as text (Airflow 3 serves structured entries); by default
+        its latest try's: a task that failed once and then succeeded on its retry
+        says what it did in the second."""
+        if try_number is None:
+            ti = self._get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")
+            try_number = max(1, int(ti.get("try_number") or 1))
         found = self._get(
             f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
             full_content=True,
