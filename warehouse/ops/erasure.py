@@ -190,16 +190,18 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> bool:
         report.removed["ops.reference.customers"] = erasures.delete_reference(settings, customer_id)
         erasures.advance(settings, report.erasure_id, "deleted", report.removed)
 
+        # Silver's query follows bronze's log from where it stopped, and that part
+        # of the log is about to go: without its checkpoint, ingest's next start
+        # settles what bronze holds (nothing is left unsettled) and follows on from
+        # bronze's newest version (silver.recover). Deleted before the compaction,
+        # so an erasure that dies in between leaves no checkpoint naming a log that
+        # is gone: its retry's first ingest recovers silver instead of failing.
+        lake.delete_tree(spark, registry.SILVER_EVENTS.checkpoint(settings))
         # The lake's tables first: a view is then replayed from silver's final
         # version, the one its tag and its stream's starting point name.
         report.compacted += erasure.compact_all(
             spark, [t.path(settings) for t in registry.TABLES.values()]
         )
-        # Silver's query follows bronze's log from where it stopped, and that part
-        # of the log is gone: without its checkpoint, ingest's next start settles
-        # what bronze holds (nothing is left unsettled) and follows on from
-        # bronze's newest version (silver.recover).
-        lake.delete_tree(spark, registry.SILVER_EVENTS.checkpoint(settings))
         # That recovery starts silver at bronze's commit after the newest, which idle
         # traffic may never make: recover now, while nothing writes, then make
         # that commit (it changes no rows), so ingest runs again at once.
