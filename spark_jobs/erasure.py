@@ -214,8 +214,10 @@ def delete_everywhere(
     spark: SparkSession, settings: Settings, found: DataFrame, customer_id: str
 ) -> dict[str, int]:
     """Delete the positions from silver, the ledger, the quarantine and bronze, and
-    the restatements that name a forgotten event or the customer's sessions; the
-    rows removed per table (Trino names, no identifiers)."""
+    the restatements that name a forgotten event or the customer's sessions; take
+    the id and the forgotten event ids out of the audit's findings. Returns the
+    rows removed (or, for the findings, changed) per table: Trino names, no
+    identifiers."""
     removed: dict[str, int] = {}
     for table in (
         registry.SILVER_EVENTS,
@@ -234,7 +236,43 @@ def delete_everywhere(
         n = _delete_matching(spark, path, ids, ["event_id"], "forgetting restatements")
         n += _delete_matching(spark, path, keys, ["window_key"], "forgetting restatements")
         removed[restatements.RESTATEMENTS.trino_name] = n
+    audits = registry.GOLD_AUDIT_RUNS.path(settings)
+    if DeltaTable.isDeltaTable(spark, audits):
+        # An audit's findings name the exact keys that differed: a session key or an
+        # event id of the customer's may be among them. The finding stays (the
+        # audit's history is kept), its text without them.
+        event_ids = [r.event_id for r in found.select("event_id").distinct().collect()]
+        names = [customer_id, *(e for e in event_ids if e)]
+        removed[registry.GOLD_AUDIT_RUNS.trino_name] = _redact(
+            spark, audits, names, ("summary", "detail")
+        )
     return removed
+
+
+def _quoted_alternatives(texts: Sequence[str]) -> str:
+    """A Java regular expression matching any of `texts` literally (\\Q...\\E each,
+    with an \\E inside a text closed and reopened around it)."""
+    return "|".join("\\Q" + t.replace("\\E", "\\E\\\\E\\Q") + "\\E" for t in texts)
+
+
+def _redact(spark: SparkSession, path: str, names: Sequence[str], columns: Sequence[str]) -> int:
+    """Replace each of `names` with ERASED_KEY in the text `columns` of `path`; rows changed."""
+    pattern = _quoted_alternatives(names)
+    table = DeltaTable.forPath(spark, path)
+    naming = F.lit(False)
+    for c in columns:
+        naming = naming | F.col(c).rlike(pattern)
+    lake.retry_on_conflict(
+        lambda: table.update(
+            condition=naming,
+            set={c: F.regexp_replace(F.col(c), pattern, ERASED_KEY) for c in columns},
+        ),
+        "forgetting in audit findings",
+    )
+    metrics = table.history(1).select("operation", "operationMetrics").first()
+    if metrics is None or metrics["operation"] != "UPDATE":
+        return 0
+    return int((metrics["operationMetrics"] or {}).get("numUpdatedRows", 0))
 
 
 _FILE_RETENTION = "delta.deletedFileRetentionDuration"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from spark_jobs import bronze, erasure, silver
+from spark_jobs import audit, bronze, erasure, silver
 from spark_jobs.bronze import BRONZE_SCHEMA
 from spark_jobs.testing.residue import residue
 from spark_jobs.views import cart_sessions_v1, restatements, runner
@@ -94,6 +94,16 @@ def test_forget_removes_every_row_records_erasures_and_leaves_no_residue(spark, 
     assert [r.customer_id for r in gone.collect()] == [GONE]
     restated = erasure.erasure_restatements(view, gone, silver_before, gold, GONE)
     assert erasure.record_restatements(spark, lake, restated) == 1
+    # An earlier audit named the customer's session and one of their events.
+    audits = registry.GOLD_AUDIT_RUNS.path(lake)
+    finding = ("run-1", KAFKA_TS, KAFKA_TS, "gold", "cart_sessions_v1", False)
+    spark.createDataFrame(
+        [
+            (*finding, f"1 key differs: {GONE}", json.dumps({"keys": [GONE, "e-gone-1"]})),
+            (*finding, "1 key differs: cust-keep", json.dumps({"keys": [KEPT]})),
+        ],
+        audit.AUDIT_RUNS_SCHEMA,
+    ).write.format("delta").save(audits)
     removed = erasure.delete_everywhere(spark, lake, found, GONE)
     assert removed == {
         registry.SILVER_EVENTS.trino_name: 1,
@@ -101,8 +111,13 @@ def test_forget_removes_every_row_records_erasures_and_leaves_no_residue(spark, 
         registry.SILVER_QUARANTINE.trino_name: 3,  # the conflict and two malformed
         registry.BRONZE_EVENTS.trino_name: 4,
         restatements.RESTATEMENTS.trino_name: 0,
+        registry.GOLD_AUDIT_RUNS.trino_name: 1,  # the finding that named them
     }
     read = spark.read.format("delta").load
+    assert sorted((r.summary, r.detail) for r in read(audits).collect()) == [
+        ("1 key differs: (erased)", json.dumps({"keys": ["(erased)", "(erased)"]})),
+        ("1 key differs: cust-keep", json.dumps({"keys": [KEPT]})),
+    ]
     (row,) = read(restatements.RESTATEMENTS.path(lake)).collect()
     assert (row.reason, row.window_key, row.event_id, row.event_time) == (
         restatements.ERASURE,
@@ -118,7 +133,7 @@ def test_forget_removes_every_row_records_erasures_and_leaves_no_residue(spark, 
     # As `regauge forget` does it: the lake's tables, then each view replayed from
     # silver's final version and compacted with the replay's tag on top.
     compacted = erasure.compact_all(spark, [t.path(lake) for t in registry.TABLES.values()])
-    assert len(compacted) == 6  # all but gold.audit_runs, which no test run made
+    assert len(compacted) == 7
     through = runner.replay(spark, lake, view)
     with erasure.removing_history(spark, runner.tag(through, "bronze")):
         erasure.compact(spark, gold_path)
@@ -172,3 +187,11 @@ def test_silver_follows_on_from_the_commit_an_erasure_leaves(spark, lake):
     query.awaitTermination(120)
     assert query.exception() is None
     assert query.lastProgress is not None
+
+
+def test_redaction_takes_names_literally(spark):
+    """Event ids come from producers: a dot, a bracket or a `\\E` in one is text."""
+    pattern = erasure._quoted_alternatives(["a.c", "x\\Ey", "[z]"])
+    df = spark.createDataFrame([("a.c abc x\\Ey [z] z",)], "t string")
+    (row,) = df.select(F.regexp_replace("t", pattern, "#").alias("t")).collect()
+    assert row.t == "# abc # # z"
