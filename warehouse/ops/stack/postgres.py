@@ -81,11 +81,12 @@ class Postgres(Service):
         except (OSError, ValueError, IndexError):
             return
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return  # gone: the file is what a killed postmaster leaves
+        # A pid outlives its process: after a restart another program may have it.
+        if str(data).encode() not in argv:
             return
-        except PermissionError:
-            pass
         raise ServiceError(
             f"PostgreSQL (pid {pid}) still runs on {data}, an earlier checkout's cluster at "
             f"this path: stop it (kill {pid}), then start again"

@@ -206,10 +206,29 @@ def test_a_fresh_checkout_never_inherits_an_earlier_ones_postgres(private_checko
 
 
 def test_an_earlier_checkouts_postgres_still_running_is_named_not_removed(private_checkout):
+    import subprocess
+
+    settings, outside = private_checkout
+    data = outside / "data"
+    pidfile = data / "postmaster.pid"
+    pidfile.parent.mkdir(parents=True)
+    # A process whose command line names the data folder, as `postgres -D` does.
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(data)])
+    try:
+        pidfile.write_text(f"{running.pid}\n{data}\n")
+        with pytest.raises(ServiceError, match=f"PostgreSQL \\(pid {running.pid}\\) still runs"):
+            services.Postgres(settings)._place_home("postgres")
+        assert pidfile.exists()
+    finally:
+        running.kill()
+        running.wait()
+
+
+def test_a_stale_postmaster_pid_reused_by_another_program_is_no_reason_to_stop(private_checkout):
     settings, outside = private_checkout
     pidfile = outside / "data" / "postmaster.pid"
     pidfile.parent.mkdir(parents=True)
-    pidfile.write_text(f"{os.getpid()}\n{outside / 'data'}\n")
-    with pytest.raises(ServiceError, match=f"PostgreSQL \\(pid {os.getpid()}\\) still runs"):
-        services.Postgres(settings)._place_home("postgres")
-    assert pidfile.exists()
+    pidfile.write_text(f"{os.getpid()}\n")  # alive, but pytest, not a postmaster
+    pg = services.Postgres(settings)
+    pg._place_home("postgres")
+    assert pg.home.resolve() == outside and not pidfile.exists()
