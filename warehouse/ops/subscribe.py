@@ -123,21 +123,26 @@ class Subscriber:
     def _assign(self, version: int, start: int) -> bool:
         """Read `version`'s topic from `start`; False while the topic does not exist yet."""
         topic = registry.view_topic(self.view, version)
-        if self._consumer is None:
-            self._consumer = Consumer(
-                {
-                    **kafka_conf.client_conf(self.settings),
-                    # Assigned, never subscribed: the group only names the client.
-                    "group.id": f"regauge-subscriber-{uuid.uuid4().hex[:8]}",
-                    "enable.auto.commit": False,
-                    "isolation.level": "read_committed",
-                }
-            )
-        meta = self._consumer.list_topics(topic, timeout=10).topics.get(topic)
+        # A new consumer for every assignment: one that followed a topic deleted and
+        # created again under the same name keeps the old topic's id in its metadata
+        # and fetched nothing from the new one (the copy stayed empty after an erasure).
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+        consumer = self._consumer = Consumer(
+            {
+                **kafka_conf.client_conf(self.settings),
+                # Assigned, never subscribed: the group only names the client.
+                "group.id": f"regauge-subscriber-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
         if meta is None or meta.error is not None or not meta.partitions:
             return False
         self._topic_id = self._id_of(topic)
-        self._consumer.assign([TopicPartition(topic, p, start) for p in sorted(meta.partitions)])
+        consumer.assign([TopicPartition(topic, p, start) for p in sorted(meta.partitions)])
         return True
 
     def _id_of(self, topic: str) -> str | None:
