@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from spark_jobs import bronze, erasure, lake, silver
-from warehouse.base import registry
+from warehouse.base import metrics, registry
 from warehouse.base.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -116,8 +116,36 @@ def describe_progress(progress: dict[str, Any]) -> str:
     return line
 
 
+def record_progress(progress: dict[str, Any]) -> None:
+    """A finished micro-batch into the metrics: its duration and rows, and for a
+    Kafka source how far each partition is behind (`warehouse.base.metrics`)."""
+    name = progress.get("name") or "?"
+    seconds = (progress.get("durationMs") or {}).get("triggerExecution", 0) / 1000
+    metrics.MICROBATCH.labels(name).observe(seconds)
+    metrics.MICROBATCH_ROWS.labels(name).inc(progress.get("numInputRows") or 0)
+    for partition, behind in kafka_lag((progress.get("sources") or [{}])[0]).items():
+        metrics.INGEST_BEHIND.labels(partition).set(behind)
+
+
+class BatchMetrics(StreamingQueryListener):
+    """Records every micro-batch of its session's queries into the metrics."""
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        record_progress(json.loads(event.progress.json))
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+
 class ProgressLog(StreamingQueryListener):
-    """Logs every micro-batch and keeps the latest progress of each query in a file."""
+    """Logs every micro-batch, keeps the latest progress of each query in a file,
+    and records it into the metrics."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -130,6 +158,7 @@ class ProgressLog(StreamingQueryListener):
 
     def onQueryProgress(self, event: Any) -> None:
         progress = json.loads(event.progress.json)
+        record_progress(progress)
         if progress.get("numInputRows", 0):
             log.info("%s", describe_progress(progress))
         sources = progress.get("sources") or [{}]

@@ -79,6 +79,15 @@ def build_session(
         "spark.ui.showConsoleProgress": "false",
         # The UI shows; it does not kill jobs or stages.
         "spark.ui.killEnabled": "false",
+        # Prometheus text on the UI's port: /metrics/prometheus (the driver's
+        # metrics, with each streaming query's rates and latency) and
+        # /metrics/executors/prometheus. `regauge status` lists the view host's.
+        "spark.ui.prometheus.enabled": "true",
+        "spark.sql.streaming.metricsEnabled": "true",
+        "spark.metrics.conf.*.sink.prometheusServlet.class": (
+            "org.apache.spark.metrics.sink.PrometheusServlet"
+        ),
+        "spark.metrics.conf.*.sink.prometheusServlet.path": "/metrics/prometheus",
         # Tables written here must stay readable by Trino 476: no deletion vectors
         # or other features until a test shows Trino reads them.
         "spark.databricks.delta.properties.defaults.enableDeletionVectors": "false",

@@ -57,7 +57,7 @@ from pyspark.sql.types import (
 
 from spark_jobs import contract, lake
 from spark_jobs.testing import faults
-from warehouse.base import registry
+from warehouse.base import metrics, registry
 from warehouse.base.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -283,6 +283,18 @@ class BatchResult:
     replaced_winners: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+
+    def record(self) -> BatchResult:
+        """Count the batch into the metrics (`warehouse.base.metrics`); returns itself."""
+        # A conflicting duplicate goes to the quarantine too, under its own reason.
+        quarantined = {**self.rejected, CONFLICT: self.conflicts}
+        metrics.SILVER_ROWS.labels("accepted").inc(self.accepted)
+        metrics.SILVER_ROWS.labels("duplicate").inc(self.duplicates)
+        metrics.SILVER_ROWS.labels("quarantined").inc(sum(quarantined.values()))
+        for reason, n in quarantined.items():
+            if n:
+                metrics.QUARANTINED.labels(reason).inc(n)
+        return self
 
     def describe(self) -> str:
         rejected = ", ".join(f"{r}={n}" for r, n in sorted(self.rejected.items())) or "none"
@@ -579,7 +591,9 @@ def _settle_unsettled(
         chunks = max(1, -(-total // settings.ingest_max_records_per_batch))
         chunk = F.pmod(F.xxhash64("partition", "offset"), F.lit(chunks))
         for n in range(chunks):
-            result = process_batch(spark, settings, unsettled.where(chunk == n), n, txn_app)
+            result = process_batch(
+                spark, settings, unsettled.where(chunk == n), n, txn_app
+            ).record()
             log.info("recovery %d of %d: %s", n + 1, chunks, result.describe())
     finally:
         unsettled.unpersist()
@@ -652,7 +666,8 @@ def writer(spark: SparkSession, settings: Settings) -> DataStreamWriter:
         raise WaitingForBronze(f"silver streams from bronze version {starting_version}")
 
     def each_batch(batch: DataFrame, batch_id: int) -> None:
-        log.info("%s", process_batch(spark, settings, batch, batch_id, txn_app).describe())
+        result = process_batch(spark, settings, batch, batch_id, txn_app)
+        log.info("%s", result.record().describe())
         faults.maybe_crash("silver_after_commit", batch_id)
 
     reader = spark.readStream.format("delta")

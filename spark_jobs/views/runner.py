@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 import uuid
+from datetime import datetime
 from typing import NamedTuple
 
 from delta.tables import DeltaTable
@@ -28,7 +29,7 @@ from spark_jobs import silver as silver_mod
 from spark_jobs.testing import faults
 from spark_jobs.views import changes, restatements
 from spark_jobs.views.base import View, merged_ranges
-from warehouse.base import registry
+from warehouse.base import metrics, registry
 from warehouse.base.settings import Settings
 
 SILVER = registry.SILVER_EVENTS
@@ -343,12 +344,14 @@ def stream(
         stats = mine.agg(
             F.min("_commit_version"),
             F.max("_commit_version"),
+            # When Kafka took the oldest event applied: the batch's freshness.
+            F.min("kafka_timestamp"),
             *restatements.Landed.columns(view),
         ).first()
         if stats is None or stats[1] is None:
             return
-        first, last = stats[0], stats[1]
-        landed = restatements.Landed(*stats[2:])
+        first, last, oldest = stats[0], stats[1], stats[2]
+        landed = restatements.Landed(*stats[3:])
         # One snapshot of silver, the batch's last commit, for the recompute
         # and for placing restatements.
         silver = read_silver(spark, settings, int(last))
@@ -374,6 +377,7 @@ def stream(
         # Only once the batch is done: a batch retried after a failure must see
         # the watermark as it was before it.
         watermark.advance(landed)
+        _record_batch(view, oldest, restated if applied.scopes else 0)
         # Before publishing: the crash it stands for leaves a gold commit that only
         # the next batch, or the next start, publishes.
         faults.maybe_crash("view_after_commit", batch_id)
@@ -402,6 +406,19 @@ def stream(
         else writer.trigger(processingTime=trigger or settings.trigger_interval)
     )
     return writer.start()
+
+
+def _record_batch(view: View, oldest: datetime | None, restated: int) -> None:
+    """A gold commit into the metrics: produce-to-gold seconds of its oldest event
+    (both clocks are this machine's, or the cluster's in sync), and its restatements."""
+    labels = (view.name, str(view.version))
+    now = time.time()
+    if oldest is not None:
+        # PySpark hands a timestamp back as a naive datetime in this process's local
+        # time, which is how .timestamp() reads a naive one.
+        metrics.VIEW_FRESHNESS.labels(*labels).set(max(0.0, now - oldest.timestamp()))
+    metrics.VIEW_BATCH_AT.labels(*labels).set(now)
+    metrics.RESTATEMENTS.labels(*labels).inc(restated)
 
 
 def _publish(publisher: changes.Publisher, *, renew: bool = False) -> None:

@@ -71,7 +71,7 @@ def stack(settings: Settings) -> Iterator[list[services.Service]]:
             # A stack the tests started leaves nothing running: the watchdog may
             # have started the view host, and it would outlive Kafka.
             services.down(settings, ["airflow"])
-            streams.stop_host(settings)
+            streams.shutdown(settings)
             ingest_ctl.stop(settings)
         for svc in reversed(all_services):
             if svc.name not in already:

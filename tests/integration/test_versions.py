@@ -410,6 +410,78 @@ def test_a_second_writer_is_refused_naming_the_first(settings: Settings, flowing
     assert ingest_ctl.pid(settings) is not None
 
 
+def test_the_view_host_serves_metrics_that_move_with_traffic(
+    settings: Settings, flowing: Any
+) -> None:
+    """Ingest and v2's stream run in the host: its endpoint, which `regauge status`
+    lists with Spark's and Trino's, counts their batches as events arrive (issue 21)."""
+    import math
+
+    import requests
+
+    from warehouse.ops import audit, exporter
+
+    status = subprocess.run(
+        [sys.executable, "-m", "warehouse.cli", "status"], capture_output=True, text=True
+    ).stdout
+    listed = {e.name: e for e in exporter.endpoints(settings)}
+    host = listed["view host"].url
+    assert host == f"http://127.0.0.1:{settings.metrics_port}/metrics", listed
+    for endpoint in listed.values():
+        assert endpoint.url is not None and endpoint.url in status, status
+    before = exporter.scrape(host)
+
+    run = pipeline.produce(settings, seed=fresh_seed(), count=400, chaos=True)
+    assert run.summary.ok, run.summary.errors
+    watched = {
+        "bronze batches": ("regauge_microbatch_seconds_count", {"query": "bronze"}),
+        "silver batches": ("regauge_microbatch_seconds_count", {"query": "silver"}),
+        "v2 batches": ("regauge_microbatch_seconds_count", {"query": f"{VIEW}_v2"}),
+        "v2 rows": ("regauge_microbatch_input_rows_total", {"query": f"{VIEW}_v2"}),
+        "accepted": ("regauge_silver_rows_total", {"outcome": "accepted"}),
+        "v2 commit": (
+            "regauge_view_last_gold_commit_timestamp_seconds",
+            {"view": VIEW, "version": "2"},
+        ),
+    }
+    keys = {what: (name, tuple(sorted(labels.items()))) for what, (name, labels) in watched.items()}
+    deadline = time.monotonic() + 180
+    while True:
+        after = exporter.scrape(host)
+        moved = {what: after.get(k, 0.0) > before.get(k, 0.0) for what, k in keys.items()}
+        if all(moved.values()):
+            break
+        assert time.monotonic() < deadline, f"not moved in 3 minutes: {moved}"
+        time.sleep(5)
+    # A chaos mix has poison pills: counted by the contract's reason.
+    quarantined = exporter.by_label(after, "regauge_quarantined_total", "reason")
+    assert sum(quarantined.values()) > 0 and set(quarantined) <= set(run.expected().by_reason())
+    behind = exporter.by_label(after, "regauge_ingest_behind_records", "partition")
+    assert sorted(behind, key=int) == [str(p) for p in range(settings.kafka_partitions)]
+    # Produce to gold: seconds, not the hours since the oldest event of history.
+    freshness = after[("regauge_view_freshness_seconds", (("version", "2"), ("view", VIEW)))]
+    assert 0 <= freshness < 600, freshness
+    assert after[("regauge_query_running", (("query", f"{VIEW}_v2"),))] == 1.0
+    assert after[("regauge_query_running", (("query", "ingest"),))] == 1.0
+    last = audit.last_result(settings)
+    passed = after[("regauge_audit_passed", ())]
+    if last is None:
+        assert math.isnan(passed)
+    else:
+        assert passed == float(last["passed"])
+        assert after[("regauge_audit_age_seconds", ())] >= 0
+    # What the services offer themselves: Spark's PrometheusServlet with the streaming
+    # queries' metrics, and Trino's OpenMetrics.
+    driver = requests.get(listed["view host's Spark driver"].url or "", timeout=30)
+    assert driver.status_code == 200 and "spark_streaming" in driver.text, driver.text[:500]
+    url = listed["trino"].url or ""
+    trino = requests.get(url, headers={"X-Trino-User": settings.trino_login}, timeout=30)
+    assert trino.status_code == 200 and "trino_" in trino.text, trino.text[:500]
+    # Trino's figures are the engineer's: an analyst is refused them.
+    refused = requests.get(url, headers={"X-Trino-User": USERS[0]}, timeout=30)
+    assert refused.status_code == 403, refused.text[:300]
+
+
 def _group(pid: int) -> int | None:
     try:
         return os.getpgid(pid)

@@ -92,6 +92,8 @@ class Settings:
     # JSON lines: every job, stage and task with its duration and micro-batch),
     # to profile a slow batch with; None writes none. `make bench` sets it.
     spark_event_log_dir: str | None = None
+    # The view host's Prometheus endpoint (`regauge status` lists it), on bind_host.
+    metrics_port: int = 9464
     # Per application on a Spark cluster (ignored by local[N]): without a cap, the
     # first application (the view host) would take every core of the standalone
     # master and leave none for Airflow's tasks.
@@ -237,6 +239,7 @@ OVERRIDES: dict[str, tuple[str, type]] = {
     "REGAUGE_INGEST_LAG_ALERT_S": ("ingest_lag_alert_s", float),
     "REGAUGE_MAINTENANCE_RETENTION_HOURS": ("maintenance_retention_hours", float),
     "REGAUGE_SPARK_EVENT_LOG_DIR": ("spark_event_log_dir", str),
+    "REGAUGE_METRICS_PORT": ("metrics_port", int),
     "REGAUGE_SPARK_EXECUTOR_MEMORY": ("spark_executor_memory", str),
     "REGAUGE_SPARK_EXECUTOR_CORES": ("spark_executor_cores", int),
     "REGAUGE_SPARK_CORES_MAX": ("spark_cores_max", int),

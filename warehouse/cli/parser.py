@@ -195,6 +195,17 @@ def _stack(add: Add) -> None:
         )
         if name == "status":
             p.add_argument("--check", action="store_true", help="exit 1 unless all are up")
+    p = add(
+        "top",
+        "stack:top",
+        "a live terminal dashboard of the view host's metrics: ingest lag per partition, "
+        "micro-batches per query, each view version's freshness and restatements, silver's "
+        "outcomes, quarantine by reason, the last audit (Ctrl-C ends it)",
+    )
+    p.add_argument(
+        "--every", type=float, default=2.0, metavar="S", help="seconds between scrapes (2)"
+    )
+    p.add_argument("--once", action="store_true", help="print one frame and exit")
     add(
         "settings",
         "stack:settings",

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+import time
 from collections.abc import Sequence
 
 from rich.console import Console
 from rich.table import Table
 
 from warehouse.base import settings as settings_mod
-from warehouse.ops import ingest_ctl, streams
+from warehouse.ops import audit, exporter, ingest_ctl, streams
 from warehouse.ops.stack import artifacts, services
 from warehouse.ops.stack.base import Service
 
@@ -34,7 +36,7 @@ def down(args: argparse.Namespace) -> int:
         # the pipeline's own daemons, which would fail once Kafka is gone.
         services.down(s, ["airflow"])
         # What is wanted stays: the next `streams ensure` brings it back.
-        if streams.stop_host(s):
+        if streams.shutdown(s):
             print("view host stopped (ingest and every view stream in it)")
     services.down(s, args.services)
     return 0
@@ -48,7 +50,122 @@ def status(args: argparse.Namespace) -> int:
     )
     (kafka,) = services.services(s, ["kafka"])
     print(ingest_ctl.describe(s, kafka_up=kafka.status().healthy)[1])
+    supervisor = streams.host(s).supervisor
+    programs = supervisor.programs()
+    print(
+        f"supervisord ({supervisor.log}): "
+        + (
+            "; ".join(f"{p['name']} {p['statename']} ({p['description']})" for p in programs)
+            if programs
+            else "not running (the first `ingest start` or `streams start` starts it)"
+        )
+    )
+    print("metrics (Prometheus text; `regauge top` shows the view host's):")
+    for endpoint in exporter.endpoints(s):
+        note = f" ({endpoint.note})" if endpoint.note else ""
+        print(f"  {endpoint.name + ':':<30} {endpoint.url or '-'}{note}")
+    print(f"last audit: {_last_audit(s)}")
     return 0 if all_up or not getattr(args, "check", False) else 1
+
+
+def _last_audit(s: settings_mod.Settings) -> str:
+    last = audit.last_result(s)
+    if last is None:
+        return "none on record (`regauge audit`, or the hourly regauge_audit DAG)"
+    verdict = "PASSED" if last["passed"] else f"FAILED ({last['failed']} checks)"
+    minutes = (time.time() - float(last["finished_at"])) / 60
+    return f"{verdict} {minutes:,.0f} min ago, run {last['run_id']}"
+
+
+def top(args: argparse.Namespace) -> int:
+    """The view host's metrics as a terminal dashboard, scraped every `--every` s."""
+    from rich.live import Live
+
+    s = settings_mod.get()
+    (host,) = [e for e in exporter.endpoints(s) if e.name == "view host"]
+    if host.url is None:
+        print(f"regauge: the view host has no metrics endpoint: {host.note}", flush=True)
+        print("start it with `regauge ingest start` or `regauge streams start VIEW VERSION`")
+        return 2
+    if args.once:
+        Console(width=160).print(_dashboard(host.url))
+        return 0
+    with Live(_dashboard(host.url), refresh_per_second=1, screen=False) as live:
+        try:
+            while True:
+                time.sleep(args.every)
+                live.update(_dashboard(host.url))
+        except KeyboardInterrupt:
+            return 0
+
+
+def _dashboard(url: str) -> Table:
+    """One frame: ingest, each query, each view version, silver and the audit."""
+    grid = Table.grid(padding=(0, 2))
+    try:
+        samples = exporter.scrape(url)
+    except OSError as exc:
+        grid.add_row(f"[red]{exc}[/red]")
+        return grid
+    grid.add_row(f"regauge top: {url} at {time.strftime('%H:%M:%S')}")
+
+    def num(value: float | None, fmt: str = ",.0f") -> str:
+        return "-" if value is None or math.isnan(value) else format(value, fmt)
+
+    ingest = Table(title="ingest, per Kafka partition")
+    for col in ("partition", "records behind", "oldest waiting s"):
+        ingest.add_column(col, justify="right")
+    behind = exporter.by_label(samples, "regauge_ingest_behind_records", "partition")
+    waiting = exporter.by_label(samples, "regauge_ingest_oldest_waiting_seconds", "partition")
+    for p in sorted(behind, key=int):
+        ingest.add_row(p, num(behind[p]), num(waiting.get(p), ",.1f"))
+    grid.add_row(ingest)
+
+    queries = Table(title="micro-batches, per query")
+    for col in ("query", "running", "batches", "mean s", "rows read"):
+        queries.add_column(col, justify="right")
+    running = exporter.by_label(samples, "regauge_query_running", "query")
+    count = exporter.by_label(samples, "regauge_microbatch_seconds_count", "query")
+    total = exporter.by_label(samples, "regauge_microbatch_seconds_sum", "query")
+    rows = exporter.by_label(samples, "regauge_microbatch_input_rows_total", "query")
+    for q in sorted(set(running) | set(count)):
+        mean = total[q] / count[q] if count.get(q) else None
+        state = {1.0: "yes", 0.0: "[red]no[/red]"}.get(running.get(q, math.nan), "-")
+        queries.add_row(q, state, num(count.get(q)), num(mean, ",.1f"), num(rows.get(q)))
+    grid.add_row(queries)
+
+    views = Table(title="views, per version")
+    for col in ("view", "freshness s", "last gold commit s ago", "restatements"):
+        views.add_column(col, justify="right")
+    keyed: dict[str, dict[str, float]] = {}
+    for (name, labels), value in samples.items():
+        label = dict(labels)
+        if "view" in label:
+            keyed.setdefault(f"{label['view']}_v{label['version']}", {})[name] = value
+    now = time.time()
+    for v, figures in sorted(keyed.items()):
+        at = figures.get("regauge_view_last_gold_commit_timestamp_seconds")
+        views.add_row(
+            v,
+            num(figures.get("regauge_view_freshness_seconds"), ",.1f"),
+            num(None if at is None else now - at),
+            num(figures.get("regauge_restatements_total")),
+        )
+    grid.add_row(views)
+
+    silver = exporter.by_label(samples, "regauge_silver_rows_total", "outcome")
+    reasons = exporter.by_label(samples, "regauge_quarantined_total", "reason")
+    grid.add_row(
+        "silver rows: "
+        + (", ".join(f"{k} {num(v)}" for k, v in sorted(silver.items())) or "none yet")
+        + "; quarantined by reason: "
+        + (", ".join(f"{k} {num(v)}" for k, v in sorted(reasons.items())) or "none")
+    )
+    age = samples.get(("regauge_audit_age_seconds", ()), math.nan)
+    passed = samples.get(("regauge_audit_passed", ()), math.nan)
+    verdict = "none on record" if math.isnan(passed) else ("passed" if passed else "FAILED")
+    grid.add_row(f"last audit: {verdict}, {num(age / 60)} min ago")
+    return grid
 
 
 def print_status(title: str, members: Sequence[Service]) -> bool:

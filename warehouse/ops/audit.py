@@ -24,6 +24,7 @@ import logging
 import re
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs import audit as spark_audit
@@ -379,7 +380,42 @@ def run(
         result.findings += spark_audit.check_silver_gold(spark, settings, live, sample)
     spark_audit.record(spark, settings, result)
     catalog.publish(spark_audit.AUDIT_RUNS, settings)
+    remember(settings, result, sorted(wanted))
     return result
+
+
+def _last_file(settings: Settings) -> Path:
+    return settings.state_dir / "audit" / "last.json"
+
+
+def remember(settings: Settings, run: Run, checks: list[str]) -> None:
+    """The verdict, for the view host's metrics (`regauge_audit_age_seconds`,
+    `regauge_audit_passed`) and `regauge status`: gold.audit_runs has the detail."""
+    path = _last_file(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(
+        json.dumps(
+            {
+                "run_id": run.run_id,
+                "finished_at": time.time(),
+                "passed": run.passed,
+                "checks": checks,
+                "failed": sum(not f.passed for f in run.findings),
+                "findings": len(run.findings),
+            }
+        )
+    )
+    tmp.replace(path)
+
+
+def last_result(settings: Settings) -> dict[str, Any] | None:
+    """The last audit's verdict, or None if no audit has finished here."""
+    try:
+        loaded: dict[str, Any] = json.loads(_last_file(settings).read_text())
+    except (OSError, ValueError):
+        return None
+    return loaded
 
 
 def verdict(run: Run) -> str:

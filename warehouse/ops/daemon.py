@@ -1,10 +1,11 @@
-"""Long-running pipeline processes (ingest, a view version's live stream) as daemons.
+"""Long-running pipeline processes (the view host) as daemons under supervisord.
 
-Each daemon is a `regauge ... run`-style command started detached in its own
-session, with a pid file, a log and a JSON status file under the state
-directory, the same way the stack's services run. `start` waits until the
-process says it is running; `stop` asks the Python driver to finish its
-micro-batch and exit, and only forces the process group after a timeout.
+Each daemon is a `regauge ... run`-style command that supervisord
+(`warehouse.ops.stack.supervisor`) runs. It has a log that supervisord
+rotates and a JSON status file under the state directory. supervisord starts
+it again within seconds when it dies. `start` waits until the process says it
+is running. `stop` asks the Python driver to finish its micro-batch and exit.
+supervisord forces the process group only after a timeout.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 import signal
 import sys
 import time
@@ -23,7 +23,11 @@ from typing import Any
 
 from warehouse.base.settings import REPO_ROOT
 from warehouse.ops.stack import process
-from warehouse.ops.stack.process import PidFile, Proc, ServiceError
+from warehouse.ops.stack.process import ServiceError
+from warehouse.ops.stack.supervisor import Supervisor
+
+# How long a daemon gets to finish its micro-batch after SIGTERM before its group is killed.
+STOP_WAIT_S = 90.0
 
 
 @dataclass(frozen=True)
@@ -34,8 +38,8 @@ class Daemon:
     cli_args: tuple[str, ...]
 
     @property
-    def pidfile(self) -> PidFile:
-        return PidFile(self.base / f"{self.name}.pid")
+    def supervisor(self) -> Supervisor:
+        return Supervisor(self.base / "supervisor")
 
     @property
     def log(self) -> Path:
@@ -49,12 +53,18 @@ class Daemon:
         return [sys.executable, "-m", "warehouse.cli", *self.cli_args]
 
     def pid(self) -> int | None:
-        return self.pidfile.live_pid()
+        return self.supervisor.pid(self.name)
 
     def read_status(self) -> dict[str, Any]:
+        """What the running daemon last said of itself; {} if it runs not (yet).
+
+        A daemon killed and restarted by supervisord leaves the dead one's file until
+        the new one writes its own: a status naming another pid is old news."""
         try:
             loaded: dict[str, Any] = json.loads(self.status_file.read_text())
         except (OSError, ValueError):
+            return {}
+        if "pid" in loaded and loaded["pid"] != self.pid():
             return {}
         return loaded
 
@@ -78,20 +88,37 @@ class Daemon:
             pid = self.pid()
             if pid is not None:
                 return pid, False
+            self._stop_unsupervised()
             self.status_file.unlink(missing_ok=True)
+            self.base.mkdir(parents=True, exist_ok=True)
             # In the project's folder, not the caller's: an Airflow task runs in a
             # temporary folder that is deleted when it ends, and a daemon it starts
             # outlives it (Spark fails to start in a folder that is gone).
-            proc = Proc(self.name, self.argv(), cwd=REPO_ROOT)
-            pid = process.spawn(proc, self.pidfile, self.log)
-        if not process.wait_until(
-            lambda: ready(self.read_status()), timeout, alive=lambda: self.pid() is not None
-        ):
+            self.supervisor.start(self.name, self.argv(), self.log, REPO_ROOT, STOP_WAIT_S)
+        if not process.wait_until(lambda: ready(self.read_status()), timeout, alive=self._alive):
             raise ServiceError(
                 f"{self.name} did not start within {timeout:.0f} s; its log ends with:\n"
                 + process.tail(self.log)
             )
+        pid = self.pid()
+        if pid is None:
+            raise ServiceError(f"{self.name} ended right after it started; see {self.log}")
         return pid, True
+
+    def _stop_unsupervised(self) -> None:
+        """A daemon an older regauge started by itself (pid file beside the log)
+        holds the same locks: stop it the way that regauge did."""
+        legacy = process.PidFile(self.base / f"{self.name}.pid")
+        pid = legacy.live_pid()
+        if pid is not None:
+            print(f"stopping {self.name} pid {pid}, started without supervisord")
+            process.stop_group(pid, signal.SIGTERM, STOP_WAIT_S)
+        legacy.clear()
+
+    def _alive(self) -> bool:
+        """Running, or about to run again: supervisord retries a quick death a few times."""
+        info = self.supervisor.info(self.name) or {}
+        return info.get("statename") in ("STARTING", "RUNNING", "BACKOFF")
 
     @contextlib.contextmanager
     def _launch_lock(self) -> Iterator[None]:
@@ -110,19 +137,21 @@ class Daemon:
         view hosts after the bench put the stack back).
         """
         with self._launch_lock():
+            self._stop_unsupervised()
             pid = self.pid()
             if pid is None:
-                self.pidfile.clear()
+                # Not retried either: a program in BACKOFF is stopped here too.
+                self.supervisor.stop(self.name)
                 return False
-            # Only the Python driver gets SIGTERM: it stops its queries between batches
-            # and shuts Spark down; signalling the whole group would kill the JVM
-            # mid-commit.
-            os.kill(pid, signal.SIGTERM)
+            # Only the Python driver gets SIGTERM (supervisord's stopasgroup=false): it
+            # stops its queries between batches and shuts Spark down; signalling the
+            # whole group would kill the JVM mid-commit.
+            self.supervisor.stop(self.name)
             deadline = time.monotonic() + timeout
             while self.pid() is not None and time.monotonic() < deadline:
                 time.sleep(0.5)
             if self.pid() is not None:
                 print(f"{self.name} did not stop within {timeout:.0f} s; killing it")
+            # Whatever is left of its group (a JVM the driver did not take down).
             process.stop_group(pid, signal.SIGKILL, 10)
-            self.pidfile.clear()
             return True

@@ -30,8 +30,9 @@ from spark_jobs import views as views_mod
 from spark_jobs.session import build_session
 from spark_jobs.views import runner
 from spark_jobs.views.base import View
+from warehouse.base import metrics
 from warehouse.base.settings import REPO_ROOT, Settings
-from warehouse.ops import ingest_ctl, pipeline, streams, writers
+from warehouse.ops import exporter, ingest_ctl, pipeline, streams, writers
 
 log = logging.getLogger(__name__)
 
@@ -312,6 +313,14 @@ def run_view_host(settings: Settings) -> int:
     hosted: dict[str, _Hosted] = {}
     ingesting = _HostedIngest()
     since = datetime.now(UTC)
+    endpoint: dict[str, str | None] = {"spark_ui": spark.sparkContext.uiWebUrl}
+    try:
+        endpoint["metrics"] = exporter.serve(settings, stop)
+        log.info("metrics at %s", endpoint["metrics"])
+    except OSError as exc:
+        # The pipeline matters more than its figures: run on, and say why there are none.
+        endpoint["metrics_error"] = str(exc)
+        log.error("no metrics endpoint: %s", exc)
 
     def save(state: str) -> None:
         daemon.write_status(
@@ -320,7 +329,12 @@ def run_view_host(settings: Settings) -> int:
             since=since,
             ingest=ingesting.state() if ingesting.active or ingesting.error else None,
             queries={name: h.state() for name, h in sorted(hosted.items())},
+            **endpoint,
         )
+        if ingesting.active or ingesting.error:
+            metrics.QUERY_RUNNING.labels("ingest").set(int(ingesting.active))
+        for name, h in hosted.items():
+            metrics.QUERY_RUNNING.labels(name).set(int(h.active))
 
     log.info("view host running (pid %d); wanted streams in %s", os.getpid(), daemon.base)
     try:
@@ -330,6 +344,7 @@ def run_view_host(settings: Settings) -> int:
             wanted = {streams.query_name(v, n): (v, n) for v, n in streams.wanted(settings)}
             for name in [n for n in hosted if n not in wanted]:
                 hosted.pop(name).release()
+                metrics.QUERY_RUNNING.remove(name)
             for name, (view_name, version) in wanted.items():
                 h = hosted.setdefault(name, _Hosted(name))
                 if h.active:
@@ -390,6 +405,8 @@ def _start_hosted(
         # Each micro-batch tags its gold commits through a session setting, which
         # must not leak into another query's commits.
         session = runner.live_session(spark)
+        # A session of its own, so one listener each: its batches into the metrics.
+        session.streams.addListener(ingest.BatchMetrics())
         # The query's thread inherits the pool from the thread that starts it.
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", h.name)
         try:

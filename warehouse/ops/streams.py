@@ -196,8 +196,16 @@ def stop(settings: Settings, view: str, version: int, timeout: float = 90.0) -> 
 
 
 def stop_host(settings: Settings) -> bool:
-    """Stop the host and every query in it (`regauge down`); the wanted set stays."""
+    """Stop the host and every query in it; the wanted set stays."""
     return host(settings).stop()
+
+
+def shutdown(settings: Settings) -> bool:
+    """`regauge down`: stop the host, then the supervisord that ran it. Whether the
+    host was running."""
+    stopped = stop_host(settings)
+    host(settings).supervisor.shutdown()
+    return stopped
 
 
 def ensure(settings: Settings) -> list[str]:

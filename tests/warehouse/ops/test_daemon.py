@@ -14,6 +14,15 @@ import pytest
 from warehouse.base.settings import load
 from warehouse.ops import ingest_ctl, processes, streams
 from warehouse.ops.daemon import Daemon
+from warehouse.ops.stack.supervisor import Supervisor
+
+
+@pytest.fixture(autouse=True)
+def _no_supervisord_left(tmp_path):
+    """Each daemon here runs under a supervisord of its own folder: stop them all."""
+    yield
+    for conf in tmp_path.rglob("supervisord.conf"):
+        Supervisor(conf.parent).shutdown(30)
 
 
 def test_ingest_goes_first_in_the_host_s_scheduler(tmp_path):
@@ -128,6 +137,31 @@ def test_a_daemon_runs_in_the_project_folder_not_its_launcher_s(tmp_path, monkey
         assert Path(f"/proc/{pid}/cwd").resolve() == REPO_ROOT.resolve()
     finally:
         assert d.stop(5)
+
+
+def test_supervisord_starts_a_killed_daemon_again_and_rotates_its_log(tmp_path):
+    """A kill -9 (the OOM killer's, say) is answered within seconds, with no watchdog."""
+    import os
+    import signal
+
+    d = _Sleeper("probe", tmp_path, ())
+    first, started = d.start(lambda st: bool(st), 30)
+    assert started
+    os.killpg(first, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while d.pid() in (None, first):
+        assert time.monotonic() < deadline, d.supervisor.info("probe")
+        time.sleep(0.2)
+    (program,) = d.supervisor.programs()
+    assert (program["name"], program["statename"]) in {("probe", "STARTING"), ("probe", "RUNNING")}
+    section = (d.supervisor.base / "programs" / "probe.conf").read_text()
+    assert f"stdout_logfile={d.log}" in section
+    assert "stdout_logfile_maxbytes=50MB" in section and "autorestart=unexpected" in section
+    # A stop asked for stays a stop.
+    assert d.stop(10)
+    time.sleep(6)
+    assert d.pid() is None
+    assert d.supervisor.info("probe")["statename"] == "STOPPED"
 
 
 def test_ingest_is_wanted_from_start_until_stop_unless_kept(tmp_path):

@@ -85,6 +85,8 @@ def env() -> dict[str, str]:
         "REGAUGE_SPARK_SHUFFLE_PARTITIONS": "4",
         # One box: every server still listens on loopback only.
         "REGAUGE_BIND_HOST": "127.0.0.1",
+        # Beside the local stack's view host, whose endpoint has the default port.
+        "REGAUGE_METRICS_PORT": "19464",
     }
 
 
@@ -570,7 +572,7 @@ def down(s: Settings) -> list[str]:
     for svc in airflow:
         if svc.stop():
             stopped.append(svc.name)
-    if streams.stop_host(s):
+    if streams.shutdown(s):
         stopped.append("view host")
     for svc in reversed([m for m in everything if m.name != "airflow"]):
         if svc.stop():

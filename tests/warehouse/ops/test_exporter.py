@@ -1,0 +1,106 @@
+"""The view host's metrics endpoint, served for real on a free port and scraped over HTTP."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.audit import Finding, Run
+from spark_jobs.ingest import record_progress
+from spark_jobs.silver import BatchResult
+from warehouse.base.settings import Settings
+from warehouse.ops import audit, exporter
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture()
+def private(settings: Settings, tmp_path: Path) -> Settings:
+    """Settings with a state folder of their own (no ingest wanted, no audit) and a free port."""
+    return dataclasses.replace(settings, state_dir=tmp_path, metrics_port=_free_port())
+
+
+@pytest.fixture()
+def served(private: Settings) -> Iterator[str]:
+    stop = threading.Event()
+    yield exporter.serve(private, stop)
+    stop.set()
+
+
+def test_a_taken_port_is_named_with_the_setting_that_moves_it(private: Settings) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", private.metrics_port))
+        taken.listen()
+        with pytest.raises(OSError) as refused:
+            exporter.serve(private, threading.Event())
+    text = str(refused.value)
+    assert f"127.0.0.1:{private.metrics_port} is taken" in text
+    assert "REGAUGE_METRICS_PORT" in text
+
+
+def test_silver_batches_and_progress_are_scraped_by_name(served: str) -> None:
+    before = exporter.scrape(served)
+    BatchResult(
+        7, rows_in=11, accepted=6, duplicates=1, conflicts=1, rejected={"oversize": 3}
+    ).record()
+    record_progress(
+        {
+            "name": "bronze",
+            "numInputRows": 10,
+            "durationMs": {"triggerExecution": 1500},
+            "sources": [
+                {
+                    "endOffset": json.dumps({"shop.events": {"0": 40, "1": 12}}),
+                    "latestOffset": json.dumps({"shop.events": {"0": 45, "1": 12}}),
+                }
+            ],
+        }
+    )
+    after = exporter.scrape(served)
+
+    def grew(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    assert grew("regauge_quarantined_total", reason="oversize") == 3
+    assert grew("regauge_silver_rows_total", outcome="accepted") == 6
+    assert grew("regauge_silver_rows_total", outcome="duplicate") == 1
+    assert grew("regauge_quarantined_total", reason="conflicting_duplicate") == 1
+    assert grew("regauge_silver_rows_total", outcome="quarantined") == 4
+    assert grew("regauge_microbatch_seconds_count", query="bronze") == 1
+    assert grew("regauge_microbatch_seconds_sum", query="bronze") == pytest.approx(1.5)
+    assert grew("regauge_microbatch_input_rows_total", query="bronze") == 10
+    assert exporter.by_label(after, "regauge_ingest_behind_records", "partition") == {
+        "0": 5.0,
+        "1": 0.0,
+    }
+
+
+def test_the_audit_figures_follow_the_last_audit(private: Settings, served: str) -> None:
+    import math
+
+    assert math.isnan(exporter.scrape(served)[("regauge_audit_passed", ())])
+    failed = Run(findings=[Finding("routing", "revenue_hourly", False, "wrong", {})])
+    audit.remember(private, failed, ["routing"])
+    samples = exporter.scrape(served)
+    assert samples[("regauge_audit_passed", ())] == 0.0
+    assert 0 <= samples[("regauge_audit_age_seconds", ())] < 60
+    assert audit.last_result(private) is not None
+    audit.remember(private, Run(findings=[Finding("routing", "x", True, "ok", {})]), ["routing"])
+    assert exporter.scrape(served)[("regauge_audit_passed", ())] == 1.0
+
+
+def test_endpoints_say_why_the_host_has_none(private: Settings) -> None:
+    found = {e.name: e for e in exporter.endpoints(private)}
+    assert found["view host"].url is None and found["view host"].note == "not running"
+    assert found["trino"].url == f"{private.trino_url}/metrics"

@@ -1,0 +1,81 @@
+"""The metrics regauge exports to Prometheus: every name in one place.
+
+Prometheus' own split: the code that does the work records (ingest's progress
+listener, silver's batches, a view's micro-batches, the view host's loop), and
+the process that runs it serves what was recorded. Only the view host serves
+(`warehouse.ops.exporter`), on `Settings.metrics_port`; in any other process
+(a replay, a test, the CLI) these objects record into memory nobody reads,
+which costs a dictionary update per batch.
+
+Labels stay few and bounded: a partition, a query name, a view and its version,
+a quarantine reason from the contract's list.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+INGEST_BEHIND = Gauge(
+    "regauge_ingest_behind_records",
+    "Records Kafka held that bronze had not copied yet, per partition, "
+    "as bronze's last micro-batch saw it",
+    ["partition"],
+)
+INGEST_OLDEST_WAITING = Gauge(
+    "regauge_ingest_oldest_waiting_seconds",
+    "How long the oldest record Kafka holds that bronze has not copied has waited, "
+    "per partition (0 when caught up); refreshed every 15 s",
+    ["partition"],
+)
+MICROBATCH = Histogram(
+    "regauge_microbatch_seconds",
+    "Duration of each streaming micro-batch, per query (bronze, silver, <view>_v<n>)",
+    ["query"],
+    buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600),
+)
+MICROBATCH_ROWS = Counter(
+    "regauge_microbatch_input_rows",
+    "Rows the micro-batches of each query read",
+    ["query"],
+)
+VIEW_FRESHNESS = Gauge(
+    "regauge_view_freshness_seconds",
+    "A view version's last micro-batch that changed gold: seconds from Kafka taking "
+    "the oldest event it applied until its gold commit (produce to gold)",
+    ["view", "version"],
+)
+VIEW_BATCH_AT = Gauge(
+    "regauge_view_last_gold_commit_timestamp_seconds",
+    "When a view version's last micro-batch that changed gold committed (Unix time)",
+    ["view", "version"],
+)
+RESTATEMENTS = Counter(
+    "regauge_restatements",
+    "Windows already final that a late event changed, per view version",
+    ["view", "version"],
+)
+SILVER_ROWS = Counter(
+    "regauge_silver_rows",
+    "Rows silver's batches took from bronze, by outcome: accepted, duplicate "
+    "(an exact re-send) or quarantined (conflicting duplicates among them)",
+    ["outcome"],
+)
+QUARANTINED = Counter(
+    "regauge_quarantined",
+    "Events silver sent to the quarantine, by the contract's reason",
+    ["reason"],
+)
+QUERY_RUNNING = Gauge(
+    "regauge_query_running",
+    "1 while a query the view host was asked to run is running; 0 while it waits "
+    "to be retried or for an operator",
+    ["query"],
+)
+AUDIT_AGE = Gauge(
+    "regauge_audit_age_seconds",
+    "Seconds since the last `regauge audit` finished (NaN: none on record)",
+)
+AUDIT_PASSED = Gauge(
+    "regauge_audit_passed",
+    "1 if the last `regauge audit` passed, 0 if it failed (NaN: none on record)",
+)

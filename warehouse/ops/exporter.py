@@ -1,0 +1,148 @@
+"""The view host's Prometheus endpoint, and where every metrics endpoint is.
+
+The queries record their own figures as they run (`warehouse.base.metrics`).
+This module serves them from the view host, and adds what only a look from
+outside the queries gives: how long the oldest record not yet in bronze has
+waited (a Kafka read, every `LAG_EVERY_S`), which hosted query runs, and the last
+audit's age and verdict (from the file `regauge audit` leaves).
+
+`endpoints` names every endpoint there is for `regauge status` and `regauge
+top`: the host's own, its Spark driver's (Spark's PrometheusServlet, with the
+streaming queries' metrics), and Trino's OpenMetrics on the coordinator.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+from prometheus_client import start_http_server
+
+from warehouse.base import metrics
+from warehouse.base.settings import Settings
+from warehouse.ops import audit, ingest_ctl, lag, streams
+
+log = logging.getLogger(__name__)
+
+LAG_EVERY_S = 15.0
+# Spark's PrometheusServlet on the driver's UI port (spark_jobs.session turns it on).
+SPARK_DRIVER_PATH = "/metrics/prometheus/"
+SPARK_EXECUTORS_PATH = "/metrics/executors/prometheus"
+
+
+def serve(settings: Settings, stop: threading.Event) -> str:
+    """Serve the metrics until the process ends; the endpoint's URL.
+
+    A port already taken is an OSError naming it: the caller decides whether to
+    run without metrics.
+    """
+    host = settings.bind_host or "0.0.0.0"
+    try:
+        start_http_server(settings.metrics_port, addr=host)
+    except OSError as exc:
+        raise OSError(
+            f"the metrics port {host}:{settings.metrics_port} is taken ({exc.strerror}); "
+            "set REGAUGE_METRICS_PORT to a free port"
+        ) from exc
+    metrics.AUDIT_AGE.set_function(lambda: _audit_field(settings, "age_s"))
+    metrics.AUDIT_PASSED.set_function(lambda: _audit_field(settings, "passed"))
+    threading.Thread(
+        target=_refresh_lag, args=(settings, stop), name="regauge-metrics-lag", daemon=True
+    ).start()
+    return f"http://{host}:{settings.metrics_port}/metrics"
+
+
+def _audit_field(settings: Settings, field: str) -> float:
+    last = audit.last_result(settings)
+    if last is None:
+        return math.nan
+    if field == "age_s":
+        return max(0.0, time.time() - float(last["finished_at"]))
+    return 1.0 if last["passed"] else 0.0
+
+
+def _refresh_lag(settings: Settings, stop: threading.Event) -> None:
+    """Records behind and the oldest one's wait, per partition, while ingest is wanted.
+    Kafka being away only leaves the last figures in place (and says so once)."""
+    said = False
+    while not stop.wait(LAG_EVERY_S):
+        if not ingest_ctl.wanted(settings)[0]:
+            continue
+        copied = (ingest_ctl.read_status(settings).get("bronze") or {}).get("copied") or {}
+        try:
+            lags = lag.ingest_lag(settings, {int(p): int(o) for p, o in copied.items()})
+        except Exception as exc:
+            if not said:
+                log.warning("metrics: cannot read Kafka's offsets (%s); lag figures stale", exc)
+            said = True
+            continue
+        said = False
+        for one in lags:
+            metrics.INGEST_BEHIND.labels(str(one.partition)).set(one.behind)
+            metrics.INGEST_OLDEST_WAITING.labels(str(one.partition)).set(one.age_s or 0.0)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    url: str | None
+    # How to read it, or why there is none.
+    note: str = ""
+
+
+def endpoints(settings: Settings) -> list[Endpoint]:
+    """Every metrics endpoint regauge knows of, from the view host's status file."""
+    status = streams.host(settings).read_status()
+    running = status.get("state") == "running" and streams.host(settings).pid() is not None
+    found = []
+    if not running:
+        found.append(Endpoint("view host", None, "not running"))
+    elif status.get("metrics"):
+        found.append(Endpoint("view host", status["metrics"]))
+    else:
+        found.append(Endpoint("view host", None, status.get("metrics_error") or "none yet"))
+    ui = status.get("spark_ui") if running else None
+    if ui:
+        found.append(Endpoint("view host's Spark driver", ui + SPARK_DRIVER_PATH))
+        found.append(Endpoint("view host's Spark executors", ui + SPARK_EXECUTORS_PATH))
+    found.append(
+        Endpoint(
+            "trino",
+            f"{settings.trino_url}/metrics",
+            f"as {settings.trino_login}: X-Trino-User, the one user rules.json lets read it",
+        )
+    )
+    return found
+
+
+# (metric name, labels) -> value, as one scrape of an endpoint found them.
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(url: str, timeout: float = 5.0) -> Samples:
+    """One scrape of a Prometheus text endpoint (a connection error raises OSError)."""
+    import requests
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        resp = requests.get(url, timeout=timeout)
+        resp.raise_for_status()
+    except requests.RequestException as exc:
+        raise OSError(f"cannot scrape {url}: {exc}") from exc
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(resp.text)
+        for sample in family.samples
+    }
+
+
+def by_label(samples: Samples, name: str, label: str) -> dict[str, float]:
+    """One metric's values keyed by one of its labels."""
+    return {
+        dict(labels)[label]: value
+        for (sample, labels), value in samples.items()
+        if sample == name and label in dict(labels)
+    }
