@@ -4,7 +4,7 @@ SHELL := /bin/bash
 REGAUGE := .venv/bin/regauge
 PYTEST := .venv/bin/pytest
 
-.PHONY: help setup lock up down status demo test test-fast test-cluster cluster-up cluster-down lint format bench chaos clean
+.PHONY: help setup lock up down status demo test test-fast test-cluster cluster-up cluster-down lint format bench chaos soak clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -61,6 +61,9 @@ format:  ## rewrite the code as `make lint` wants it (ruff format and import ord
 
 bench: up  ## speed and memory, each beside a baseline from the same run (~20 min); BENCH_ARGS="--events N ..."
 	@$(REGAUGE) bench $(BENCH_ARGS)
+
+soak: up  ## two hours of steady traffic with maintenance every 10 minutes: do file counts and latencies stay flat? SOAK_ARGS="--minutes N ..."
+	@$(REGAUGE) soak $(SOAK_ARGS)
 
 chaos: up  ## faults injected into the running pipeline (200k events, 5 kill -9s...); prints a table
 	@$(REGAUGE) chaos $(CHAOS_ARGS)

@@ -6,7 +6,7 @@ Files a newer version replaced are kept for REGAUGE_MAINTENANCE_RETENTION_HOURS
 for its stream or the audit still needs an older version. It runs beside
 ingest and the streams: compaction changes no data, and a writer it conflicts
 with retries. REGAUGE_MAINTENANCE_CRON, read when the DAG file is parsed, sets
-another schedule (`make soak` runs it every 10 minutes: "*/10 * * * *").
+another schedule, e.g. "*/10 * * * *" (`make soak` triggers runs itself instead).
 A stack that comes up waits for the next time: no run is due at start.
 """
 

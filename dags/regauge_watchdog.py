@@ -1,7 +1,10 @@
-"""regauge_watchdog: every minute, restart the view host if it died while ingest was
-wanted (started and not stopped on purpose; the host brings ingest back), then
-the live stream of any ready or serving view version that died (and stop streams
-of failed or retired ones)."""
+"""regauge_watchdog: every minute, make the view host run what the registry says.
+
+supervisord restarts a view host that dies, within seconds. This DAG covers
+what supervisord cannot know. It starts the host when ingest is wanted and no
+host runs, for example after `regauge down` and `up`, or a reboot. It starts the
+live stream of any ready or serving view version that is not running. It stops
+the streams of failed or retired ones."""
 
 from __future__ import annotations
 

@@ -525,6 +525,31 @@ def _tools(add: Add) -> None:
     )
     p.add_argument("--seed", type=int, default=None, help="seed the fault timing, to repeat it")
 
+    p = add(
+        "soak",
+        "tools:soak",
+        "steady traffic for hours with regauge_maintenance triggered every 10 minutes; "
+        "samples file counts, the serving query, freshness and micro-batches, and says "
+        "whether they stayed flat; writes docs/bench/soak-<time>.json and .png; what "
+        "`make soak` runs",
+    )
+    p.add_argument(
+        "--minutes", type=positive_int, default=120, help="how long to run (default 120)"
+    )
+    p.add_argument(
+        "--rate", type=positive_int, default=50, help="events per second produced (default 50)"
+    )
+    p.add_argument(
+        "--every", type=positive_int, default=5, help="minutes between samples (default 5)"
+    )
+    p.add_argument(
+        "--maintenance-every",
+        type=positive_int,
+        default=10,
+        help="minutes between regauge_maintenance runs (default 10)",
+    )
+    p.add_argument("--out", type=Path, default=BENCH_OUT, help="where the JSON and PNG go")
+
     # The defaults live in tools.bench.sizes, which imports nothing heavy.
     from warehouse.tools.bench.sizes import PHASES, Sizes
 

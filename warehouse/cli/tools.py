@@ -31,6 +31,25 @@ def chaos(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def soak(args: argparse.Namespace) -> int:
+    from warehouse.tools import soak as soak_mod
+
+    result = soak_mod.run(
+        settings_mod.get(),
+        minutes=args.minutes,
+        rate=args.rate,
+        every_min=args.every,
+        maintenance_every_min=args.maintenance_every,
+        out_dir=args.out,
+    )
+    print(f"\nsoak: {len(result.samples)} samples, {len(result.maintenance_runs)} maintenance runs")
+    for name, verdict in result.verdicts.items():
+        print(f"  {name:<40} {verdict}")
+    grew = [n for n, v in result.verdicts.items() if v.startswith("GREW")]
+    print(f"soak: {'grew: ' + ', '.join(grew) if grew else 'everything stayed flat'}")
+    return 1 if grew else 0
+
+
 def bench(args: argparse.Namespace) -> int:
     sizes = bench_mod.Sizes(
         events=args.events,
