@@ -344,8 +344,14 @@ def stream(
         stats = mine.agg(
             F.min("_commit_version"),
             F.max("_commit_version"),
-            # When Kafka took the oldest event applied: the batch's freshness.
-            F.min("kafka_timestamp"),
+            # The oldest new event's Kafka timestamp: the batch's freshness. Not a
+            # delete's (an erasure) or a pre-image's, which are old by nature.
+            F.min(
+                F.when(
+                    F.col("_change_type").isin("insert", "update_postimage"),
+                    F.col("kafka_timestamp"),
+                )
+            ),
             *restatements.Landed.columns(view),
         ).first()
         if stats is None or stats[1] is None:
@@ -377,7 +383,8 @@ def stream(
         # Only once the batch is done: a batch retried after a failure must see
         # the watermark as it was before it.
         watermark.advance(landed)
-        _record_batch(view, oldest, restated if applied.scopes else 0)
+        if applied.scopes:
+            _record_batch(view, oldest, restated)
         # Before publishing: the crash it stands for leaves a gold commit that only
         # the next batch, or the next start, publishes.
         faults.maybe_crash("view_after_commit", batch_id)
@@ -409,8 +416,8 @@ def stream(
 
 
 def _record_batch(view: View, oldest: datetime | None, restated: int) -> None:
-    """A gold commit into the metrics: produce-to-gold seconds of its oldest event
-    (both clocks are this machine's, or the cluster's in sync), and its restatements."""
+    """A gold commit into the metrics: seconds from the Kafka timestamp of its oldest
+    new event (the producer's clock, CreateTime) to now, and its restatements."""
     labels = (view.name, str(view.version))
     now = time.time()
     if oldest is not None:

@@ -44,8 +44,8 @@ def airflow(stack, settings: Settings) -> airflow_client.Client:
     client = airflow_client.Client(settings)
     for dag_id in ("regauge_reprocess", "regauge_rollout", "regauge_retire", "regauge_watchdog"):
         client.wait_for_dag(dag_id)
-    # The test kills the view host and counts on the watchdog: a bench stopped before
-    # it put the stack back can leave the watchdog paused on a developer's stack.
+    # The watchdog starts live versions' streams: a bench stopped before it put the
+    # stack back can leave it paused on a developer's stack.
     client.pause("regauge_watchdog", False)
     return client
 
@@ -281,19 +281,23 @@ def _reprocess_roll_out_and_retire(
     ]
     assert set(assert_routing(settings, USERS).values()) == {2}
 
-    # Ingest and the streams share the view host's JVM. The watchdog brings a
-    # dead host back, with the streams in it and ingest, since it was started
-    # (wanted) and not stopped.
+    # Ingest and the streams share the view host's JVM. supervisord brings a dead
+    # host back, and the host the streams in it and ingest, since it was started
+    # (wanted) and not stopped: with the watchdog paused, nothing else could.
     old_pid = streams.pid(settings, VIEW, 2)
     assert old_pid is not None and ingest_ctl.pid(settings) == old_pid
-    os.killpg(old_pid, signal.SIGKILL)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and (
-        streams.pid(settings, VIEW, 2) in (None, old_pid) or ingest_ctl.pid(settings) is None
-    ):
-        time.sleep(5)
+    airflow.pause("regauge_watchdog", True)
+    try:
+        os.killpg(old_pid, signal.SIGKILL)
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and (
+            streams.pid(settings, VIEW, 2) in (None, old_pid) or ingest_ctl.pid(settings) is None
+        ):
+            time.sleep(2)
+    finally:
+        airflow.pause("regauge_watchdog", False)
     new_pid = streams.pid(settings, VIEW, 2)
-    assert new_pid not in (None, old_pid), "the watchdog did not restart v2's stream"
+    assert new_pid not in (None, old_pid), "supervisord did not restart the host with v2"
     assert ingest_ctl.pid(settings) == new_pid, "nor ingest beside it"
 
     # Retire v1: its stream stops, its table leaves Trino, everyone sees v2.

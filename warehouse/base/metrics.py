@@ -17,8 +17,8 @@ from prometheus_client import Counter, Gauge, Histogram
 
 INGEST_BEHIND = Gauge(
     "regauge_ingest_behind_records",
-    "Records Kafka held that bronze had not copied yet, per partition, "
-    "as bronze's last micro-batch saw it",
+    "Records Kafka holds that bronze has not copied yet, per partition: from each bronze "
+    "micro-batch, and from a look at Kafka every 15 s",
     ["partition"],
 )
 INGEST_OLDEST_WAITING = Gauge(
@@ -40,8 +40,8 @@ MICROBATCH_ROWS = Counter(
 )
 VIEW_FRESHNESS = Gauge(
     "regauge_view_freshness_seconds",
-    "A view version's last micro-batch that changed gold: seconds from Kafka taking "
-    "the oldest event it applied until its gold commit (produce to gold)",
+    "A view version's last micro-batch that changed gold: seconds from the Kafka "
+    "timestamp (the producer's) of the oldest new event it applied until its gold commit",
     ["view", "version"],
 )
 VIEW_BATCH_AT = Gauge(

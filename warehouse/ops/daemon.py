@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
+import os
 import signal
 import sys
 import time
@@ -82,7 +84,7 @@ class Daemon:
 
         Returns (pid, started): started is False when it was already running.
         Two callers at once (the watchdog and a person, say) start one daemon:
-        the look at the pid file and the launch happen under a lock.
+        the look at supervisord's record and the launch happen under a lock.
         """
         with self._launch_lock():
             pid = self.pid()
@@ -106,14 +108,34 @@ class Daemon:
         return pid, True
 
     def _stop_unsupervised(self) -> None:
-        """A daemon an older regauge started by itself (pid file beside the log)
-        holds the same locks: stop it the way that regauge did."""
+        """Stop a daemon supervisord does not know, which holds the same locks: one an
+        older regauge started by itself (a pid file beside the log), or one left
+        running when its supervisord died (its status file names it)."""
         legacy = process.PidFile(self.base / f"{self.name}.pid")
-        pid = legacy.live_pid()
-        if pid is not None:
-            print(f"stopping {self.name} pid {pid}, started without supervisord")
-            process.stop_group(pid, signal.SIGTERM, STOP_WAIT_S)
+        orphans = {legacy.live_pid()}
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            orphans.add(int(json.loads(self.status_file.read_text()).get("pid")))
+        supervised = self.pid()
+        for pid in sorted(p for p in orphans if p is not None and p != supervised):
+            if self._runs_me(pid):
+                print(f"stopping {self.name} pid {pid}, which supervisord does not know")
+                # The driver first, so it ends its micro-batch; then what is left.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+                process.wait_until(functools.partial(self._gone, pid), STOP_WAIT_S)
+                process.stop_group(pid, signal.SIGKILL, 10)
         legacy.clear()
+
+    def _gone(self, pid: int) -> bool:
+        return not self._runs_me(pid)
+
+    def _runs_me(self, pid: int) -> bool:
+        """Whether pid is alive and runs this daemon's command line."""
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return [c.decode(errors="replace") for c in cmdline if c][1:] == self.argv()[1:]
 
     def _alive(self) -> bool:
         """Running, or about to run again: supervisord retries a quick death a few times."""
@@ -131,10 +153,9 @@ class Daemon:
         """Stop it between micro-batches; force it after `timeout`. False if not running.
 
         Under the launch lock: a start while it stops (the watchdog's, say) waits
-        and then launches a new daemon. Without the lock, such a start could
-        launch after this one ended and have its pid file cleared here, leaving a
-        daemon nobody knew of, and a second one started next to it (seen: two
-        view hosts after the bench put the stack back).
+        and then launches a new daemon. Without the lock, a start could slip in
+        between this stop's look and its wait (seen, with pid files: two view
+        hosts after the bench put the stack back).
         """
         with self._launch_lock():
             self._stop_unsupervised()
@@ -148,10 +169,14 @@ class Daemon:
             # whole group would kill the JVM mid-commit.
             self.supervisor.stop(self.name)
             deadline = time.monotonic() + timeout
-            while self.pid() is not None and time.monotonic() < deadline:
+            while self.pid() == pid and time.monotonic() < deadline:
                 time.sleep(0.5)
-            if self.pid() is not None:
+            if self.pid() == pid:
                 print(f"{self.name} did not stop within {timeout:.0f} s; killing it")
             # Whatever is left of its group (a JVM the driver did not take down).
             process.stop_group(pid, signal.SIGKILL, 10)
+            # It died on its own just before the stop, and supervisord started it again.
+            if self.pid() is not None:
+                self.supervisor.stop(self.name)
+                process.wait_until(lambda: self.pid() is None, timeout)
             return True

@@ -70,6 +70,9 @@ def _refresh_lag(settings: Settings, stop: threading.Event) -> None:
     said = False
     while not stop.wait(LAG_EVERY_S):
         if not ingest_ctl.wanted(settings)[0]:
+            # Stopped on purpose: no lag to report, rather than the last one seen.
+            metrics.INGEST_BEHIND.clear()
+            metrics.INGEST_OLDEST_WAITING.clear()
             continue
         copied = (ingest_ctl.read_status(settings).get("bronze") or {}).get("copied") or {}
         try:

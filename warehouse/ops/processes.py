@@ -161,6 +161,22 @@ class _Hosted(_Supervised):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.query: StreamingQuery | None = None
+        # Its session's listener, which records each batch into the metrics.
+        self.listening: tuple[SparkSession, ingest.BatchMetrics] | None = None
+
+    def listen(self, session: SparkSession) -> None:
+        self.unlisten()
+        listener = ingest.BatchMetrics()
+        session.streams.addListener(listener)
+        self.listening = (session, listener)
+
+    def unlisten(self) -> None:
+        """Each start makes a session: without this, each restart would leave one
+        listener (a Python callback the JVM holds) behind."""
+        if self.listening is not None:
+            session, listener = self.listening
+            session.streams.removeListener(listener)
+            self.listening = None
 
     def release(self) -> None:
         """Stop its query (between micro-batches) and let another writer have its table."""
@@ -169,6 +185,7 @@ class _Hosted(_Supervised):
             self.query.stop()  # type: ignore[union-attr]
             log.info("%s: stream stopped", self.name)
         self.query = None
+        self.unlisten()
         self.release_writer()
 
     @property
@@ -333,6 +350,8 @@ def run_view_host(settings: Settings) -> int:
         )
         if ingesting.active or ingesting.error:
             metrics.QUERY_RUNNING.labels("ingest").set(int(ingesting.active))
+        else:  # not wanted: no figure, rather than a last "running"
+            metrics.QUERY_RUNNING.remove("ingest")
         for name, h in hosted.items():
             metrics.QUERY_RUNNING.labels(name).set(int(h.active))
 
@@ -344,7 +363,7 @@ def run_view_host(settings: Settings) -> int:
             wanted = {streams.query_name(v, n): (v, n) for v, n in streams.wanted(settings)}
             for name in [n for n in hosted if n not in wanted]:
                 hosted.pop(name).release()
-                metrics.QUERY_RUNNING.remove(name)
+                _forget_figures(name)
             for name, (view_name, version) in wanted.items():
                 h = hosted.setdefault(name, _Hosted(name))
                 if h.active:
@@ -369,6 +388,18 @@ def run_view_host(settings: Settings) -> int:
         spark.stop()
     log.info("view host stopped")
     return 0
+
+
+def _forget_figures(name: str) -> None:
+    """A query no longer hosted leaves the metrics: a stale freshness would read as live."""
+    metrics.QUERY_RUNNING.remove(name)
+    parsed = streams.parse_name(name)
+    if parsed is not None:
+        labels = (parsed[0], str(parsed[1]))
+        for gauge in (metrics.VIEW_FRESHNESS, metrics.VIEW_BATCH_AT, metrics.RESTATEMENTS):
+            gauge.remove(*labels)
+    metrics.MICROBATCH.remove(name)
+    metrics.MICROBATCH_ROWS.remove(name)
 
 
 # A thread that has run this long without its supervisor giving up resets its backoff.
@@ -406,7 +437,7 @@ def _start_hosted(
         # must not leak into another query's commits.
         session = runner.live_session(spark)
         # A session of its own, so one listener each: its batches into the metrics.
-        session.streams.addListener(ingest.BatchMetrics())
+        h.listen(session)
         # The query's thread inherits the pool from the thread that starts it.
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", h.name)
         try:

@@ -61,6 +61,8 @@ class Soak:
     samples: list[Sample] = field(default_factory=list)
     maintenance_runs: list[str] = field(default_factory=list)
     verdicts: dict[str, str] = field(default_factory=dict)
+    # Samples or maintenance triggers that failed, with why.
+    errors: list[str] = field(default_factory=list)
 
 
 def run(
@@ -89,24 +91,32 @@ def run(
     last_batches: dict[str, tuple[float, float]] = {}
     try:
         while (now := time.monotonic()) < began + minutes * 60:
-            if now >= next_maintenance:
-                next_maintenance += maintenance_every_min * 60
-                if airflow.active_runs("regauge_maintenance"):
-                    print("soak: maintenance still running; this one skipped")
-                else:
-                    soak.maintenance_runs.append(airflow.trigger("regauge_maintenance", {}))
-            if now >= next_sample:
-                next_sample += every_min * 60
-                sample = _sample(settings, spark, (now - began) / 60, last_batches)
-                soak.samples.append(sample)
-                print(_line(sample), flush=True)
+            if not producer.is_alive():
+                raise RuntimeError("the soak's producer stopped; see the log above")
+            # One failed look (Trino busy, the host restarting) costs a sample, not the run.
+            try:
+                if now >= next_maintenance:
+                    next_maintenance += maintenance_every_min * 60
+                    if airflow.active_runs("regauge_maintenance"):
+                        print("soak: maintenance still running; this one skipped")
+                    else:
+                        soak.maintenance_runs.append(airflow.trigger("regauge_maintenance", {}))
+                if now >= next_sample:
+                    next_sample += every_min * 60
+                    sample = _sample(settings, spark, (now - began) / 60, last_batches)
+                    soak.samples.append(sample)
+                    print(_line(sample), flush=True)
+            except Exception as exc:
+                soak.errors.append(f"{(now - began) / 60:.1f} min: {type(exc).__name__}: {exc}")
+                print(f"soak: {soak.errors[-1]}", flush=True)
             time.sleep(max(0.0, min(next_sample, next_maintenance) - time.monotonic()))
     finally:
         stop.set()
         producer.join(120)
         spark.stop()
-    soak.verdicts = verdicts(soak.samples)
-    _write(soak, out_dir)
+        # Whatever ended the run, what was measured is kept.
+        soak.verdicts = verdicts(soak.samples)
+        _write(soak, out_dir)
     return soak
 
 
@@ -116,7 +126,7 @@ def _ensure_live(settings: Settings, airflow: Any) -> None:
 
     ingest_ctl.start(settings, None)
     for view, version in LIVE:
-        if versions.get(settings, view, version) is None:
+        if version not in {v.version for v in versions.versions(settings, view)}:
             print(f"soak: building {view} v{version} through regauge_reprocess")
             airflow.run("regauge_reprocess", {"view": view, "version": version})
     for line in streams.ensure(settings):

@@ -154,7 +154,10 @@ def test_supervisord_starts_a_killed_daemon_again_and_rotates_its_log(tmp_path):
         time.sleep(0.2)
     (program,) = d.supervisor.programs()
     assert (program["name"], program["statename"]) in {("probe", "STARTING"), ("probe", "RUNNING")}
-    section = (d.supervisor.base / "programs" / "probe.conf").read_text()
+    section_file = d.supervisor.base / "programs" / "probe.conf"
+    # It holds the starter's REGAUGE_* settings, passwords among them.
+    assert section_file.stat().st_mode & 0o777 == 0o600
+    section = section_file.read_text()
     assert f"stdout_logfile={d.log}" in section
     assert "stdout_logfile_maxbytes=50MB" in section and "autorestart=unexpected" in section
     # A stop asked for stays a stop.
@@ -177,3 +180,13 @@ def test_ingest_is_wanted_from_start_until_stop_unless_kept(tmp_path):
     assert ingest_ctl.pid(settings) is None
     assert ingest_ctl.stop(settings) is False
     assert ingest_ctl.wanted(settings) == (False, None)
+
+
+def test_a_setting_supervisord_cannot_pass_on_is_refused_by_name():
+    from warehouse.ops.stack.process import ServiceError
+    from warehouse.ops.stack.supervisor import _env_value
+
+    assert _env_value("REGAUGE_X", "a%b c") == 'REGAUGE_X="a%%b c"'
+    for bad in ('pa"ss', "line\nbreak", "x #comment", "y ;comment"):
+        with pytest.raises(ServiceError, match="REGAUGE_PASSWORD holds"):
+            _env_value("REGAUGE_PASSWORD", bad)

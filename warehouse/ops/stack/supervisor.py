@@ -16,6 +16,7 @@ group.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
@@ -32,11 +33,38 @@ from warehouse.ops.stack.process import ServiceError, tail, wait_until
 ALIVE = ("STARTING", "RUNNING", "STOPPING")
 LOG_MAX_BYTES = "50MB"
 LOG_BACKUPS = 5
+# A stuck supervisord must not hang `regauge status` or a test's teardown.
+RPC_TIMEOUT_S = 30.0
+# What supervisord itself keeps of its starter's environment. Everything else
+# (an Airflow task's secrets, a bench's REGAUGE_SPARK_EVENT_LOG_DIR) would reach
+# every program it ever starts; a program's REGAUGE_* come from its own section.
+_KEPT_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "JAVA_HOME", "USER", "TMPDIR")
+# Not settings: the DAGs' pointer to the CLI, which differs between starters.
+_NOT_PASSED = ("REGAUGE_BIN",)
 
 
 def _quoted(value: str) -> str:
     """A value for supervisord's config: `%` is interpolation there."""
     return value.replace("%", "%%")
+
+
+def _env_value(key: str, value: str) -> str:
+    """A value for `environment=`, double-quoted; refused where supervisord's parser
+    would cut or misread it (it has no escape for these)."""
+    if any(c in value for c in '"\n\r') or " #" in value or " ;" in value:
+        raise ServiceError(
+            f"{key} holds a double quote, a line break, ' #' or ' ;', which supervisord "
+            "cannot pass to the view host; set it without them"
+        )
+    return f'{key}="{_quoted(value)}"'
+
+
+def _private_write(path: Path, text: str) -> None:
+    """Owner-only: a program's section holds its settings, passwords among them."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    path.chmod(0o600)
 
 
 @dataclass(frozen=True)
@@ -59,9 +87,22 @@ class Supervisor:
         return self.base / "programs"
 
     def rpc(self) -> Any:
-        from supervisor.xmlrpc import SupervisorTransport
+        from supervisor.xmlrpc import SupervisorTransport, UnixStreamHTTPConnection
+
+        class Connection(UnixStreamHTTPConnection):
+            def connect(self) -> None:
+                super().connect()
+                self.sock.settimeout(RPC_TIMEOUT_S)
+
+        socket_file = str(self.socket)
+
+        def connection() -> Connection:
+            conn = Connection("localhost")
+            conn.socketfile = socket_file
+            return conn
 
         transport = SupervisorTransport(None, None, f"unix://{self.socket}")
+        transport._get_connection = connection
         # The host part is ignored: the transport talks to the socket.
         return xmlrpc.client.ServerProxy("http://supervisord", transport=transport)
 
@@ -77,8 +118,14 @@ class Supervisor:
         """Start supervisord for this folder unless it runs."""
         if self.running():
             return
-        self._programs().mkdir(parents=True, exist_ok=True)
-        self.conf.write_text(
+        if "%" in str(self.base):
+            # supervisord expands a log file's path twice; no quoting survives both.
+            raise ServiceError(f"the state folder {self.base} has a '%': supervisord cannot use it")
+        for folder in (self.base, self._programs()):
+            folder.mkdir(parents=True, exist_ok=True)
+            folder.chmod(0o700)
+        _private_write(
+            self.conf,
             "\n".join(
                 [
                     "[unix_http_server]",
@@ -90,14 +137,19 @@ class Supervisor:
                     f"logfile_backups={LOG_BACKUPS}",
                     f"pidfile={_quoted(str(self.base / 'supervisord.pid'))}",
                     f"directory={_quoted(str(self.base))}",
+                    f"childlogdir={_quoted(str(self.base))}",
+                    "identifier=regauge",
+                    # Its default clean-up deletes other supervisords' logs in /tmp.
+                    "nocleanup=true",
                     "[rpcinterface:supervisor]",
                     "supervisor.rpcinterface_factory = "
                     "supervisor.rpcinterface:make_main_rpcinterface",
                     "[include]",
-                    f"files={_quoted(str(self._programs()))}/*.conf",
+                    # Relative to this file: a path with a space would be split here.
+                    "files=programs/*.conf",
                     "",
                 ]
-            )
+            ),
         )
         # It forks into the background (its own session), so it outlives the command
         # or Airflow task that started it.
@@ -107,6 +159,7 @@ class Supervisor:
             cwd=self.base,
             stdin=subprocess.DEVNULL,
             timeout=timeout,
+            env={k: os.environ[k] for k in _KEPT_ENV if k in os.environ},
         )
         if not wait_until(self.running, timeout):
             raise ServiceError(
@@ -133,7 +186,9 @@ class Supervisor:
     def start(self, name: str, argv: list[str], log: Path, cwd: Path, stop_wait_s: float) -> None:
         """(Re)define the program with this command line and start it."""
         self.ensure()
-        env = {k: v for k, v in os.environ.items() if k.startswith("REGAUGE_")}
+        env = {
+            k: v for k, v in os.environ.items() if k.startswith("REGAUGE_") and k not in _NOT_PASSED
+        }
         section = [
             f"[program:{name}]",
             f"command={_quoted(shlex.join(argv))}",
@@ -156,12 +211,13 @@ class Supervisor:
             f"stdout_logfile_backups={LOG_BACKUPS}",
         ]
         if env:
-            pairs = ",".join(f'{k}="{_quoted(v)}"' for k, v in sorted(env.items()))
-            section.append(f"environment={pairs}")
+            section.append(
+                "environment=" + ",".join(_env_value(k, v) for k, v in sorted(env.items()))
+            )
         path = self._programs() / f"{name}.conf"
         text = "\n".join(section) + "\n"
         if not path.exists() or path.read_text() != text:
-            path.write_text(text)
+            _private_write(path, text)
         self._update(name)
         try:
             self.rpc().supervisor.startProcess(name, False)
@@ -172,14 +228,23 @@ class Supervisor:
                 ) from exc
 
     def _update(self, name: str) -> None:
-        """`supervisorctl update` for one program: load its section as it is now."""
+        """`supervisorctl update` for one program: load its section as it is now.
+        A changed section replaces the old one only while the program is not alive."""
         server = self.rpc().supervisor
-        [[added, changed, _removed]] = server.reloadConfig()
-        if name in changed and (self.info(name) or {}).get("statename") not in ALIVE:
-            server.removeProcessGroup(name)
-            added = [*added, name]
-        if name in added:
-            server.addProcessGroup(name)
+        try:
+            [[added, changed, _removed]] = server.reloadConfig()
+            if name in changed and (self.info(name) or {}).get("statename") not in ALIVE:
+                # BACKOFF (retrying a quick death) is not stopped: stop it first.
+                with contextlib.suppress(xmlrpc.client.Fault):
+                    server.stopProcess(name, True)
+                server.removeProcessGroup(name)
+                added = [*added, name]
+            if name in added:
+                server.addProcessGroup(name)
+        except xmlrpc.client.Fault as exc:
+            raise ServiceError(
+                f"supervisord could not load {name}'s section ({exc.faultString}); see {self.log}"
+            ) from exc
 
     def stop(self, name: str) -> None:
         """Ask it to stop (SIGTERM); supervisord kills its group after stop_wait_s."""
