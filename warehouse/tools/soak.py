@@ -87,7 +87,8 @@ def run(
     )
     producer.start()
     began = time.monotonic()
-    next_sample = next_maintenance = began
+    # The first sample after one interval: at the start the streams have seen no traffic yet.
+    next_sample, next_maintenance = began + every_min * 60, began
     last_batches: dict[str, tuple[float, float]] = {}
     try:
         while (now := time.monotonic()) < began + minutes * 60:
