@@ -24,6 +24,7 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from spark_jobs import bronze, erasure, lake, silver
 from warehouse.base import metrics, registry
+from warehouse.base.jsonfile import replace_json
 from warehouse.base.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -189,10 +190,7 @@ class ProgressLog(StreamingQueryListener):
     def _save(self, name: str, fields: dict[str, Any]) -> None:
         with self._lock:
             self.latest[name] = {**self.latest.get(name, {}), **fields}
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self.latest, indent=2, default=str))
-            tmp.replace(self.path)
+            replace_json(self.path, self.latest)
 
 
 def _now() -> str:

@@ -82,7 +82,7 @@ def top(args: argparse.Namespace) -> int:
     from rich.live import Live
 
     s = settings_mod.get()
-    (host,) = [e for e in exporter.endpoints(s) if e.name == "view host"]
+    host = exporter.host_endpoint(s)
     if host.url is None:
         print(f"regauge: the view host has no metrics endpoint: {host.note}", flush=True)
         print("start it with `regauge ingest start` or `regauge streams start VIEW VERSION`")
@@ -137,19 +137,17 @@ def _dashboard(url: str) -> Table:
     views = Table(title="views, per version")
     for col in ("view", "freshness s", "last gold commit s ago", "restatements"):
         views.add_column(col, justify="right")
-    keyed: dict[str, dict[str, float]] = {}
-    for (name, labels), value in samples.items():
-        label = dict(labels)
-        if "view" in label:
-            keyed.setdefault(f"{label['view']}_v{label['version']}", {})[name] = value
+    freshness = exporter.by_view(samples, "regauge_view_freshness_seconds")
+    committed = exporter.by_view(samples, "regauge_view_last_gold_commit_timestamp_seconds")
+    restated = exporter.by_view(samples, "regauge_restatements_total")
     now = time.time()
-    for v, figures in sorted(keyed.items()):
-        at = figures.get("regauge_view_last_gold_commit_timestamp_seconds")
+    for v in sorted(set(freshness) | set(committed) | set(restated)):
+        at = committed.get(v)
         views.add_row(
             v,
-            num(figures.get("regauge_view_freshness_seconds"), ",.1f"),
+            num(freshness.get(v), ",.1f"),
             num(None if at is None else now - at),
-            num(figures.get("regauge_restatements_total")),
+            num(restated.get(v)),
         )
     grid.add_row(views)
 

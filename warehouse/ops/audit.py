@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from spark_jobs import audit as spark_audit
 from spark_jobs.audit import MAX_KEYS, Finding, Run
 from warehouse.base import kafka_conf, registry
+from warehouse.base.jsonfile import replace_json
 from warehouse.base.settings import Settings
 from warehouse.ops.lag import kafka_watermarks, uncopied_age_s
 from warehouse.sql import catalog, serving, trino_client, versions
@@ -391,22 +392,17 @@ def _last_file(settings: Settings) -> Path:
 def remember(settings: Settings, run: Run, checks: list[str]) -> None:
     """The verdict, for the view host's metrics (`regauge_audit_age_seconds`,
     `regauge_audit_passed`) and `regauge status`: gold.audit_runs has the detail."""
-    path = _last_file(settings)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(
-        json.dumps(
-            {
-                "run_id": run.run_id,
-                "finished_at": time.time(),
-                "passed": run.passed,
-                "checks": checks,
-                "failed": sum(not f.passed for f in run.findings),
-                "findings": len(run.findings),
-            }
-        )
+    replace_json(
+        _last_file(settings),
+        {
+            "run_id": run.run_id,
+            "finished_at": time.time(),
+            "passed": run.passed,
+            "checks": checks,
+            "failed": sum(not f.passed for f in run.findings),
+            "findings": len(run.findings),
+        },
     )
-    tmp.replace(path)
 
 
 def last_result(settings: Settings) -> dict[str, Any] | None:

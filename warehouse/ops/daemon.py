@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from warehouse.base.jsonfile import replace_json
 from warehouse.base.settings import REPO_ROOT
 from warehouse.ops.stack import process
 from warehouse.ops.stack.process import ServiceError
@@ -72,10 +73,7 @@ class Daemon:
 
     def write_status(self, **status: Any) -> None:
         """Replace the status file atomically (readers never see half of it)."""
-        self.base.mkdir(parents=True, exist_ok=True)
-        tmp = self.status_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(status, indent=2, default=str))
-        tmp.replace(self.status_file)
+        replace_json(self.status_file, status)
 
     def start(
         self, ready: Callable[[dict[str, Any]], bool], timeout: float = 240.0

@@ -96,10 +96,16 @@ class Endpoint:
     note: str = ""
 
 
+def host_endpoint(settings: Settings) -> Endpoint:
+    """The view host's own endpoint (its url None, and why, when it has none)."""
+    return endpoints(settings)[0]
+
+
 def endpoints(settings: Settings) -> list[Endpoint]:
-    """Every metrics endpoint regauge knows of, from the view host's status file."""
+    """Every metrics endpoint regauge knows of, the view host's first, from its
+    status file (which reads as empty unless the host supervisord runs wrote it)."""
     status = streams.host(settings).read_status()
-    running = status.get("state") == "running" and streams.host(settings).pid() is not None
+    running = status.get("state") == "running"
     found = []
     if not running:
         found.append(Endpoint("view host", None, "not running"))
@@ -139,6 +145,15 @@ def scrape(url: str, timeout: float = 5.0) -> Samples:
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(resp.text)
         for sample in family.samples
+    }
+
+
+def by_view(samples: Samples, name: str) -> dict[str, float]:
+    """One per-view-version metric's values keyed by `<view>_v<version>`."""
+    return {
+        f"{dict(labels)['view']}_v{dict(labels)['version']}": value
+        for (sample, labels), value in samples.items()
+        if sample == name
     }
 
 

@@ -162,13 +162,9 @@ def _sample(
         t = time.monotonic()
         trino_client.query(settings, SERVING_SQL, user=ANALYST)
         timings.append(time.monotonic() - t)
-    (host,) = [e for e in exporter.endpoints(settings) if e.name == "view host"]
+    host = exporter.host_endpoint(settings)
     scraped = exporter.scrape(host.url) if host.url else {}
-    freshness = {
-        f"{dict(labels)['view']}_v{dict(labels)['version']}": value
-        for (name, labels), value in scraped.items()
-        if name == "regauge_view_freshness_seconds"
-    }
+    freshness = exporter.by_view(scraped, "regauge_view_freshness_seconds")
     counts = exporter.by_label(scraped, "regauge_microbatch_seconds_count", "query")
     sums = exporter.by_label(scraped, "regauge_microbatch_seconds_sum", "query")
     means = {}
