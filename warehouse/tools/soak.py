@@ -34,9 +34,11 @@ from typing import Any
 
 from warehouse.base.settings import Settings
 
-# The versions the soak keeps live: built through regauge_reprocess if need be.
-LIVE = (("revenue_hourly", 1), ("cart_sessions", 1))
-SERVING_SQL = "SELECT count(*), sum(orders) FROM lakehouse.serving.revenue_hourly"
+# The views the soak keeps live: whichever versions are live, or v1 built through
+# regauge_reprocess if none is.
+LIVE = ("revenue_hourly", "cart_sessions")
+# Only columns every version of the view has: the analyst may be routed to any.
+SERVING_SQL = "SELECT count(*), max(window_end) FROM lakehouse.serving.revenue_hourly"
 ANALYST = "analyst.soak"
 # A figure in the last third may be this much above the first third's and still count as flat.
 GROWTH_ALLOWED = 1.5
@@ -74,6 +76,8 @@ def run(
     maintenance_every_min: float,
     out_dir: Path,
 ) -> Soak:
+    from trino.exceptions import TrinoUserError
+
     from spark_jobs.session import build_session
     from warehouse.ops import airflow_client
 
@@ -107,6 +111,8 @@ def run(
                     sample = _sample(settings, spark, (now - began) / 60, last_batches)
                     soak.samples.append(sample)
                     print(_line(sample), flush=True)
+            except TrinoUserError:
+                raise  # the query itself is wrong: no later sample would do better
             except Exception as exc:
                 soak.errors.append(f"{(now - began) / 60:.1f} min: {type(exc).__name__}: {exc}")
                 print(f"soak: {soak.errors[-1]}", flush=True)
@@ -126,10 +132,16 @@ def _ensure_live(settings: Settings, airflow: Any) -> None:
     from warehouse.sql import versions
 
     ingest_ctl.start(settings, None)
-    for view, version in LIVE:
-        if version not in {v.version for v in versions.versions(settings, view)}:
-            print(f"soak: building {view} v{version} through regauge_reprocess")
-            airflow.run("regauge_reprocess", {"view": view, "version": version})
+    for view in LIVE:
+        known = versions.versions(settings, view)
+        if known and not any(v.live for v in known):
+            raise RuntimeError(
+                f"{view} has no live version (all are retired or failed): build one "
+                "through regauge_reprocess before the soak"
+            )
+        if not known:
+            print(f"soak: building {view} v1 through regauge_reprocess")
+            airflow.run("regauge_reprocess", {"view": view, "version": 1})
     for line in streams.ensure(settings):
         print(f"soak: {line}")
 
