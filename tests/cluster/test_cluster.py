@@ -219,7 +219,7 @@ def test_a_broker_and_a_worker_killed_under_load_lose_and_double_nothing(
     producing.start()
     time.sleep(4)
     broker = cluster.KafkaBroker(s, 2)
-    pid = broker.pidfile(broker.name).live_pid()
+    pid = broker.live_pids()[broker.name]
     assert pid is not None and producing.is_alive()
     os.killpg(pid, signal.SIGKILL)  # the broker, as a machine loss would
     producing.join()
@@ -246,7 +246,7 @@ def test_a_broker_and_a_worker_killed_under_load_lose_and_double_nothing(
 
     assert wait_until(tasks_running, 180, interval=0.3), log.read_text()
     assert ingest.poll() is None, "ingest ended before the fault: nothing was tested"
-    worker_pid = worker.pidfile(worker.name).live_pid()
+    worker_pid = worker.live_pids()[worker.name]
     assert worker_pid is not None
     os.killpg(worker_pid, signal.SIGKILL)
     try:

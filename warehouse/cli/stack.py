@@ -51,13 +51,19 @@ def status(args: argparse.Namespace) -> int:
     (kafka,) = services.services(s, ["kafka"])
     print(ingest_ctl.describe(s, kafka_up=kafka.status().healthy)[1])
     supervisor = streams.host(s).supervisor
-    programs = supervisor.programs()
+    # The services' programs are in the table above; the pipeline's are here.
+    table_names = {p.name for svc in services.services(s) for p in svc.procs()}
+    programs = [p for p in supervisor.programs() if p["name"] not in table_names]
     print(
         f"supervisord ({supervisor.log}): "
         + (
             "; ".join(f"{p['name']} {p['statename']} ({p['description']})" for p in programs)
             if programs
-            else "not running (the first `ingest start` or `streams start` starts it)"
+            else (
+                "runs no pipeline process (`ingest start` or `streams start` starts the host)"
+                if supervisor.running()
+                else "not running (`regauge up` starts it)"
+            )
         )
     )
     print("metrics (Prometheus text; `regauge top` shows the view host's):")
@@ -169,7 +175,7 @@ def _dashboard(url: str) -> Table:
 def print_status(title: str, members: Sequence[Service]) -> bool:
     """A table of each service's processes; whether every service is healthy."""
     table = Table(title=title)
-    for col in ("service", "state", "port", "pid", "memory", "log", "where"):
+    for col in ("service", "state", "port", "pid", "supervisord", "memory", "log", "where"):
         table.add_column(col)
     all_up = True
     total_rss = 0
@@ -184,6 +190,7 @@ def print_status(title: str, members: Sequence[Service]) -> bool:
                 state if i == 0 else "",
                 ",".join(map(str, st.ports)) if i == 0 else "",
                 str(proc.pid or "-"),
+                proc.state,
                 f"{proc.rss_bytes / 2**20:,.0f} MiB" if proc.pid else "-",
                 str(proc.log),
                 st.note if i == 0 else "",

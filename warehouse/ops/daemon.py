@@ -27,7 +27,7 @@ from warehouse.base.jsonfile import replace_json
 from warehouse.base.settings import REPO_ROOT
 from warehouse.ops.stack import process
 from warehouse.ops.stack.process import ServiceError
-from warehouse.ops.stack.supervisor import Supervisor
+from warehouse.ops.stack.supervisor import Program, Supervisor
 
 # How long a daemon gets to finish its micro-batch after SIGTERM before its group is killed.
 STOP_WAIT_S = 90.0
@@ -94,7 +94,9 @@ class Daemon:
             # In the project's folder, not the caller's: an Airflow task runs in a
             # temporary folder that is deleted when it ends, and a daemon it starts
             # outlives it (Spark fails to start in a folder that is gone).
-            self.supervisor.start(self.name, self.argv(), self.log, REPO_ROOT, STOP_WAIT_S)
+            self.supervisor.start(
+                self.name, self.argv(), self.log, Program(cwd=REPO_ROOT, stop_wait_s=STOP_WAIT_S)
+            )
         if not process.wait_until(lambda: ready(self.read_status()), timeout, alive=self._alive):
             raise ServiceError(
                 f"{self.name} did not start within {timeout:.0f} s; its log ends with:\n"

@@ -201,10 +201,10 @@ def stop_host(settings: Settings) -> bool:
 
 
 def shutdown(settings: Settings) -> bool:
-    """`regauge down`: stop the host, then the supervisord that ran it. Whether the
-    host was running."""
+    """`regauge down`: stop the host, then the supervisord that ran it unless it runs
+    services still. Whether the host was running."""
     stopped = stop_host(settings)
-    host(settings).supervisor.shutdown()
+    host(settings).supervisor.shutdown_if_idle()
     return stopped
 
 

@@ -30,6 +30,7 @@ class Airflow(Service):
     """Airflow 3 (api-server, scheduler, dag-processor, triggerer) in its own virtualenv."""
 
     name = "airflow"
+    priority = 400
     health_timeout = 240.0
     components = ("api-server", "scheduler", "dag-processor", "triggerer")
     task_env: dict[str, str] = {}  # noqa: RUF012 - replaced per instance, never mutated

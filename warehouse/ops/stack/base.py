@@ -1,9 +1,11 @@
 """What every service of the local stack shares: the Service base class, its status
 types and config rendering.
 
-Every service keeps its data, config, logs and pids under the settings' state
-directory. Starting one that already runs is a no-op; stopping signals only the
-processes recorded in our own pid files.
+Every service keeps its data, config and logs under the settings' state
+directory, and runs under that folder's supervisord
+(`warehouse.ops.stack.supervisor`), which restarts a process that dies and
+rotates its log. Starting one that already runs is a no-op; stopping asks
+supervisord, so a stopped service stays stopped.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import contextlib
 import logging
 import os
 import secrets
+import signal
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from string import Template
 
@@ -23,17 +27,24 @@ from warehouse.ops.stack.process import (
     PidFile,
     Proc,
     ServiceError,
+    group_alive,
     group_rss_bytes,
     port_taken,
-    spawn,
     stop_group,
     tail,
     wait_until,
 )
+from warehouse.ops.stack.supervisor import ALIVE, Program, Supervisor
 
 log = logging.getLogger(__name__)
 
 INFRA = REPO_ROOT / "infra"
+# As long as regauge waited before it used supervisord: then the group is killed.
+STOP_WAIT_S = 30.0
+# With n seconds before the nth retry, 60 retries keep a service trying for an
+# hour (Airflow's components while PostgreSQL is down); then supervisord gives
+# up (FATAL, shown by `regauge status`) and `regauge up` starts it again.
+START_RETRIES = 60
 
 
 @dataclass(frozen=True)
@@ -42,6 +53,8 @@ class ProcStatus:
     pid: int | None
     log: Path
     rss_bytes: int = 0
+    # supervisord's state of it (RUNNING, BACKOFF...), or how else it runs.
+    state: str = "-"
 
 
 @dataclass(frozen=True)
@@ -91,6 +104,8 @@ class Service(ABC):
 
     name: str
     health_timeout: float = 120.0
+    # supervisord starts lower first and, when it stops itself, stops it last.
+    priority: int = 500
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -116,7 +131,12 @@ class Service(ABC):
         return ""
 
     # -- shared mechanics ---------------------------------------------------------
-    def pidfile(self, proc: str) -> PidFile:
+    @property
+    def supervisor(self) -> Supervisor:
+        return Supervisor.of_state(self.settings.state_dir)
+
+    def legacy_pidfile(self, proc: str) -> PidFile:
+        """Where regauge before supervisord recorded a process it started itself."""
         return PidFile(self.settings.state_dir / "run" / f"{proc}.pid")
 
     def logfile(self, proc: str) -> Path:
@@ -125,8 +145,14 @@ class Service(ABC):
     def _proc_names(self) -> list[str]:
         return [p.name for p in self.procs()]
 
+    def _legacy_pids(self) -> dict[str, int]:
+        found = {n: self.legacy_pidfile(n).live_pid() for n in self._proc_names()}
+        return {n: pid for n, pid in found.items() if pid is not None}
+
     def live_pids(self) -> dict[str, int | None]:
-        return {n: self.pidfile(n).live_pid() for n in self._proc_names()}
+        """Each process's pid, if it runs (supervised, or left by an older regauge)."""
+        legacy = self._legacy_pids()
+        return {n: self.supervisor.pid(n) or legacy.get(n) for n in self._proc_names()}
 
     def running(self) -> bool:
         pids = self.live_pids()
@@ -135,19 +161,36 @@ class Service(ABC):
     def start(self) -> bool:
         """Start whatever of this service is not running; True if anything started."""
         pids = self.live_pids()
-        if _all_live(pids) and self.healthy():
+        legacy = self._legacy_pids()
+        if _all_live(pids) and not legacy and self.healthy():
             log.info("%s already running (pid %s)", self.name, _pids(pids))
             return False
-        if any(pid is not None for pid in pids.values()):
-            # Half up (one Airflow process died, say): restart it whole, cleanly.
+        if legacy:
+            log.warning("%s was started without supervisord; restarting it under it", self.name)
+            self.stop()
+        elif any(pid is not None for pid in pids.values()):
+            # Half up (one Airflow process given up on, say): restart it whole, cleanly.
             log.warning("%s is partly running; restarting it", self.name)
             self.stop()
         self.launch()
         self.await_healthy()
         return True
 
+    def program(self, proc: Proc) -> Program:
+        """How supervisord runs one of its processes."""
+        return Program(
+            cwd=proc.cwd,
+            env=proc.env,
+            user=proc.user,
+            stop_signal=signal.Signals(proc.stop_signal).name.removeprefix("SIG"),
+            stop_wait_s=STOP_WAIT_S,
+            service=True,
+            start_retries=START_RETRIES,
+            priority=self.priority,
+        )
+
     def launch(self) -> None:
-        """Prepare and spawn the processes, without waiting for them (a member of a
+        """Prepare and start the processes, without waiting for them (a member of a
         quorum cannot become healthy alone: its peers are launched first)."""
         for port in self.ports():
             if port_taken(port):
@@ -157,35 +200,51 @@ class Service(ABC):
                 )
         self.prepare()
         for proc in self.procs():
-            spawn(proc, self.pidfile(proc.name), self.logfile(proc.name))
+            self.supervisor.start(proc.name, proc.argv, self.logfile(proc.name), self.program(proc))
+
+    def _starting(self) -> bool:
+        """Every process is up or on its way; a start that already died (supervisord
+        retries it, in BACKOFF) is reported at once, with its log."""
+        return all(self.supervisor.state(n) in ALIVE for n in self._proc_names())
 
     def await_healthy(self) -> None:
         """Wait until the launched service answers; stop it and raise if it does not."""
         procs = self.procs()
         log.info("waiting for %s to become healthy (up to %.0f s)", self.name, self.health_timeout)
-        ok = wait_until(self.healthy, self.health_timeout, alive=self.running, interval=1.0)
+        ok = wait_until(self.healthy, self.health_timeout, alive=self._starting, interval=1.0)
         if not ok:
             logs = "\n".join(
                 f"--- last lines of {self.logfile(p.name)}\n{tail(self.logfile(p.name))}"
                 for p in procs
             )
-            state = "exited" if not self.running() else "did not become healthy in time"
+            state = "exited" if not self._starting() else "did not become healthy in time"
             self.stop()
             raise ServiceError(f"{self.name} {state}\n{logs}")
         self.after_start()
         log.info("%s is up (pid %s)", self.name, _pids(self.live_pids()))
 
     def stop(self) -> bool:
-        """Stop the processes we started, newest first; True if anything was running."""
+        """Stop its processes, newest first; True if anything was running."""
         stopped = False
         for proc in reversed(self.procs()):
-            pidfile = self.pidfile(proc.name)
-            pid = pidfile.live_pid()
+            legacy = self.legacy_pidfile(proc.name)
+            pid = legacy.live_pid()
             if pid is not None:
-                log.info("stopping %s (pid %d)", proc.name, pid)
+                log.info("stopping %s (pid %d, started without supervisord)", proc.name, pid)
                 stop_group(pid, proc.stop_signal)
                 stopped = True
-            pidfile.clear()
+            legacy.clear()
+            pid = self.supervisor.pid(proc.name)
+            if pid is not None:
+                log.info("stopping %s (pid %d)", proc.name, pid)
+                stopped = True
+            # Also a program in BACKOFF, which has no pid but would be started again.
+            self.supervisor.stop(proc.name)
+            if pid is not None:
+                # supervisord signals the group and kills it after STOP_WAIT_S; the
+                # group is checked too, as a launcher's children may outlive it.
+                wait_until(partial(_group_gone, pid), STOP_WAIT_S + 10, interval=0.2)
+                stop_group(pid, signal.SIGKILL, 10)
         return stopped
 
     def status(self) -> Status:
@@ -197,11 +256,21 @@ class Service(ABC):
             healthy=running and self.healthy(),
             ports=self.ports(),
             procs=[
-                ProcStatus(n, pid, self.logfile(n), group_rss_bytes(pid) if pid else 0)
+                ProcStatus(
+                    n,
+                    pid,
+                    self.logfile(n),
+                    group_rss_bytes(pid) if pid else 0,
+                    self.supervisor.state(n) or ("unsupervised" if pid else "-"),
+                )
                 for n, pid in pids.items()
             ],
             note=self.note(),
         )
+
+
+def _group_gone(pgid: int) -> bool:
+    return not group_alive(pgid)
 
 
 def _all_live(pids: dict[str, int | None]) -> bool:

@@ -33,6 +33,7 @@ from warehouse.base.settings import load as load_settings
 from warehouse.ops.stack.base import INFRA, Service, _render, kept_secret, private
 from warehouse.ops.stack.kafka import Kafka, _kafka_cluster_id, kafka_admin
 from warehouse.ops.stack.process import Proc, ServiceError, port_open
+from warehouse.ops.stack.supervisor import Supervisor
 from warehouse.ops.stack.trino import Trino
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,7 @@ class ObjectStore(Service):
     """S3Proxy on a folder: a real S3 server (signed requests, multipart uploads)."""
 
     name = "s3"
+    priority = 50
     health_timeout = 60.0
 
     def ports(self) -> Sequence[int]:
@@ -163,6 +165,7 @@ def _spark_env() -> dict[str, str]:
 
 class SparkMaster(Service):
     name = "spark-master"
+    priority = 150
     health_timeout = 60.0
 
     def ports(self) -> Sequence[int]:
@@ -197,6 +200,7 @@ class SparkWorker(Service):
     """
 
     health_timeout = 60.0
+    priority = 160
 
     def __init__(self, settings: Settings, n: int) -> None:
         self.name = f"spark-worker-{n}"
@@ -577,4 +581,6 @@ def down(s: Settings) -> list[str]:
     for svc in reversed([m for m in everything if m.name != "airflow"]):
         if svc.stop():
             stopped.append(svc.name)
+    if Supervisor.of_state(s.state_dir).shutdown_if_idle():
+        stopped.append("supervisord")
     return stopped

@@ -24,6 +24,7 @@ class Kafka(Service):
     """A single-node Kafka 4 broker in KRaft mode, from Maven Central jars."""
 
     name = "kafka"
+    priority = 200
     health_timeout = 90.0
 
     def ports(self) -> Sequence[int]:

@@ -28,6 +28,7 @@ class Postgres(Service):
 
     name = "postgres"
     health_timeout = 60.0
+    priority = 100
 
     @property
     def real_home(self) -> Path:
@@ -129,6 +130,9 @@ class Postgres(Service):
                     "shared_buffers=128MB",
                 ],
                 user=self._user(),
+                # A folder its account can enter (supervisord changes to it after
+                # switching user); the checkout may be private to root.
+                cwd=self.real_home,
                 # SIGINT is PostgreSQL's "fast" shutdown; SIGTERM waits for clients.
                 stop_signal=signal.SIGINT,
             )

@@ -1,9 +1,8 @@
-"""Start, watch and stop the processes the project itself launched.
+"""Watch and stop processes: ports, process groups, pid files, memory.
 
-Each process runs in its own session (so its children share its process group),
-logs to one file, and is remembered by a pid file holding its pid and kernel
-start time. Stopping signals exactly that group, and only if the start time
-still matches, so a recycled pid never hits someone else's process.
+supervisord (`supervisor.py`) starts every long-running process. A pid file
+holds a pid and its kernel start time, so a recycled pid never hits someone
+else's process; regauge before supervisord kept one per service.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import errno
 import os
 import signal
 import socket
-import subprocess
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -95,27 +93,6 @@ def tail(path: Path, lines: int = 25) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def spawn(proc: Proc, pidfile: PidFile, logfile: Path) -> int:
-    """Start proc detached in its own session, appending its output to logfile."""
-    logfile.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **proc.env}
-    with logfile.open("ab") as out:
-        out.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {proc.name}\n".encode())
-        out.flush()
-        child = subprocess.Popen(
-            list(proc.argv),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=proc.cwd,
-            env=env,
-            user=proc.user,
-            start_new_session=True,
-        )
-    pidfile.write(child.pid)
-    return child.pid
-
-
 def stop_group(pid: int, sig: int, timeout: float = 30.0) -> None:
     """Signal pid's process group, wait for the leader to go, then force it."""
     with contextlib.suppress(ProcessLookupError):
@@ -123,7 +100,7 @@ def stop_group(pid: int, sig: int, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         _reap(pid)
-        if _start_time(pid) is None and not _group_alive(pid):
+        if _start_time(pid) is None and not group_alive(pid):
             return
         time.sleep(0.2)
     with contextlib.suppress(ProcessLookupError):
@@ -136,7 +113,7 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def _group_alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:

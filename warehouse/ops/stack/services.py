@@ -1,8 +1,8 @@
 """The local stack: PostgreSQL, Kafka, Trino and Airflow, each with start, stop and status.
 
-Every service keeps its data, config, logs and pids under the settings' state
-directory. Starting one that already runs is a no-op; stopping signals only the
-processes recorded in our own pid files.
+Every service keeps its data, config and logs under the settings' state
+directory and runs under that folder's supervisord. Starting one that already
+runs is a no-op; stopping one leaves it stopped.
 
 This module holds the entry points (`up`, `down`, `services()`) and the start
 order; the base class is in `base.py`, each service in its own module. The names
@@ -20,6 +20,7 @@ from warehouse.ops.stack.base import INFRA, ProcStatus, Service, Status
 from warehouse.ops.stack.kafka import Kafka, ensure_topic, kafka_admin
 from warehouse.ops.stack.postgres import Postgres
 from warehouse.ops.stack.process import ServiceError
+from warehouse.ops.stack.supervisor import Supervisor
 from warehouse.ops.stack.trino import Trino
 
 __all__ = [
@@ -64,3 +65,6 @@ def down(settings: Settings, names: Sequence[str] = ()) -> None:
     for svc in reversed(services(settings, names)):
         if not svc.stop():
             log.info("%s was not running", svc.name)
+    # With nothing left to run (the view host stopped too), supervisord goes as well.
+    if Supervisor.of_state(settings.state_dir).shutdown_if_idle():
+        log.info("supervisord stopped")

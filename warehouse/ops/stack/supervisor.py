@@ -1,17 +1,22 @@
-"""supervisord runs regauge's long-running pipeline process (the view host).
+"""supervisord runs every long-running process regauge starts: the stack's
+services (PostgreSQL, Kafka, Trino, Airflow's four components; the one-box
+cluster's members) and the pipeline's view host.
 
 supervisord, from PyPI, restarts a program that dies (a kill -9, an
-out-of-memory kill) within seconds, and rotates its log. One supervisord
-serves one state folder. It listens on a unix socket in that folder, with no
-TCP port to keep on loopback. It starts the first time a program is asked for
-and stops with `regauge down`.
+out-of-memory kill, Airflow's scheduler losing its database) within seconds,
+and rotates its log. One supervisord serves one state folder, from
+`<state>/streams/supervisor/` (where the view host's first lived). It listens
+on a unix socket in that folder, with no TCP port to keep on loopback. It
+starts the first time a program is asked for and stops with `regauge down`,
+once none of its programs runs.
 
 A program's section is written when it is started, with the starter's
-command line, folder and `REGAUGE_*` settings. `supervisorctl update`'s two
-calls (`reloadConfig`, then `addProcessGroup`) load it. supervisord sends
-SIGTERM to the program alone, since the view host ends its micro-batches and
-then stops its JVM. Only after `stop_wait_s` does it kill the whole process
-group.
+command line, folder, the program's own environment and the starter's
+`REGAUGE_*` settings. `supervisorctl update`'s two calls (`reloadConfig`,
+then `addProcessGroup`) load it. A service is stopped as a process group, as
+its launcher's children are its own. The view host gets SIGTERM alone, since
+it ends its micro-batches and then stops its JVM; only after `stop_wait_s`
+does supervisord kill the whole group.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import subprocess
 import sys
 import time
 import xmlrpc.client
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +74,34 @@ def _private_write(path: Path, text: str) -> None:
 
 
 @dataclass(frozen=True)
+class Program:
+    """How supervisord runs one program."""
+
+    cwd: Path | None = None
+    # Its own environment, over the starter's REGAUGE_* settings.
+    env: Mapping[str, str] = field(default_factory=dict)
+    # Run as this account (PostgreSQL refuses root); needs a supervisord run as root.
+    user: str | None = None
+    stop_signal: str = "TERM"
+    stop_wait_s: float = 30.0
+    # A service is restarted whatever its exit, stopped as a process group, and
+    # retried for long (Airflow's scheduler dies while its database is down).
+    # Otherwise (the view host): a clean exit stays stopped, and only the
+    # driver gets the stop signal.
+    service: bool = False
+    start_retries: int = 10
+    # Lower starts first and stops last when supervisord itself stops.
+    priority: int = 999
+
+
+@dataclass(frozen=True)
 class Supervisor:
     base: Path
+
+    @classmethod
+    def of_state(cls, state_dir: Path) -> Supervisor:
+        """The one supervisord of a state folder."""
+        return cls(state_dir / "streams" / "supervisor")
 
     @property
     def conf(self) -> Path:
@@ -183,33 +215,43 @@ class Supervisor:
             return None
         return int(info["pid"])
 
-    def start(self, name: str, argv: list[str], log: Path, cwd: Path, stop_wait_s: float) -> None:
+    def state(self, name: str) -> str | None:
+        """supervisord's state of a program (RUNNING, BACKOFF, FATAL...), None if unknown."""
+        info = self.info(name)
+        return None if info is None else str(info["statename"])
+
+    def start(self, name: str, argv: Sequence[str], log: Path, program: Program) -> None:
         """(Re)define the program with this command line and start it."""
         self.ensure()
+        log.parent.mkdir(parents=True, exist_ok=True)
         env = {
             k: v for k, v in os.environ.items() if k.startswith("REGAUGE_") and k not in _NOT_PASSED
         }
+        env.update(program.env)
         section = [
             f"[program:{name}]",
             f"command={_quoted(shlex.join(argv))}",
-            f"directory={_quoted(str(cwd))}",
             "autostart=false",
-            # A clean exit (asked by `stop`) stays stopped; a crash is restarted.
-            "autorestart=unexpected",
+            f"autorestart={'true' if program.service else 'unexpected'}",
             "exitcodes=0",
             # Up once it has lived this long; a quicker death counts as a failed
-            # start, retried with a growing backoff.
+            # start, retried with a growing backoff (n seconds before the nth retry).
             "startsecs=5",
-            "startretries=10",
-            "stopsignal=TERM",
-            f"stopwaitsecs={int(stop_wait_s)}",
-            "stopasgroup=false",
+            f"startretries={program.start_retries}",
+            f"priority={program.priority}",
+            f"stopsignal={program.stop_signal}",
+            f"stopwaitsecs={int(program.stop_wait_s)}",
+            f"stopasgroup={str(program.service).lower()}",
             "killasgroup=true",
             "redirect_stderr=true",
             f"stdout_logfile={_quoted(str(log))}",
             f"stdout_logfile_maxbytes={LOG_MAX_BYTES}",
             f"stdout_logfile_backups={LOG_BACKUPS}",
         ]
+        if program.cwd is not None:
+            section.append(f"directory={_quoted(str(program.cwd))}")
+        if program.user is not None:
+            section.append(f"user={program.user}")
         if env:
             section.append(
                 "environment=" + ",".join(_env_value(k, v) for k, v in sorted(env.items()))
@@ -262,6 +304,15 @@ class Supervisor:
             return []
         found: list[dict[str, Any]] = self.rpc().supervisor.getAllProcessInfo()
         return found
+
+    def idle(self) -> bool:
+        """Whether none of its programs runs or is about to run again."""
+        return not any(p["statename"] in (*ALIVE, "BACKOFF") for p in self.programs())
+
+    def shutdown_if_idle(self) -> bool:
+        """Stop supervisord once it has nothing left to run (`regauge down`'s last step);
+        whether it stopped."""
+        return self.running() and self.idle() and self.shutdown()
 
     def shutdown(self, timeout: float = 120.0) -> bool:
         """Stop supervisord (it stops its programs first). False if it was not running."""

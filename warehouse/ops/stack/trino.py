@@ -19,6 +19,7 @@ class Trino(Service):
     """Trino 476 on Java 25 with catalogs `lakehouse` (Delta) and `ops` (PostgreSQL)."""
 
     name = "trino"
+    priority = 300
     health_timeout = 180.0
 
     def ports(self) -> Sequence[int]:

@@ -3,19 +3,25 @@
 import dataclasses
 import os
 import socket
+import subprocess
 import sys
+import time
 from collections.abc import Sequence
 
 import pytest
 
 from warehouse.ops.stack import kafka as kafka_module
 from warehouse.ops.stack import services
-from warehouse.ops.stack.process import Proc, ServiceError, port_open
+from warehouse.ops.stack.process import PidFile, Proc, ServiceError, port_open, wait_until
+from warehouse.ops.stack.supervisor import Supervisor
 
 
 @pytest.fixture
 def local(settings, tmp_path):
-    return dataclasses.replace(settings, state_dir=tmp_path / "state")
+    """Settings of a state folder of its own, whose supervisord is stopped after."""
+    state = tmp_path / "state"
+    yield dataclasses.replace(settings, state_dir=state)
+    Supervisor.of_state(state).shutdown(30)
 
 
 def _free_port() -> int:
@@ -62,6 +68,54 @@ def test_start_twice_is_a_no_op_and_stop_stops_it(local):
     assert svc.live_pids()["dummy"] is None
     assert not port_open(svc.port)
     assert svc.stop() is False  # stopping again: nothing to do, no error
+
+
+def test_supervisord_restarts_a_killed_service_and_rotates_its_log(local):
+    svc = Dummy(local, _free_port())
+    try:
+        svc.start()
+        pid = svc.live_pids()["dummy"]
+        # Up for supervisord once it has lived 5 s (startsecs).
+        assert wait_until(lambda: svc.status().procs[0].state == "RUNNING", 15)
+        assert pid is not None and svc.live_pids()["dummy"] == pid
+        os.kill(pid, 9)
+        assert wait_until(
+            lambda: svc.live_pids()["dummy"] not in (None, pid) and svc.healthy(), 30
+        ), svc.supervisor.info("dummy")
+        section = (svc.supervisor.base / "programs" / "dummy.conf").read_text()
+        # A service comes back after any exit, its whole group is stopped, and its
+        # log is rotated; the file holds its environment, so it is owner-only.
+        assert "autorestart=true" in section and "stopasgroup=true" in section
+        assert "stdout_logfile_maxbytes=50MB" in section
+        assert (svc.supervisor.base / "programs" / "dummy.conf").stat().st_mode & 0o777 == 0o600
+    finally:
+        svc.stop()
+    # Stopped by us, it stays stopped; with nothing left, `down` stops supervisord.
+    time.sleep(6)
+    assert svc.live_pids()["dummy"] is None and not port_open(svc.port)
+    assert svc.supervisor.running()
+    services.down(local, ["postgres"])
+    assert not svc.supervisor.running()
+
+
+def test_a_service_an_older_regauge_started_is_restarted_under_supervisord(local):
+    """Before supervisord, regauge kept a pid file per process: `regauge up` after an
+    upgrade takes such a service over instead of failing on its taken port."""
+    port = _free_port()
+    svc = Dummy(local, port)
+    legacy = subprocess.Popen(svc.procs()[0].argv, start_new_session=True)
+    try:
+        svc.legacy_pidfile("dummy").write(legacy.pid)
+        assert wait_until(svc.healthy, 10)
+        assert svc.running() and svc.status().procs[0].state == "unsupervised"
+        assert svc.start() is True
+        assert legacy.wait(10) is not None
+        assert svc.supervisor.pid("dummy") == svc.live_pids()["dummy"] != legacy.pid
+        assert not PidFile(svc.legacy_pidfile("dummy").path).path.exists()
+    finally:
+        svc.stop()
+        if legacy.poll() is None:
+            legacy.kill()
 
 
 def test_a_taken_port_is_refused_in_one_line_naming_port_and_service(local):
