@@ -222,6 +222,7 @@ def test_a_broker_and_a_worker_killed_under_load_lose_and_double_nothing(
     pid = broker.live_pids()[broker.name]
     assert pid is not None and producing.is_alive()
     os.killpg(pid, signal.SIGKILL)  # the broker, as a machine loss would
+    broker.stop()  # and away, not restarted by supervisord within a second
     producing.join()
     run = sent["run"]
     assert (run.summary.produced, run.summary.failed) == (3000, 0)

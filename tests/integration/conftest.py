@@ -15,6 +15,7 @@ from warehouse.base import settings as settings_mod
 from warehouse.base.settings import Settings
 from warehouse.ops import ingest_ctl, streams, writers
 from warehouse.ops.stack import services
+from warehouse.ops.stack.supervisor import Supervisor
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -76,3 +77,5 @@ def stack(settings: Settings) -> Iterator[list[services.Service]]:
         for svc in reversed(all_services):
             if svc.name not in already:
                 svc.stop()
+        if not already:
+            Supervisor.of_state(settings.state_dir).shutdown_if_idle()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -12,21 +14,28 @@ from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
 
+from warehouse.ops import exporter
 from warehouse.ops.subscribe import Change, Copy
 
 Rows = list[dict[str, Any]]
 
 
 class Subscription:
-    """`regauge subscribe VIEW --user U --from-start --format json`, a process of its own,
-    with every line it prints applied to a local copy."""
+    """`regauge subscribe VIEW --user U --from-start --format json --metrics-port P`, a
+    process of its own, with every line it prints applied to a local copy."""
 
     def __init__(self, view: str, user: str, log: Path) -> None:
         self.copy = Copy()
         self.resets: list[int | None] = []
+        # Every op printed, to hold against the subscriber's own metrics.
+        self.ops: collections.Counter[str] = collections.Counter()
         self._lock = threading.Lock()
         self._log: IO[str] = log.open("w")
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.metrics_url = f"http://127.0.0.1:{sock.getsockname()[1]}/metrics"
         argv = ["subscribe", view, "--user", user, "--from-start", "--format", "json"]
+        argv += ["--metrics-port", self.metrics_url.split(":")[-1].split("/")[0]]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "warehouse.cli", *argv],
             stdout=subprocess.PIPE,
@@ -42,8 +51,19 @@ class Subscription:
             change = Change(**json.loads(line, parse_float=Decimal))
             with self._lock:
                 self.copy.apply(change)
+                self.ops[change.op] += 1
                 if change.op in ("reset", "waiting"):
                     self.resets.append(change.version)
+
+    def counted(self) -> dict[str, float]:
+        """What the subscriber's metrics say it applied, by op."""
+        return exporter.by_label(
+            exporter.scrape(self.metrics_url), "regauge_subscriber_changes_total", "op"
+        )
+
+    def printed(self) -> dict[str, float]:
+        with self._lock:
+            return {op: float(n) for op, n in self.ops.items()}
 
     def rows(self) -> Rows:
         with self._lock:

@@ -29,8 +29,9 @@ from spark_jobs.views import revenue_hourly_v2, runner
 from tests.integration.subscription import Subscription
 from warehouse.base import registry
 from warehouse.base.settings import Settings
-from warehouse.ops import airflow_client, ingest_ctl, lifecycle, pipeline, streams
+from warehouse.ops import airflow_client, exporter, ingest_ctl, lifecycle, pipeline, streams
 from warehouse.ops.stack import kafka
+from warehouse.ops.stack.process import wait_until
 from warehouse.sql import catalog, versions
 from warehouse.sql.trino_client import query
 
@@ -200,6 +201,17 @@ def test_reprocess_roll_out_and_retire_while_events_flow(
         # host: the subscriber's copy is what the serving view shows the user.
         subscriber.wait_equal(subscribed_rows, served_rows(settings, pinned))
         assert subscriber.resets == [1, 2, 1, 2]
+        # Its metrics count what it printed (equal once no change is in between),
+        # name the version followed, and time publishing to applying.
+        assert wait_until(lambda: subscriber.counted() == subscriber.printed(), 60), (
+            subscriber.counted(),
+            subscriber.printed(),
+        )
+        assert subscriber.counted()["reset"] == 4 and subscriber.counted()["upsert"] > 0
+        samples = exporter.scrape(subscriber.metrics_url)
+        assert exporter.by_label(samples, "regauge_subscriber_version", "user") == {pinned: 2.0}
+        (delay,) = exporter.by_label(samples, "regauge_subscriber_delay_seconds", "user").values()
+        assert 0 <= delay < 3600
     finally:
         subscriber.close()
     # A retired version's topic goes with it.
@@ -423,7 +435,7 @@ def test_the_view_host_serves_metrics_that_move_with_traffic(
 
     import requests
 
-    from warehouse.ops import audit, exporter
+    from warehouse.ops import audit
 
     status = subprocess.run(
         [sys.executable, "-m", "warehouse.cli", "status"], capture_output=True, text=True

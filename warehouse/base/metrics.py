@@ -79,3 +79,22 @@ AUDIT_PASSED = Gauge(
     "regauge_audit_passed",
     "1 if the last `regauge audit` passed, 0 if it failed (NaN: none on record)",
 )
+
+# `regauge subscribe --metrics-port`: one subscriber per process, labelled by what
+# it follows, so several scraped into one Prometheus stay apart.
+SUBSCRIBER_CHANGES = Counter(
+    "regauge_subscriber_changes",
+    "What a subscriber's copy went through, by op (reset, upsert, delete, waiting)",
+    ["view", "user", "op"],
+)
+SUBSCRIBER_VERSION = Gauge(
+    "regauge_subscriber_version",
+    "The view version a subscriber follows (its user's route); 0 while none is live",
+    ["view", "user"],
+)
+SUBSCRIBER_DELAY = Gauge(
+    "regauge_subscriber_delay_seconds",
+    "From the view host's publishing of the last change read (its Kafka timestamp) "
+    "to the subscriber's applying it",
+    ["view", "user"],
+)

@@ -334,6 +334,13 @@ def _pipeline(add: Add) -> None:
         help="table: a live table of the copy; json: one JSON object per change "
         "(op reset|upsert|delete|waiting), for a program to apply",
     )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics on this port (changes by op, the version "
+        "followed, the delay from publishing to applying); off by default",
+    )
 
 
 def _versions(add: Add) -> None:

@@ -9,7 +9,7 @@ import threading
 from spark_jobs import views as views_mod
 from warehouse.base import settings as settings_mod
 from warehouse.base.sqlnames import UnsafeNameError, check_user
-from warehouse.ops import ingest_ctl, processes, streams
+from warehouse.ops import exporter, ingest_ctl, processes, streams
 from warehouse.ops.subscribe import Change, Copy, Subscriber
 
 
@@ -76,7 +76,15 @@ def subscribe(args: argparse.Namespace) -> int:
     except UnsafeNameError as exc:
         print(f"regauge: {exc}", file=sys.stderr)
         return 2
-    subscriber = Subscriber(settings_mod.get(), args.view, args.user, from_start=args.from_start)
+    s = settings_mod.get()
+    subscriber = Subscriber(s, args.view, args.user, from_start=args.from_start)
+    if args.metrics_port is not None:
+        try:
+            url = exporter.listen(s, args.metrics_port, "choose another --metrics-port")
+        except OSError as exc:
+            print(f"regauge: {exc}", file=sys.stderr)
+            return 2
+        print(f"metrics on {url}", file=sys.stderr, flush=True)
     stop = threading.Event()
     try:
         if args.format == "json":

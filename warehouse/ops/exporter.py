@@ -39,20 +39,24 @@ def serve(settings: Settings, stop: threading.Event) -> str:
     A port already taken is an OSError naming it: the caller decides whether to
     run without metrics.
     """
-    host = settings.bind_host or "0.0.0.0"
-    try:
-        start_http_server(settings.metrics_port, addr=host)
-    except OSError as exc:
-        raise OSError(
-            f"the metrics port {host}:{settings.metrics_port} is taken ({exc.strerror}); "
-            "set REGAUGE_METRICS_PORT to a free port"
-        ) from exc
+    url = listen(settings, settings.metrics_port, "set REGAUGE_METRICS_PORT to a free port")
     metrics.AUDIT_AGE.set_function(lambda: _audit_field(settings, "age_s"))
     metrics.AUDIT_PASSED.set_function(lambda: _audit_field(settings, "passed"))
     threading.Thread(
         target=_refresh_lag, args=(settings, stop), name="regauge-metrics-lag", daemon=True
     ).start()
-    return f"http://{host}:{settings.metrics_port}/metrics"
+    return url
+
+
+def listen(settings: Settings, port: int, advice: str) -> str:
+    """Serve this process's metrics on `port` (a thread); the endpoint's URL."""
+    host = settings.bind_host or "0.0.0.0"
+    try:
+        start_http_server(port, addr=host)
+    except OSError as exc:
+        taken = f"the metrics port {host}:{port} is taken ({exc.strerror})"
+        raise OSError(f"{taken}; {advice}") from exc
+    return f"http://{host}:{port}/metrics"
 
 
 def _audit_field(settings: Settings, field: str) -> float:

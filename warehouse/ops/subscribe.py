@@ -26,6 +26,7 @@ from typing import Any
 from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_END,
+    TIMESTAMP_NOT_AVAILABLE,
     Consumer,
     KafkaError,
     KafkaException,
@@ -34,7 +35,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from warehouse.base import kafka_conf, registry
+from warehouse.base import kafka_conf, metrics, registry
 from warehouse.base.settings import Settings
 from warehouse.sql import versions
 
@@ -170,6 +171,15 @@ class Subscriber:
 
     def follow(self, emit: Callable[[Change], None], stop: threading.Event) -> None:
         """Emit every change the user's copy goes through until `stop` is set."""
+
+        def counted(change: Change) -> None:
+            emit(change)
+            metrics.SUBSCRIBER_CHANGES.labels(self.view, self.user, change.op).inc()
+            metrics.SUBSCRIBER_VERSION.labels(self.view, self.user).set(change.version or 0)
+
+        self._follow(counted, stop)
+
+    def _follow(self, emit: Callable[[Change], None], stop: threading.Event) -> None:
         first = True
         try:
             while not stop.is_set():
@@ -212,6 +222,11 @@ class Subscriber:
                     continue  # fetched before the move to another version
                 gold = header_commit(msg.headers())
                 emit(parse(self.view, self.version, msg.key(), msg.value(), gold))
+                kind, published_ms = msg.timestamp()
+                if kind != TIMESTAMP_NOT_AVAILABLE:
+                    metrics.SUBSCRIBER_DELAY.labels(self.view, self.user).set(
+                        max(0.0, time.time() - published_ms / 1000)
+                    )
         finally:
             if self._consumer is not None:
                 self._consumer.close()

@@ -186,7 +186,8 @@ def test_a_setting_supervisord_cannot_pass_on_is_refused_by_name():
     from warehouse.ops.stack.process import ServiceError
     from warehouse.ops.stack.supervisor import _env_value
 
-    assert _env_value("REGAUGE_X", "a%b c") == 'REGAUGE_X="a%%b c"'
-    for bad in ('pa"ss', "line\nbreak", "x #comment", "y ;comment"):
-        with pytest.raises(ServiceError, match="REGAUGE_PASSWORD holds"):
-            _env_value("REGAUGE_PASSWORD", bad)
+    assert _env_value("host", "REGAUGE_X", "a%b c") == 'REGAUGE_X="a%%b c"'
+    assert _env_value("host", "X", "it's") == 'X="it\'s"'
+    for bad in ('pa"ss', "line\nbreak", "x #comment", "y ;comment", "t\t#ab", "'q", "q'"):
+        with pytest.raises(ServiceError, match=r"REGAUGE_PASSWORD holds .* to host;"):
+            _env_value("host", "REGAUGE_PASSWORD", bad)

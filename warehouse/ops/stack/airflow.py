@@ -31,6 +31,9 @@ class Airflow(Service):
 
     name = "airflow"
     priority = 400
+    # Without its database the scheduler dies after some seconds: long enough to
+    # count as up (and reset supervisord's backoff) were this the usual 5 s.
+    start_s = 30
     health_timeout = 240.0
     components = ("api-server", "scheduler", "dag-processor", "triggerer")
     task_env: dict[str, str] = {}  # noqa: RUF012 - replaced per instance, never mutated

@@ -41,10 +41,11 @@ log = logging.getLogger(__name__)
 INFRA = REPO_ROOT / "infra"
 # As long as regauge waited before it used supervisord: then the group is killed.
 STOP_WAIT_S = 30.0
-# With n seconds before the nth retry, 60 retries keep a service trying for an
-# hour (Airflow's components while PostgreSQL is down); then supervisord gives
-# up (FATAL, shown by `regauge status`) and `regauge up` starts it again.
-START_RETRIES = 60
+# With n seconds before the nth retry, 85 retries keep a service trying for an
+# hour (1 + 2 + ... + 85 s; Airflow's components while PostgreSQL is down); then
+# supervisord gives up (FATAL, shown by `regauge status`) and `regauge up`
+# starts it again.
+START_RETRIES = 85
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,10 @@ class Service(ABC):
     health_timeout: float = 120.0
     # supervisord starts lower first and, when it stops itself, stops it last.
     priority: int = 500
+    # Up, for supervisord, once it has lived this long; a quicker death is a failed
+    # start, retried with a backoff. A longer life resets the backoff: a service
+    # that takes long to fail (Airflow without its database) needs a longer one.
+    start_s: int = 5
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -145,14 +150,26 @@ class Service(ABC):
     def _proc_names(self) -> list[str]:
         return [p.name for p in self.procs()]
 
-    def _legacy_pids(self) -> dict[str, int]:
-        found = {n: self.legacy_pidfile(n).live_pid() for n in self._proc_names()}
-        return {n: pid for n, pid in found.items() if pid is not None}
+    def unsupervised(self) -> dict[str, int]:
+        """Its processes that run outside supervisord: recorded in a pid file by a
+        regauge before supervisord, or left running by a supervisord that died (found
+        by their command line and folder)."""
+        found = {}
+        for proc in self.procs():
+            supervised = self.supervisor.pid(proc.name)
+            pid = self.legacy_pidfile(proc.name).live_pid()
+            if pid is None and supervised is None:
+                pid = _running(proc)
+            if pid is not None and pid != supervised:
+                found[proc.name] = pid
+        return found
 
     def live_pids(self) -> dict[str, int | None]:
-        """Each process's pid, if it runs (supervised, or left by an older regauge)."""
-        legacy = self._legacy_pids()
-        return {n: self.supervisor.pid(n) or legacy.get(n) for n in self._proc_names()}
+        """Each process's pid, if it runs (supervised, or not: see `unsupervised`)."""
+        pids = {n: self.supervisor.pid(n) for n in self._proc_names()}
+        if not _all_live(pids):
+            pids.update(self.unsupervised())
+        return pids
 
     def running(self) -> bool:
         pids = self.live_pids()
@@ -160,17 +177,21 @@ class Service(ABC):
 
     def start(self) -> bool:
         """Start whatever of this service is not running; True if anything started."""
-        pids = self.live_pids()
-        legacy = self._legacy_pids()
-        if _all_live(pids) and not legacy and self.healthy():
-            log.info("%s already running (pid %s)", self.name, _pids(pids))
-            return False
-        if legacy:
-            log.warning("%s was started without supervisord; restarting it under it", self.name)
+        if self.unsupervised():
+            log.warning("%s runs outside supervisord; restarting it under it", self.name)
             self.stop()
-        elif any(pid is not None for pid in pids.values()):
-            # Half up (one Airflow process given up on, say): restart it whole, cleanly.
-            log.warning("%s is partly running; restarting it", self.name)
+        states = [self.supervisor.state(n) for n in self._proc_names()]
+        if all(state in ALIVE for state in states):
+            if self.healthy():
+                log.info("%s already running (pid %s)", self.name, _pids(self.live_pids()))
+                return False
+            # Just (re)started by supervisord, and on its way.
+            self.await_healthy()
+            return True
+        if any(state is not None for state in states):
+            # Half up (one Airflow process given up on), or retried by supervisord
+            # (BACKOFF, which a start would not touch): restart it whole, cleanly.
+            log.warning("%s is partly running (%s); restarting it", self.name, states)
             self.stop()
         self.launch()
         self.await_healthy()
@@ -185,6 +206,7 @@ class Service(ABC):
             stop_signal=signal.Signals(proc.stop_signal).name.removeprefix("SIG"),
             stop_wait_s=STOP_WAIT_S,
             service=True,
+            start_s=self.start_s,
             start_retries=START_RETRIES,
             priority=self.priority,
         )
@@ -226,14 +248,13 @@ class Service(ABC):
     def stop(self) -> bool:
         """Stop its processes, newest first; True if anything was running."""
         stopped = False
+        outside = self.unsupervised()
         for proc in reversed(self.procs()):
-            legacy = self.legacy_pidfile(proc.name)
-            pid = legacy.live_pid()
-            if pid is not None:
-                log.info("stopping %s (pid %d, started without supervisord)", proc.name, pid)
-                stop_group(pid, proc.stop_signal)
+            if proc.name in outside:
+                log.info("stopping %s (pid %d, outside supervisord)", proc.name, outside[proc.name])
+                stop_group(outside[proc.name], proc.stop_signal)
                 stopped = True
-            legacy.clear()
+            self.legacy_pidfile(proc.name).clear()
             pid = self.supervisor.pid(proc.name)
             if pid is not None:
                 log.info("stopping %s (pid %d)", proc.name, pid)
@@ -249,6 +270,7 @@ class Service(ABC):
 
     def status(self) -> Status:
         pids = self.live_pids()
+        outside = self.unsupervised()
         running = _all_live(pids)
         return Status(
             service=self.name,
@@ -261,12 +283,34 @@ class Service(ABC):
                     pid,
                     self.logfile(n),
                     group_rss_bytes(pid) if pid else 0,
-                    self.supervisor.state(n) or ("unsupervised" if pid else "-"),
+                    "unsupervised" if n in outside else (self.supervisor.state(n) or "-"),
                 )
                 for n, pid in pids.items()
             ],
             note=self.note(),
         )
+
+
+def _running(proc: Proc) -> int | None:
+    """A live process running `proc`'s command line (a script's interpreter may come
+    first) in its folder, if there is one."""
+    want = [str(a) for a in proc.argv]
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = [
+                c.decode(errors="replace")
+                for c in (entry / "cmdline").read_bytes().split(b"\0")
+                if c
+            ]
+            if cmdline[-len(want) :] != want:
+                continue
+            # Airflow's components have the same command line in every state folder.
+            if proc.cwd is not None and (entry / "cwd").resolve() != Path(proc.cwd).resolve():
+                continue
+        except OSError:
+            continue  # ended while we looked, or not ours to read
+        return int(entry.name)
+    return None
 
 
 def _group_gone(pgid: int) -> bool:

@@ -526,7 +526,7 @@ def up(s: Settings) -> None:
         if isinstance(svc, KafkaBroker | TrinoNode):
             # A broker cannot be healthy before a majority of the quorum runs, nor
             # a worker before its coordinator: launch the group, then wait for each.
-            if not (svc.running() and svc.healthy()):
+            if svc.unsupervised() or not (svc.running() and svc.healthy()):
                 svc.stop()
                 svc.launch()
                 pending.append(svc)

@@ -22,10 +22,13 @@ does supervisord kill the whole group.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 import xmlrpc.client
 from collections.abc import Mapping, Sequence
@@ -35,6 +38,9 @@ from typing import Any
 
 from warehouse.ops.stack.process import ServiceError, tail, wait_until
 
+# A unix socket's path must fit in 108 bytes, its terminating zero included, and
+# supervisord binds `<path>.<its pid>` first, then renames it.
+_SOCKET_PATH_MAX = 96
 # What supervisord calls a live program, which has a pid.
 ALIVE = ("STARTING", "RUNNING", "STOPPING")
 LOG_MAX_BYTES = "50MB"
@@ -54,13 +60,21 @@ def _quoted(value: str) -> str:
     return value.replace("%", "%%")
 
 
-def _env_value(key: str, value: str) -> str:
+def _env_value(program: str, key: str, value: str) -> str:
     """A value for `environment=`, double-quoted; refused where supervisord's parser
     would cut or misread it (it has no escape for these)."""
-    if any(c in value for c in '"\n\r') or " #" in value or " ;" in value:
+    if (
+        any(c in value for c in '"\n\r')
+        # configparser ends the line at a comment after any whitespace.
+        or re.search(r"\s[#;]", value)
+        # supervisord strips quotes of either kind from both ends.
+        or value[:1] == "'"
+        or value[-1:] == "'"
+    ):
         raise ServiceError(
-            f"{key} holds a double quote, a line break, ' #' or ' ;', which supervisord "
-            "cannot pass to the view host; set it without them"
+            f"{key} holds a double quote, a line break, whitespace before '#' or ';', or "
+            f'begins or ends with "\'", which supervisord cannot pass to {program}; '
+            "set it without them"
         )
     return f'{key}="{_quoted(value)}"'
 
@@ -89,6 +103,7 @@ class Program:
     # Otherwise (the view host): a clean exit stays stopped, and only the
     # driver gets the stop signal.
     service: bool = False
+    start_s: int = 5
     start_retries: int = 10
     # Lower starts first and stops last when supervisord itself stops.
     priority: int = 999
@@ -109,7 +124,13 @@ class Supervisor:
 
     @property
     def socket(self) -> Path:
-        return self.base / "supervisor.sock"
+        beside = self.base / "supervisor.sock"
+        if len(str(beside)) <= _SOCKET_PATH_MAX:
+            return beside
+        # A deep checkout: a unix socket's path has a hard limit (108 bytes on
+        # Linux), so it goes to an owner-only folder in /tmp, named after this one.
+        digest = hashlib.sha1(str(self.base.resolve()).encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"regauge-{os.getuid()}" / f"{digest}.sock"
 
     @property
     def log(self) -> Path:
@@ -153,7 +174,7 @@ class Supervisor:
         if "%" in str(self.base):
             # supervisord expands a log file's path twice; no quoting survives both.
             raise ServiceError(f"the state folder {self.base} has a '%': supervisord cannot use it")
-        for folder in (self.base, self._programs()):
+        for folder in (self.base, self._programs(), self.socket.parent):
             folder.mkdir(parents=True, exist_ok=True)
             folder.chmod(0o700)
         _private_write(
@@ -236,7 +257,7 @@ class Supervisor:
             "exitcodes=0",
             # Up once it has lived this long; a quicker death counts as a failed
             # start, retried with a growing backoff (n seconds before the nth retry).
-            "startsecs=5",
+            f"startsecs={program.start_s}",
             f"startretries={program.start_retries}",
             f"priority={program.priority}",
             f"stopsignal={program.stop_signal}",
@@ -254,7 +275,7 @@ class Supervisor:
             section.append(f"user={program.user}")
         if env:
             section.append(
-                "environment=" + ",".join(_env_value(k, v) for k, v in sorted(env.items()))
+                "environment=" + ",".join(_env_value(name, k, v) for k, v in sorted(env.items()))
             )
         path = self._programs() / f"{name}.conf"
         text = "\n".join(section) + "\n"
@@ -302,7 +323,10 @@ class Supervisor:
         """Every program's state, for `regauge status`."""
         if not self.running():
             return []
-        found: list[dict[str, Any]] = self.rpc().supervisor.getAllProcessInfo()
+        try:
+            found: list[dict[str, Any]] = self.rpc().supervisor.getAllProcessInfo()
+        except OSError:
+            return []  # it went away, or hangs, since it said it runs
         return found
 
     def idle(self) -> bool:
@@ -314,7 +338,7 @@ class Supervisor:
         whether it stopped."""
         return self.running() and self.idle() and self.shutdown()
 
-    def shutdown(self, timeout: float = 120.0) -> bool:
+    def shutdown(self, timeout: float = 400.0) -> bool:
         """Stop supervisord (it stops its programs first). False if it was not running."""
         if not self.running():
             return False

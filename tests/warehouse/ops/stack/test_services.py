@@ -98,14 +98,18 @@ def test_supervisord_restarts_a_killed_service_and_rotates_its_log(local):
     assert not svc.supervisor.running()
 
 
-def test_a_service_an_older_regauge_started_is_restarted_under_supervisord(local):
-    """Before supervisord, regauge kept a pid file per process: `regauge up` after an
-    upgrade takes such a service over instead of failing on its taken port."""
+@pytest.mark.parametrize("recorded", [True, False], ids=["pid file", "orphan"])
+def test_a_service_running_outside_supervisord_is_taken_over(local, recorded):
+    """Before supervisord, regauge kept a pid file per process; and a supervisord
+    killed leaves its programs running. `regauge up` takes such a service over
+    instead of failing on its taken port, and `down` would stop it."""
     port = _free_port()
     svc = Dummy(local, port)
     legacy = subprocess.Popen(svc.procs()[0].argv, start_new_session=True)
     try:
-        svc.legacy_pidfile("dummy").write(legacy.pid)
+        if recorded:
+            svc.legacy_pidfile("dummy").write(legacy.pid)
+        assert wait_until(lambda: svc.unsupervised() == {"dummy": legacy.pid}, 10)
         assert wait_until(svc.healthy, 10)
         assert svc.running() and svc.status().procs[0].state == "unsupervised"
         assert svc.start() is True
