@@ -49,6 +49,9 @@ class Airflow(Service):
         s = self.settings
         url = s.airflow_url
         return {
+            # An operator's own Airflow settings (supervisord passes on no other
+            # variable of the shell that started it); regauge's own below win.
+            **{k: v for k, v in os.environ.items() if k.startswith("AIRFLOW_")},
             "AIRFLOW_HOME": str(self.home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
