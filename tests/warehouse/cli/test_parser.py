@@ -145,6 +145,21 @@ def test_subscribe_refuses_an_unknown_view_or_user_before_connecting(argv, says,
     assert says in capsys.readouterr().err
 
 
+def test_subscribe_refuses_a_taken_metrics_port_before_connecting(capsys):
+    import socket
+
+    from warehouse.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = ["subscribe", "revenue_hourly", "--user", "ana", "--metrics-port", str(port)]
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f":{port} is taken" in err and "choose another --metrics-port" in err
+
+
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
