@@ -29,11 +29,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster_settings() -> Iterator[Settings]:
+def cluster_settings(request: pytest.FixtureRequest) -> Iterator[Settings]:
     s = cluster.settings()
     already = {m.name for m in cluster.members(s) if m.running()}
+    # Only the DAGs' test needs the cluster's Airflow; `make test`'s smoke test runs
+    # without it, and without its four processes competing for the two cores.
+    dags = any(item.get_closest_marker("full_cluster") for item in request.session.items)
     try:
-        cluster.up(s)
+        cluster.up(s, skip=() if dags else ("airflow",))
         yield s
     finally:
         # Whatever this fixture started goes, even half-started: the local

@@ -24,7 +24,7 @@ import secrets
 import shutil
 import subprocess
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from warehouse.base import jvm
@@ -507,8 +507,9 @@ def _make_tls(where: Path) -> None:
     (where / "trino.pem").write_text(pem)
 
 
-def up(s: Settings) -> None:
-    """Start every member not running yet, in order; a quorum's members together."""
+def up(s: Settings, skip: Collection[str] = ()) -> None:
+    """Start every member not running yet, in order; a quorum's members together.
+    Members named in `skip` are left as they are (a test that needs no Airflow)."""
     from warehouse.base.settings import load
     from warehouse.ops.stack import artifacts, services
     from warehouse.ops.stack.kafka import ensure_topic
@@ -522,7 +523,7 @@ def up(s: Settings) -> None:
     artifacts.fetch_all(s)
     artifacts.fetch_cluster(s)
     pending: list[Service] = []
-    for svc in members(s):
+    for svc in (m for m in members(s) if m.name not in skip):
         if isinstance(svc, KafkaBroker | TrinoNode):
             # A broker cannot be healthy before a majority of the quorum runs, nor
             # a worker before its coordinator: launch the group, then wait for each.
