@@ -23,6 +23,8 @@ AIRFLOW_VENV = REPO_ROOT / ".venv-airflow"
 # LocalExecutor on one machine they are not needed: the API server reads task
 # logs from the files in AIRFLOW_HOME (a task still running shows "Could not
 # read served logs" beside what it has written so far).
+# What the API server calls itself once started (its command line is gone then).
+API_SERVER_TITLE = "airflow api_server -- "
 SKIP_LOG_SERVER = {"scheduler": ("--skip-serve-logs",), "triggerer": ("--skip-serve-logs",)}
 
 
@@ -97,6 +99,7 @@ class Airflow(Service):
                 argv=[self._bin(), c, *SKIP_LOG_SERVER.get(c, ())],
                 env=env,
                 cwd=self.home,
+                title=API_SERVER_TITLE if c == "api-server" else None,
             )
             for c in self.components
         ]

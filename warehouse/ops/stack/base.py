@@ -185,10 +185,12 @@ class Service(ABC):
             if self.healthy():
                 log.info("%s already running (pid %s)", self.name, _pids(self.live_pids()))
                 return False
-            # Just (re)started by supervisord, and on its way.
-            self.await_healthy()
-            return True
-        if any(state is not None for state in states):
+            if self._recently_started():
+                # (Re)started by supervisord a moment ago, and on its way.
+                self.await_healthy()
+                return True
+            log.warning("%s runs but does not answer; restarting it", self.name)
+        if any(state in (*ALIVE, "BACKOFF") for state in states):
             # Half up (one Airflow process given up on), or retried by supervisord
             # (BACKOFF, which a start would not touch): restart it whole, cleanly.
             log.warning("%s is partly running (%s); restarting it", self.name, states)
@@ -196,6 +198,16 @@ class Service(ABC):
         self.launch()
         self.await_healthy()
         return True
+
+    def _recently_started(self) -> bool:
+        """Whether a process of it started within its health timeout (or is starting)."""
+        for name in self._proc_names():
+            info = self.supervisor.info(name) or {}
+            if info.get("statename") == "STARTING":
+                return True
+            if info.get("now", 0) - info.get("start", 0) < self.health_timeout:
+                return True
+        return False
 
     def program(self, proc: Proc) -> Program:
         """How supervisord runs one of its processes."""
@@ -292,24 +304,32 @@ class Service(ABC):
 
 
 def _running(proc: Proc) -> int | None:
-    """A live process running `proc`'s command line (a script's interpreter may come
-    first) in its folder, if there is one."""
-    want = [str(a) for a in proc.argv]
+    """A live process group leader running `proc`, if there is one: its command line
+    ends with `proc`'s arguments (a script's interpreter, or the JVM a launcher
+    exec'd, comes first) or starts with its title, in its folder or one below
+    (PostgreSQL moves to its data folder). Leaders only: supervisord and regauge
+    before it started each service in a group of its own, and the children a
+    service forks (Airflow's) are in the parent's group, with its command line."""
+    args = [str(a) for a in proc.argv[1:]]
+    folder = Path(proc.cwd).resolve() if proc.cwd is not None else None
     for entry in Path("/proc").glob("[0-9]*"):
+        pid = int(entry.name)
         try:
-            cmdline = [
-                c.decode(errors="replace")
-                for c in (entry / "cmdline").read_bytes().split(b"\0")
-                if c
-            ]
-            if cmdline[-len(want) :] != want:
+            raw = (entry / "cmdline").read_bytes().split(b"\0")
+            cmdline = [c.decode(errors="replace") for c in raw if c]
+            titled = proc.title is not None and " ".join(cmdline).startswith(proc.title)
+            if not titled and (not args or cmdline[-len(args) :] != args):
                 continue
             # Airflow's components have the same command line in every state folder.
-            if proc.cwd is not None and (entry / "cwd").resolve() != Path(proc.cwd).resolve():
+            if folder is not None:
+                cwd = (entry / "cwd").resolve()
+                if cwd != folder and folder not in cwd.parents:
+                    continue
+            if os.getpgid(pid) != pid:
                 continue
         except OSError:
             continue  # ended while we looked, or not ours to read
-        return int(entry.name)
+        return pid
     return None
 
 

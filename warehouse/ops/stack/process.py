@@ -32,6 +32,9 @@ class Proc:
     cwd: Path | None = None
     user: str | None = None  # run as this user (PostgreSQL refuses to run as root)
     stop_signal: int = signal.SIGTERM
+    # The title it gives itself in place of its command line (setproctitle), by
+    # which it is found running outside supervisord.
+    title: str | None = None
 
 
 def _start_time(pid: int) -> str | None:

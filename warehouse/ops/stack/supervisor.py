@@ -26,9 +26,9 @@ import hashlib
 import os
 import re
 import shlex
+import stat
 import subprocess
 import sys
-import tempfile
 import time
 import xmlrpc.client
 from collections.abc import Mapping, Sequence
@@ -129,8 +129,9 @@ class Supervisor:
             return beside
         # A deep checkout: a unix socket's path has a hard limit (108 bytes on
         # Linux), so it goes to an owner-only folder in /tmp, named after this one.
+        # /tmp, not $TMPDIR: every caller, whatever its environment, must find it.
         digest = hashlib.sha1(str(self.base.resolve()).encode()).hexdigest()[:16]
-        return Path(tempfile.gettempdir()) / f"regauge-{os.getuid()}" / f"{digest}.sock"
+        return Path("/tmp") / f"regauge-{os.getuid()}" / f"{digest}.sock"
 
     @property
     def log(self) -> Path:
@@ -176,6 +177,14 @@ class Supervisor:
             raise ServiceError(f"the state folder {self.base} has a '%': supervisord cannot use it")
         for folder in (self.base, self._programs(), self.socket.parent):
             folder.mkdir(parents=True, exist_ok=True)
+            # In /tmp another account could have made it first, to serve a socket
+            # of its own: regauge would then signal pids it makes up.
+            held = folder.lstat()
+            if stat.S_ISLNK(held.st_mode) or held.st_uid != os.getuid():
+                raise ServiceError(
+                    f"{folder} is a link or belongs to another account; supervisord's "
+                    "socket cannot go there: remove it"
+                )
             folder.chmod(0o700)
         _private_write(
             self.conf,
@@ -249,9 +258,16 @@ class Supervisor:
             k: v for k, v in os.environ.items() if k.startswith("REGAUGE_") and k not in _NOT_PASSED
         }
         env.update(program.env)
+        command = shlex.join(argv)
+        if re.search(r"[\n\r]|\s[#;]", command):
+            # supervisord's parser would end the line there, whatever the quotes.
+            raise ServiceError(
+                f"{name}'s command line holds a line break, or whitespace before '#' or "
+                f"';', which supervisord cannot run: {command[:200]}"
+            )
         section = [
             f"[program:{name}]",
-            f"command={_quoted(shlex.join(argv))}",
+            f"command={_quoted(command)}",
             "autostart=false",
             f"autorestart={'true' if program.service else 'unexpected'}",
             "exitcodes=0",

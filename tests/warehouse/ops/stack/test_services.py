@@ -122,6 +122,35 @@ def test_a_service_running_outside_supervisord_is_taken_over(local, recorded):
             legacy.kill()
 
 
+def test_a_service_up_for_long_that_stopped_answering_is_restarted(local, tmp_path):
+    """Alive for supervisord but wedged (not answering for longer than its health
+    timeout): `regauge up` restarts it rather than waiting for it."""
+    wedged = tmp_path / "wedged"
+    wedged.touch()
+    port = _free_port()
+    # One line, with no space before a ';': supervisord's config has comments.
+    script = ";".join(
+        [
+            "import os,sys,time,runpy",
+            f"os.path.exists({str(wedged)!r}) and time.sleep(600)",
+            f"sys.argv=['http.server','{port}','--bind','127.0.0.1']",
+            "runpy.run_module('http.server',run_name='__main__')",
+        ]
+    )
+    svc = Dummy(local, port, script)
+    svc.health_timeout = 8
+    try:
+        svc.launch()
+        first = svc.live_pids()["dummy"]
+        time.sleep(svc.health_timeout + 1)
+        assert first is not None and not svc.healthy()
+        wedged.unlink()
+        assert svc.start() is True
+        assert svc.healthy() and svc.live_pids()["dummy"] not in (None, first)
+    finally:
+        svc.stop()
+
+
 def test_a_taken_port_is_refused_in_one_line_naming_port_and_service(local):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
