@@ -33,9 +33,10 @@ class Subscription:
         self._log: IO[str] = log.open("w")
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
-            self.metrics_url = f"http://127.0.0.1:{sock.getsockname()[1]}/metrics"
+            port = sock.getsockname()[1]
+        self.metrics_url = f"http://127.0.0.1:{port}/metrics"
         argv = ["subscribe", view, "--user", user, "--from-start", "--format", "json"]
-        argv += ["--metrics-port", self.metrics_url.split(":")[-1].split("/")[0]]
+        argv += ["--metrics-port", str(port)]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "warehouse.cli", *argv],
             stdout=subprocess.PIPE,
