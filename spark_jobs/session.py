@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from spark_jobs import class_archive
 from warehouse.base import jvm
 from warehouse.base.settings import REPO_ROOT, Settings
 from warehouse.base.settings import get as get_settings
@@ -20,11 +21,13 @@ def build_session(
     *,
     ui: bool = True,
     extra_conf: dict[str, str] | None = None,
+    extra_java_options: str | None = None,
 ) -> SparkSession:
     """A Spark session with Delta, the Kafka source and UTC everywhere.
 
     Jars come from the cache `make setup` filled, passed explicitly so no run
-    resolves anything over the network.
+    resolves anything over the network. The driver's JVM maps the class-data
+    archive `make setup` made, unless `extra_java_options` is given instead.
     """
     s = settings or get_settings()
     # Spark 4.2 needs Java 17's jdk.incubator.vector; never pick up another JVM. A
@@ -63,8 +66,9 @@ def build_session(
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.extraJavaOptions": (
-            f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG}"
-        ),
+            f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG} "
+            + (class_archive.java_option() if extra_java_options is None else extra_java_options)
+        ).strip(),
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.sql.shuffle.partitions": str(s.spark_shuffle_partitions),
         # Delta rebuilds a table's state after every commit (e.g. for txnAppId

@@ -18,6 +18,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+from spark_jobs import class_archive
 from warehouse.base.jvm import Layout, SetupError, java17, java25, layout
 from warehouse.base.settings import REPO_ROOT, Settings
 
@@ -230,12 +231,14 @@ def fetch_all(settings: Settings) -> dict[str, str]:
     _copy_dependencies(JVM_POMS / "kafka", lay.kafka_jars, "Kafka broker jars", lay)
     _fetch_trino(settings, lay)
     java25()
+    archive = class_archive.ensure()
     where = {
         "spark jars": str(lay.spark_jars),
         "kafka jars": str(lay.kafka_jars),
         "trino": str(lay.trino_home(settings.versions.trino)),
         "java 17": java17(),
         "java 25": java25(),
+        "class data": str(archive) if archive else "none (Spark drivers start slower)",
     }
     (lay.root / "artifacts.json").write_text(json.dumps(where, indent=2) + "\n")
     return where
