@@ -150,3 +150,9 @@ def test_save_writes_json_chart_and_appends_to_the_doc(tmp_path):
     text = doc.read_text()
     assert text.startswith("# Benchmarks\n") and "## Run of 2026-11-22T23:00:00+00:00" in text
     assert len(bench_chart.PANELS) == 6
+
+
+def test_a_probe_never_seen_counts_as_waited_for_and_none_seen_is_no_crash():
+    sent = {1: 10.0, 2: 12.0, 3: 14.0}
+    assert latency.probe_lags(sent, {1: 13.5, 3: 20.0}, gave_up=140.0) == [3.5, 128.0, 6.0]
+    assert latency.probe_lags(sent, {}, gave_up=140.0) == [130.0, 128.0, 126.0]

@@ -24,6 +24,8 @@ PROBE_CUSTOMER = "bench-probe"
 # pipeline being measured. Once a second halves that and still resolves the
 # 5 s target.
 POLL_S = 1.0
+# The first probe waits for the streams to catch up with the ingest phase.
+WARMUP_S = 900.0
 
 
 def probe_event(run: str, k: int, hour: datetime) -> dict[str, Any]:
@@ -68,6 +70,14 @@ def query_latency(settings: Settings, sql: str, runs: int, warmup: int = 3) -> l
 LIVE = ((PROBE_VIEW, 1), (PROBE_VIEW, 2), ("cart_sessions", 1))
 # The reprocess whose wall time is `reprocess_s`: the one the issue measured.
 TIMED_REPROCESS = (PROBE_VIEW, 2)
+
+
+def probe_lags(sent: dict[int, float], seen: dict[int, float], gave_up: float) -> list[float]:
+    """Each probe's time from sending to visible. A probe never seen counts with the
+    time it was waited for, a lower bound: a percentile over it is a floor of the
+    true one, and the bench still writes it (with `freshness_never_seen`) rather
+    than stopping for want of a figure."""
+    return [seen.get(k, gave_up) - sent[k] for k in sorted(sent)]
 
 
 def ensure_serving(bench: Bench) -> None:
@@ -122,8 +132,13 @@ def freshness(bench: Bench) -> None:
     # The streams may still be catching up with the ingest phase; the first
     # probe, unmeasured, waits for that.
     _probe(bench, base, 0)
-    if not process.wait_until(lambda: 0 in visible(), 900):
-        raise RuntimeError("the warm-up probe never became visible in 15 min")
+    if not process.wait_until(lambda: 0 in visible(), WARMUP_S):
+        # A missed target, not a crash: the probes below are measured all the same,
+        # and the ones never seen count as such.
+        bench.say(f"freshness: the warm-up probe was not visible within {WARMUP_S / 60:.0f} min")
+        bench.report.notes["freshness_warmup"] = (
+            f"the warm-up probe was not visible within {WARMUP_S / 60:.0f} min"
+        )
     silver_before = _silver_version(bench.settings)
     load = generator.records(
         int(bench.run_id) % 10**9 + 500,
@@ -152,10 +167,9 @@ def freshness(bench: Bench) -> None:
             if j in sent and j not in seen:
                 seen[j] = at
         time.sleep(POLL_S)
+    gave_up = time.monotonic()
     loader.join(bench.sizes.freshness_s + 120)
-    lags = [seen[j] - sent[j] for j in sorted(seen)]
-    if not lags:
-        raise RuntimeError("no probe became visible through Trino within 2 minutes")
+    lags = probe_lags(sent, seen, gave_up)
     f = bench.report.figures
     f["freshness_p50_s"] = percentile(lags, 50)
     f["freshness_p95_s"] = percentile(lags, 95)
@@ -169,7 +183,7 @@ def freshness(bench: Bench) -> None:
     )
     bench.say(
         f"freshness: p50 {f['freshness_p50_s']:.1f} s, p95 {f['freshness_p95_s']:.1f} s "
-        f"({len(lags)} of {len(sent)} probes seen); trigger interval "
+        f"({len(seen)} of {len(sent)} probes seen); trigger interval "
         f"{bench.settings.trigger_interval}"
     )
 
