@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     IntegerType,
@@ -57,8 +57,9 @@ RESTATEMENTS_SCHEMA = StructType(
 LATE = "late"
 ERASURE = "erasure"
 RESTATEMENT_KEY = ("view", "version", "window_start", "window_key", "event_id")
-# The change-feed rows that put an event in silver.
+# The change-feed rows that put an event in silver, and those that take one out.
 LANDED = ("insert", "update_postimage")
+REMOVED = ("update_preimage", "delete")
 
 
 def vouched_time() -> Column:
@@ -78,6 +79,9 @@ class Landed(NamedTuple):
     linked: int
     # Winners it replaced: event ids already in silver.
     replaced: int
+    # The newest time the events it took out of silver vouched for (None: it took
+    # none out): a replaced winner's earlier record, an erased customer's event.
+    removed_newest: int | None = None
 
     @staticmethod
     def columns(view: View) -> list[Column]:
@@ -90,6 +94,7 @@ class Landed(NamedTuple):
             F.unix_micros(F.min(F.when(of, F.col("event_time")))),
             F.count(F.when(linked, True)),
             F.count(F.when(F.col("_change_type") == "update_postimage", True)),
+            F.unix_micros(F.max(F.when(F.col("_change_type").isin(*REMOVED), vouched_time()))),
         ]
 
 
@@ -170,13 +175,38 @@ def ensure_table(spark: SparkSession, settings: Settings) -> None:
             return
 
 
-def newest_before(spark: SparkSession, settings: Settings, view: View, version: int) -> DataFrame:
+def newest_before(
+    spark: SparkSession, settings: Settings, view: View, version: int, floor: int | None = None
+) -> DataFrame:
     """One row, `newest`: the newest time the view's events in silver as of `version`
-    vouch for (null if none): max(min(event_time, kafka_timestamp))."""
+    vouch for (null if none): max(min(event_time, kafka_timestamp)).
+
+    `floor` (UTC microseconds), if given, is a time some event in that version
+    vouches for. The newest is then at least `floor`, and an event vouching for
+    that much has an event time at least as late (a vouched time is the earlier of
+    the two), so only the days from `floor`'s on are read: a partition filter,
+    exact, and bounded by how recent `floor` is instead of by history.
+    """
     silver = lake.read_version(spark, registry.SILVER_EVENTS.path(settings), version)
-    return silver.where(F.col("event_type").isin(*view.event_types)).agg(
-        F.max(vouched_time()).alias("newest")
+    silver = silver.where(F.col("event_type").isin(*view.event_types))
+    if floor is not None:
+        silver = silver.where(F.col("event_date") >= F.to_date(F.timestamp_micros(F.lit(floor))))
+    return silver.agg(F.max(vouched_time()).alias("newest"))
+
+
+def surviving_newest(changes: DataFrame) -> int | None:
+    """The newest time vouched for by the events a change-feed batch leaves in silver:
+    of each event id's last change (a batch may span commits that insert an event and
+    then replace it), those that put it in. None if the batch leaves none."""
+    last = Window.partitionBy("event_id").orderBy(
+        F.col("_commit_version").desc(),
+        # In one commit, an update's post-image comes after its pre-image.
+        F.when(F.col("_change_type") == "update_preimage", 1).otherwise(0),
     )
+    (newest,) = changes.withColumn("_last", F.row_number().over(last)).where(
+        (F.col("_last") == 1) & F.col("_change_type").isin(*LANDED)
+    ).agg(F.unix_micros(F.max(vouched_time()))).first() or (None,)
+    return None if newest is None else int(newest)
 
 
 @dataclass
@@ -188,23 +218,46 @@ class Watermark:
     then each batch carries it forward with what it landed (`advance`). That is
     the same answer as reading silver again, because the stream sees every
     change silver makes to the view's events, and a batch that only inserts
-    events can only raise the maximum. A batch that replaced a winner may have
-    taken away the event that set it (the earlier record of an id can carry an
-    older Kafka timestamp, or other content), so after one the next batch
-    reads silver again. A live batch otherwise reads no silver for it, however
-    long the history.
+    events can only raise the maximum.
+
+    A batch that took events out (a replaced winner's earlier record, which can
+    carry an older Kafka timestamp or other content) changes nothing either if
+    each of them vouched for less than the maximum: the event that set it is
+    still there. Otherwise the maximum is unknown until the next batch reads
+    silver again, but only the days from `floor` on (`newest_before`): the
+    newest time vouched for by an event still in silver that the stream saw
+    land. A live batch otherwise reads no silver for it, however long the
+    history.
     """
 
     known: bool = False
     micros: int | None = None
+    # While not known: a time some event in silver vouches for (None: none known).
+    floor: int | None = None
 
-    def advance(self, landed: Landed) -> None:
-        """Take in what a batch landed (once the batch is done)."""
-        if landed.replaced:
-            self.known, self.micros = False, None
-        elif self.known and landed.newest is not None:
-            new = landed.newest
-            self.micros = new if self.micros is None else max(self.micros, new)
+    def advance(self, landed: Landed, surviving: int | None = None) -> None:
+        """Take in what a batch landed (once the batch is done). `surviving` is
+        `surviving_newest` of the batch, needed only when `takes_out_newest`."""
+        removed = landed.removed_newest
+        if self.known:
+            if self.takes_out_newest(landed):
+                self.known, self.micros, self.floor = False, None, surviving
+            elif landed.newest is not None:
+                new = landed.newest
+                self.micros = new if self.micros is None else max(self.micros, new)
+        elif removed is not None:
+            # The event behind the floor may be among those taken out.
+            self.floor = surviving
+        elif self.floor is not None and landed.newest is not None:
+            self.floor = max(self.floor, landed.newest)
+
+    def takes_out_newest(self, landed: Landed) -> bool:
+        """Whether the batch took out an event that may have set the maximum (or, not
+        knowing it, any event: the floor may rest on it)."""
+        removed = landed.removed_newest
+        if removed is None:
+            return False
+        return not self.known or self.micros is None or removed >= self.micros
 
 
 def record(
@@ -238,9 +291,8 @@ def record(
     landed = changes.where(F.col("_change_type").isin(*LANDED)).drop(*lake.CDF_COLUMNS)
     if not watermark.known:
         if first_version > 0:
-            (watermark.micros,) = newest_before(spark, settings, view, first_version - 1).select(
-                F.unix_micros("newest")
-            ).first() or (None,)
+            before = newest_before(spark, settings, view, first_version - 1, watermark.floor)
+            (watermark.micros,) = before.select(F.unix_micros("newest")).first() or (None,)
         watermark.known = True
     micros = watermark.micros
     if micros is None or not can_restate(view, micros, summary):

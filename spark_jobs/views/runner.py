@@ -382,7 +382,10 @@ def stream(
             spark.conf.unset(TAG_CONF)
         # Only once the batch is done: a batch retried after a failure must see
         # the watermark as it was before it.
-        watermark.advance(landed)
+        watermark.advance(
+            landed,
+            restatements.surviving_newest(mine) if watermark.takes_out_newest(landed) else None,
+        )
         if applied.scopes:
             _record_batch(view, oldest, restated)
         # Before publishing: the crash it stands for leaves a gold commit that only

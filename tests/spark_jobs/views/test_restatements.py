@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from spark_jobs import silver
@@ -46,8 +47,8 @@ def test_a_stream_s_watermark_carried_forward_equals_silver_read_again(spark, la
         (row,) = restatements.newest_before(spark, lake, VIEW, version).collect()
         return None if row["newest"] is None else _micros(spark, row["newest"])
 
-    def landed(newest, replaced=0):
-        return restatements.Landed(newest=newest, earliest_of=None, linked=0, replaced=replaced)
+    def landed(newest):
+        return restatements.Landed(newest=newest, earliest_of=None, linked=0, replaced=0)
 
     watermark = restatements.Watermark()
     watermark.advance(landed(_micros(spark, at(hours=90))))
@@ -63,23 +64,61 @@ def test_a_stream_s_watermark_carried_forward_equals_silver_read_again(spark, la
             cart("c2", at(hours=60)),
         ],
     ]
-    for version, rows in enumerate(batches, start=2):
-        silver_df(rows).write.format("delta").mode("append").save(path)
-        changes = (
+
+    def changes_since(version):
+        return (
             spark.read.format("delta")
             .option("readChangeFeed", "true")
             .option("startingVersion", version)
             .load(path)
             .where(F.col("event_type").isin(*VIEW.event_types))
         )
-        watermark.advance(
-            restatements.Landed(*changes.agg(*restatements.Landed.columns(VIEW)).first())
-        )
+
+    def advance(version):
+        """The runner's steps for a batch of silver's commits from `version` on."""
+        changes = changes_since(version)
+        summary = restatements.Landed(*changes.agg(*restatements.Landed.columns(VIEW)).first())
+        surviving = None
+        if watermark.takes_out_newest(summary):
+            surviving = restatements.surviving_newest(changes)
+        watermark.advance(summary, surviving)
+        return summary
+
+    for version, rows in enumerate(batches, start=2):
+        silver_df(rows).write.format("delta").mode("append").save(path)
+        advance(version)
         assert watermark.micros == newest_in_silver(version)
     assert watermark.micros == _micros(spark, at(hours=30))
-    # A replaced winner may take away the event that set it: silver is read again.
-    watermark.advance(landed(_micros(spark, at(hours=95)), replaced=1))
-    assert not watermark.known
+
+    # A replaced winner (silver's MERGE updates its row) that vouched for less than
+    # the maximum leaves the event that set it: still known, no read.
+    table = DeltaTable.forPath(spark, path)
+    table.update("event_id = 'b2-0'", {"event_time": F.lit(at(hours=3))})  # version 4
+    assert advance(4).removed_newest == _micros(spark, at(hours=2))
+    assert watermark.known and watermark.micros == newest_in_silver(4)
+
+    # Replacing the event that set it, with a record vouching for less: unknown, and
+    # the next read starts at the newest event the batch left in silver.
+    table.update("event_id = 'b3-0'", {"kafka_timestamp": F.lit(at(hours=10))})  # 5
+    advance(5)
+    assert not watermark.known and watermark.floor == _micros(spark, at(hours=10))
+    bounded = restatements.newest_before(spark, lake, VIEW, 5, watermark.floor)
+    plan = bounded._jdf.queryExecution().executedPlan().toString()
+    assert "event_date" in plan.split("PartitionFilters: [")[1]
+    assert _micros(spark, bounded.first()["newest"]) == newest_in_silver(5)
+    assert newest_in_silver(5) == _micros(spark, at(hours=26))  # o3 now sets it
+
+    # One batch over two commits: an event lands, then is replaced by an older record.
+    # The floor rests on what the batch left, not on the event it took out again.
+    silver_df([order("o6", at(hours=80), "6.00", event_id="b6-0")]).write.format("delta").mode(
+        "append"
+    ).save(path)  # version 6
+    table.update("event_id = 'b6-0'", {"event_time": F.lit(at(hours=1))})  # 7
+    summary = advance(6)
+    assert summary.newest == summary.removed_newest == _micros(spark, at(hours=80))
+    assert watermark.floor == _micros(spark, at(hours=1))
+    bounded = restatements.newest_before(spark, lake, VIEW, 7, watermark.floor)
+    assert _micros(spark, bounded.first()["newest"]) == newest_in_silver(7)
 
 
 def test_reads_of_a_live_batch_prune_silver_by_type_and_day(spark, lake):
