@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 from delta.tables import DeltaTable
@@ -190,7 +191,10 @@ def newest_before(
     silver = lake.read_version(spark, registry.SILVER_EVENTS.path(settings), version)
     silver = silver.where(F.col("event_type").isin(*view.event_types))
     if floor is not None:
-        silver = silver.where(F.col("event_date") >= F.to_date(F.timestamp_micros(F.lit(floor))))
+        # The UTC date as a literal, as silver's event_date is (silver.py), whatever
+        # the session's time zone.
+        since = datetime.fromtimestamp(floor / 1e6, UTC).date()
+        silver = silver.where(F.col("event_date") >= F.lit(since))
     return silver.agg(F.max(vouched_time()).alias("newest"))
 
 
@@ -245,19 +249,23 @@ class Watermark:
             elif landed.newest is not None:
                 new = landed.newest
                 self.micros = new if self.micros is None else max(self.micros, new)
-        elif removed is not None:
+        elif removed is not None and (self.floor is None or removed >= self.floor):
             # The event behind the floor may be among those taken out.
             self.floor = surviving
-        elif self.floor is not None and landed.newest is not None:
-            self.floor = max(self.floor, landed.newest)
+        elif landed.newest is not None:
+            # Nothing it took out vouched for as much as the floor, nor did anything it
+            # landed and took out again: what it landed from the floor on stays.
+            self.floor = landed.newest if self.floor is None else max(self.floor, landed.newest)
 
     def takes_out_newest(self, landed: Landed) -> bool:
         """Whether the batch took out an event that may have set the maximum (or, not
-        knowing it, any event: the floor may rest on it)."""
+        knowing it, the floor)."""
         removed = landed.removed_newest
         if removed is None:
             return False
-        return not self.known or self.micros is None or removed >= self.micros
+        if not self.known:
+            return self.floor is None or removed >= self.floor
+        return self.micros is None or removed >= self.micros
 
 
 def record(

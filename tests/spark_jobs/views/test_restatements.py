@@ -90,10 +90,15 @@ def test_a_stream_s_watermark_carried_forward_equals_silver_read_again(spark, la
         assert watermark.micros == newest_in_silver(version)
     assert watermark.micros == _micros(spark, at(hours=30))
 
+    def moved_to(when):
+        """A winner replaced by a record with another event time, as silver's MERGE
+        writes it: its partition column moves with it."""
+        return {"event_time": F.lit(when), "event_date": F.to_date(F.lit(when))}
+
     # A replaced winner (silver's MERGE updates its row) that vouched for less than
     # the maximum leaves the event that set it: still known, no read.
     table = DeltaTable.forPath(spark, path)
-    table.update("event_id = 'b2-0'", {"event_time": F.lit(at(hours=3))})  # version 4
+    table.update("event_id = 'b2-0'", moved_to(at(hours=3)))  # version 4
     assert advance(4).removed_newest == _micros(spark, at(hours=2))
     assert watermark.known and watermark.micros == newest_in_silver(4)
 
@@ -113,7 +118,7 @@ def test_a_stream_s_watermark_carried_forward_equals_silver_read_again(spark, la
     silver_df([order("o6", at(hours=80), "6.00", event_id="b6-0")]).write.format("delta").mode(
         "append"
     ).save(path)  # version 6
-    table.update("event_id = 'b6-0'", {"event_time": F.lit(at(hours=1))})  # 7
+    table.update("event_id = 'b6-0'", moved_to(at(hours=1)))  # 7
     summary = advance(6)
     assert summary.newest == summary.removed_newest == _micros(spark, at(hours=80))
     assert watermark.floor == _micros(spark, at(hours=1))
@@ -208,3 +213,21 @@ def test_a_batch_of_on_time_events_cannot_restate_and_costs_no_job():
     assert restatements.can_restate(VIEW, newest, landed(None, linked=1))
     assert not restatements.can_restate(VIEW, newest, landed(None))  # nothing landed
     assert not restatements.can_restate(VIEW, None, landed(10 * hour))  # nothing seen before
+
+
+def test_while_unknown_the_floor_rests_only_on_events_still_in_silver():
+    def landed(newest, removed=None):
+        return restatements.Landed(newest, None, 0, int(removed is not None), removed)
+
+    watermark = restatements.Watermark()
+    watermark.advance(landed(50))  # nothing taken out: what it landed stays
+    assert (watermark.known, watermark.floor) == (False, 50)
+    watermark.advance(landed(70, removed=40))  # took out less than the floor
+    assert not watermark.takes_out_newest(landed(70, removed=40))
+    assert watermark.floor == 70
+    # Took out the floor's event, maybe: the floor is what the batch left.
+    assert watermark.takes_out_newest(landed(90, removed=70))
+    watermark.advance(landed(90, removed=70), surviving=60)
+    assert watermark.floor == 60
+    watermark.advance(landed(None, removed=80), surviving=None)  # an erasure, say
+    assert watermark.floor is None  # the next read is of all of silver
