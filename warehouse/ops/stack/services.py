@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from warehouse.base.settings import Settings
 from warehouse.ops.stack.airflow import AIRFLOW_VENV, Airflow
-from warehouse.ops.stack.base import INFRA, ProcStatus, Service, Status
+from warehouse.ops.stack.base import INFRA, ProcStatus, Service, Status, stop_together
 from warehouse.ops.stack.kafka import Kafka, ensure_topic, kafka_admin
 from warehouse.ops.stack.postgres import Postgres
 from warehouse.ops.stack.process import ServiceError
@@ -38,6 +38,7 @@ __all__ = [
     "ensure_topic",
     "kafka_admin",
     "services",
+    "stop_together",
     "up",
 ]
 
@@ -62,8 +63,10 @@ def up(settings: Settings, names: Sequence[str] = ()) -> None:
 
 
 def down(settings: Settings, names: Sequence[str] = ()) -> None:
-    for svc in reversed(services(settings, names)):
-        if not svc.stop():
+    chosen = list(reversed(services(settings, names)))
+    stopped = stop_together(chosen)
+    for svc in chosen:
+        if svc.name not in stopped:
             log.info("%s was not running", svc.name)
     # With nothing left to run (the view host stopped too), supervisord goes as well.
     if Supervisor.of_state(settings.state_dir).shutdown_if_idle():

@@ -185,6 +185,45 @@ def test_a_service_that_dies_says_so_with_its_log(local):
     assert "config is broken: no such catalog" in str(err.value)
 
 
+class Lingering(Dummy):
+    """Goes only a while after SIGTERM, and writes down when it was asked and when it went."""
+
+    def __init__(self, settings, port, name, record):
+        super().__init__(settings, port)
+        self.name = name
+        # A file, not `-c`: supervisord cannot run a command line with line breaks.
+        self.path = record.parent / f"{name}.py"
+        self.path.write_text(
+            "import http.server, signal, sys, time\n"
+            "def term(*_):\n"
+            f"    open({str(record)!r}, 'a').write('asked {name} %f\\n' % time.time())\n"
+            "    time.sleep(2)\n"
+            f"    open({str(record)!r}, 'a').write('gone {name} %f\\n' % time.time())\n"
+            "    sys.exit(0)\n"
+            "signal.signal(signal.SIGTERM, term)\n"
+            f"http.server.HTTPServer(('127.0.0.1', {port}), http.server.BaseHTTPRequestHandler)"
+            ".serve_forever()\n"
+        )
+
+    def procs(self) -> Sequence[Proc]:
+        return [Proc(self.name, [sys.executable, str(self.path)])]
+
+
+def test_services_stopped_together_are_all_asked_before_any_has_gone(local, tmp_path):
+    record = tmp_path / "stops.log"
+    both = [Lingering(local, _free_port(), name, record) for name in ("first", "second")]
+    for svc in both:
+        svc.start()
+    assert services.stop_together(both) == ["first", "second"]
+    events = [line.split() for line in record.read_text().splitlines()]
+    asked = [float(t) for what, _, t in events if what == "asked"]
+    gone = [float(t) for what, _, t in events if what == "gone"]
+    assert len(asked) == len(gone) == 2
+    assert max(asked) < min(gone)  # one after the other would ask the second after
+    assert all(svc.live_pids()[svc.name] is None for svc in both)
+    assert services.stop_together(both) == []  # nothing left running
+
+
 def test_down_with_nothing_running_is_fine(local):
     services.down(local)
     assert all(not svc.running() for svc in services.services(local))
