@@ -74,8 +74,6 @@ def stack(settings: Settings) -> Iterator[list[services.Service]]:
             services.down(settings, ["airflow"])
             streams.shutdown(settings)
             ingest_ctl.stop(settings)
-        for svc in reversed(all_services):
-            if svc.name not in already:
-                svc.stop()
+        services.stop_together([s for s in reversed(all_services) if s.name not in already])
         if not already:
             Supervisor.of_state(settings.state_dir).shutdown_if_idle()
