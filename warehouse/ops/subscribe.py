@@ -42,6 +42,9 @@ from warehouse.sql import versions
 log = logging.getLogger(__name__)
 
 ROUTE_EVERY_S = 2.0
+# How long a consumer being replaced may take to close before it is left to finish
+# on its own (see `_retire`).
+CLOSE_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,34 @@ def header_commit(headers: Any) -> int | None:
     return None
 
 
+def _retire(consumer: Consumer, topic: str) -> None:
+    """Close a consumer without waiting on it for long. librdkafka's close can block
+    for good when the consumer's topic was just deleted (confluentinc/librdkafka#4362,
+    open): seen here as a subscriber that logged an erasure's new topic and then
+    printed nothing more. Unassigning first is the workaround reported upstream; a
+    close that still hangs is left in a daemon thread, and the subscriber goes on
+    with a new consumer."""
+
+    def close() -> None:
+        try:
+            consumer.unassign()
+        except KafkaException as exc:
+            log.debug("unassigning the old consumer of %s: %s", topic, exc)
+        consumer.close()
+
+    # Both in the thread: either may wait on librdkafka's main thread.
+    closing = threading.Thread(target=close, name="subscriber-close", daemon=True)
+    closing.start()
+    closing.join(CLOSE_WAIT_S)
+    if closing.is_alive():
+        log.warning(
+            "the old consumer of %s did not close within %.0f s (librdkafka#4362); "
+            "going on without it",
+            topic,
+            CLOSE_WAIT_S,
+        )
+
+
 class Subscriber:
     """Reads one user's route and the topic it leads to; see the module."""
 
@@ -128,7 +159,7 @@ class Subscriber:
         # created again under the same name keeps the old topic's id in its metadata
         # and fetched nothing from the new one (the copy stayed empty after an erasure).
         if self._consumer is not None:
-            self._consumer.close()
+            _retire(self._consumer, topic)
             self._consumer = None
         consumer = self._consumer = Consumer(
             {
@@ -229,5 +260,5 @@ class Subscriber:
                     )
         finally:
             if self._consumer is not None:
-                self._consumer.close()
+                _retire(self._consumer, f"{self.view}'s topic")
                 self._consumer = None
