@@ -5,8 +5,8 @@ Spark driver, and most of such a JVM's first seconds go to loading and verifying
 the same few thousand classes of Spark, Scala and Hadoop. Java 17 can dump the
 classes one run loaded into an archive (`-XX:ArchiveClassesAtExit`) that later
 JVMs map instead (`-XX:SharedArchiveFile`). Measured on 2 cores with two busy
-loops beside it: session, first job and a Delta read took 28-30 s with the
-archive against 36-40 s without.
+loops beside it: session, first job and a Delta read took 22-27 s with the
+archive `_exercise` makes against 36-40 s without.
 
 The archive is only valid for the exact JVM and the exact jar files it was made
 from (the JVM checks their paths, sizes and times, and otherwise ignores it with

@@ -82,7 +82,7 @@ class Landed(NamedTuple):
     replaced: int
     # The newest time the events it took out of silver vouched for (None: it took
     # none out): a replaced winner's earlier record, an erased customer's event.
-    removed_newest: int | None = None
+    removed_newest: int | None
 
     @staticmethod
     def columns(view: View) -> list[Column]:

@@ -48,7 +48,9 @@ def test_a_stream_s_watermark_carried_forward_equals_silver_read_again(spark, la
         return None if row["newest"] is None else _micros(spark, row["newest"])
 
     def landed(newest):
-        return restatements.Landed(newest=newest, earliest_of=None, linked=0, replaced=0)
+        return restatements.Landed(
+            newest=newest, earliest_of=None, linked=0, replaced=0, removed_newest=None
+        )
 
     watermark = restatements.Watermark()
     watermark.advance(landed(_micros(spark, at(hours=90))))
@@ -202,7 +204,9 @@ def test_a_batch_of_on_time_events_cannot_restate_and_costs_no_job():
     assert VIEW.allowed_lateness.total_seconds() == 2 * 3600
 
     def landed(earliest_of, linked=0):
-        return restatements.Landed(newest=None, earliest_of=earliest_of, linked=linked, replaced=0)
+        return restatements.Landed(
+            newest=None, earliest_of=earliest_of, linked=linked, replaced=0, removed_newest=None
+        )
 
     assert not restatements.can_restate(VIEW, newest, landed(98 * hour + 1))
     # At the watermark itself: every window ends after its events, but the rule

@@ -135,10 +135,9 @@ def freshness(bench: Bench) -> None:
     if not process.wait_until(lambda: 0 in visible(), WARMUP_S):
         # A missed target, not a crash: the probes below are measured all the same,
         # and the ones never seen count as such.
-        bench.say(f"freshness: the warm-up probe was not visible within {WARMUP_S / 60:.0f} min")
-        bench.report.notes["freshness_warmup"] = (
-            f"the warm-up probe was not visible within {WARMUP_S / 60:.0f} min"
-        )
+        late = f"the warm-up probe was not visible within {WARMUP_S / 60:.0f} min"
+        bench.say(f"freshness: {late}")
+        bench.report.notes["freshness_warmup"] = late
     silver_before = _silver_version(bench.settings)
     load = generator.records(
         int(bench.run_id) % 10**9 + 500,
