@@ -262,3 +262,15 @@ def test_typed_columns_are_the_declared_event_schema(verdicts):
     assert [(f.name, f.dataType) for f in typed] == [
         (f.name, f.dataType) for f in EVENT_SCHEMA.fields
     ]
+
+
+def test_validations_of_different_records_share_expressions_but_not_answers(spark):
+    """`validate` reuses one set of column expressions for every call (building them
+    costs seconds): two validations joined must still each give their own verdicts."""
+    schema = "partition int, offset long, kafka_timestamp timestamp, value binary"
+    good = spark.createDataFrame([(0, 1, KAFKA_TS, event())], schema)
+    bad = spark.createDataFrame([(0, 1, KAFKA_TS, event(schema_version=2))], schema)
+    first, second = validate(good), validate(bad)
+    joined = first.alias("a").join(second.alias("b"), ["partition", "offset"])
+    (row,) = joined.select("a.reject_reason", "b.reject_reason", "a.event_id").collect()
+    assert tuple(row) == (None, "unsupported_schema_version", "e-1_A")
