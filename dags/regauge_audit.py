@@ -9,17 +9,18 @@ succeeded: their params hold the customer id they erased (CONTRACT.md §8).
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-
 from airflow.sdk import DAG
+from airflow.timetables.trigger import CronTriggerTimetable
 
 from _regauge import dag_args, no_retry, regauge
 
 with DAG(
     dag_id="regauge_audit",
     description="the integrity audit: trust, but verify",
-    schedule=timedelta(hours=1),
-    start_date=datetime(2026, 1, 1),
+    # On the hour, as a trigger timetable without a start_date: a stack that comes up
+    # waits for the next hour. With timedelta(hours=1) and a start_date, it ran at
+    # once, beside whatever the stack was started for (`make demo`, the tests).
+    schedule=CronTriggerTimetable("0 * * * *", timezone="UTC"),
     **dag_args(__doc__),
 ) as dag:
     # No retry: a mismatch is the audit's verdict (exit 1) and would only be found

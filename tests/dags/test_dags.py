@@ -43,7 +43,8 @@ for dag_id, dag in bag.dags.items():
                               "retry_delay_s": t.retry_delay.total_seconds(),
                               "on_failure": [name(f) for f in t.on_failure_callback]}
                   for t in dag.tasks},
-        "schedule": str(dag.schedule),
+        "schedule": getattr(dag.timetable, "summary", str(dag.schedule)),
+        "start_date": dag.start_date and dag.start_date.isoformat(),
         "doc_md": dag.doc_md,
         "fileloc": dag.fileloc,
     }
@@ -182,7 +183,9 @@ def test_the_watchdog_runs_every_minute(loaded):
 
 def test_the_audit_dag_deletes_succeeded_erasure_runs_hourly(loaded):
     audit = loaded["dags"]["regauge_audit"]
-    assert "1:00:00" in audit["schedule"]
+    # On the hour, with no start_date: a trigger timetable that has one runs the
+    # most recent hour at once, so a stack coming up would start an audit.
+    assert (audit["schedule"], audit["start_date"]) == ("0 * * * *", None)
     scrub = audit["tasks"]["scrub_erasure_runs"]
     assert scrub["command"].endswith(" forget airflow-runs")
     # Beside the audit, not after it: a failed audit must not keep an id in Airflow.
