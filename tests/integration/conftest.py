@@ -64,7 +64,7 @@ def pytest_runtest_makereport(
 def stack(settings: Settings) -> Iterator[list[services.Service]]:
     all_services = services.services(settings)
     already = {svc.name for svc in all_services if svc.running()}
-    restore_audit = False
+    audit_was_paused: dict[str, bool] = {}
     try:
         for svc in all_services:
             svc.start()
@@ -72,14 +72,12 @@ def stack(settings: Settings) -> Iterator[list[services.Service]]:
         # themselves, and a scheduled run (144 s of Spark alone, docs/SCALING.md)
         # would take the 2 cores at whatever point of the suite the hour struck.
         airflow = airflow_client.Client(settings)
-        airflow.wait_for_dag(HOURLY_AUDIT)
-        restore_audit = not airflow.is_paused(HOURLY_AUDIT)
-        airflow.pause(HOURLY_AUDIT, True)
+        audit_was_paused = airflow.quiet([HOURLY_AUDIT])
         yield all_services
     finally:
-        if restore_audit:
+        if audit_was_paused:
             # The stack's state outlives the tests: a developer's stack keeps its audit.
-            airflow_client.Client(settings).pause(HOURLY_AUDIT, False)
+            airflow.restore(audit_was_paused)
         if not already:
             # A stack the tests started leaves nothing running: the watchdog may
             # have started the view host, and it would outlive Kafka.

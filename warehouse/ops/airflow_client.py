@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import requests
@@ -100,6 +101,21 @@ class Client:
             f"{self.base}/api/v2/dags/{dag_id}", json={"is_paused": paused}, timeout=30
         )
         self._check(resp)
+
+    def quiet(self, dag_ids: Iterable[str]) -> dict[str, bool]:
+        """Pause these DAGs (each once parsed); returns whether each was paused
+        before, for `restore` to put back."""
+        was_paused: dict[str, bool] = {}
+        for dag_id in dag_ids:
+            self.wait_for_dag(dag_id)
+            was_paused[dag_id] = self.is_paused(dag_id)
+            self.pause(dag_id, True)
+        return was_paused
+
+    def restore(self, was_paused: Mapping[str, bool]) -> None:
+        """Pause or unpause each DAG as `quiet` found it."""
+        for dag_id, paused in was_paused.items():
+            self.pause(dag_id, paused)
 
     def trigger(self, dag_id: str, conf: dict[str, Any]) -> str:
         """Create a run; returns its run id. Bad params raise Refused (HTTP 400)."""

@@ -43,11 +43,7 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
     airflow = airflow_client.Client(settings)
     # The watchdog restarts live versions' streams every minute, and the hourly audit
     # reads every layer: either would take cores from the phase being measured.
-    was_paused: dict[str, bool] = {}
-    for dag in QUIET_DAGS:
-        airflow.wait_for_dag(dag)
-        was_paused[dag] = airflow.is_paused(dag)
-        airflow.pause(dag, True)
+    was_paused = airflow.quiet(QUIET_DAGS)
     bench = Bench(settings, sizes, report)
     try:
         _let_tasks_finish(airflow, report)
@@ -138,8 +134,7 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
         finally:
             # Last, and whatever failed above: the watchdog, unpaused, starts what is
             # wanted and not running.
-            for dag, paused in was_paused.items():
-                airflow.pause(dag, paused)
+            airflow.restore(was_paused)
     report.seconds = time.monotonic() - began
     save(report, out_dir, doc)
     return report
