@@ -32,11 +32,18 @@ status:  ## each service's state, port, pid, memory and log file
 demo: setup  ## the whole pipeline on the local stack, ending with a Trino query
 	@$(REGAUGE) demo
 
+# The fast tests keep a core idle when run one at a time (each is a Python driver
+# and a JVM taking turns), so they run in two workers, a file per worker at a time
+# (a module's fixtures stay in one process). The integration tests share one stack
+# and run one at a time.
+FAST := $(PYTEST) tests -m "not integration" -n 2 --dist loadfile
+
 test: setup lint  ## every test: fast ones, then integration against the real services and the one-box cluster's smoke test
-	@$(PYTEST) tests -m "not full_cluster" --durations=25
+	@$(FAST) --durations=10
+	@$(PYTEST) tests -m "integration and not full_cluster" --durations=25
 
 test-fast: setup  ## only the tests that need no services
-	@$(PYTEST) tests -m "not integration"
+	@$(FAST)
 
 cluster-up: setup  ## start the one-box cluster (Spark standalone, S3Proxy, 3 Kafka brokers, Trino over HTTPS, Airflow)
 	@$(REGAUGE) cluster up

@@ -78,9 +78,12 @@ def test_a_second_writer_beside_ingest_or_a_replay_is_refused(faults, capsys):
     assert capsys.readouterr().out.count("  refused: ") == 2
 
 
-def test_postgres_down_for_a_minute_under_ingest_and_a_stream_loses_nothing(faults):
-    out = report(faults.postgres_down(2_000))
-    assert out.produced == 2_000 and out.in_silver > 1_500
+def test_postgres_down_under_ingest_and_a_stream_loses_nothing(faults):
+    # Half of `make chaos`'s minute, for the suite's time; the same checks apply:
+    # ingest and the stream ride it out, Airflow comes back without help.
+    out = report(faults.postgres_down(1_000, down_s=30.0))
+    assert out.produced == 1_000 and out.in_silver > 750
+    assert "PostgreSQL down 30 s" in out.note
 
 
 def test_a_full_lake_disk_pauses_ingest_which_resumes_when_space_is_freed(faults, capsys):

@@ -481,7 +481,7 @@ class Chaos:
             # Stopped once live (a replay stopped part-way leaves no stream to resume).
             _wait_for(first, logfile, "recomputed from", began)
 
-    def postgres_down(self, events: int) -> Outcome:
+    def postgres_down(self, events: int, down_s: float = POSTGRES_DOWN_S) -> Outcome:
         ingest_ctl.start(self.settings, None)
         view = views.get(*VIEW)
         logfile = self._view_log()
@@ -493,11 +493,11 @@ class Chaos:
         airflow_pids = airflow.live_pids()
         problems = []
         try:
-            with self._producing(events, rate=events / POSTGRES_DOWN_S) as box:
+            with self._producing(events, rate=events / down_s) as box:
                 time.sleep(3.0)
                 postgres.stop()
                 down_at = time.monotonic()
-                self.say(f"  PostgreSQL stopped; down for {POSTGRES_DOWN_S:.0f} s")
+                self.say(f"  PostgreSQL stopped; down for {down_s:.0f} s")
                 # The watchdog cannot read the registry: it must say so, and change nothing.
                 watchdog = _cli("streams", "ensure")
                 if watchdog.returncode != 2 or "PostgreSQL is not reachable" not in watchdog.stderr:
@@ -505,7 +505,7 @@ class Chaos:
                         f"the watchdog without PostgreSQL: exit {watchdog.returncode}, "
                         f"{watchdog.stderr.strip()[-300:]}"
                     )
-                time.sleep(max(0.0, POSTGRES_DOWN_S - (time.monotonic() - down_at)))
+                time.sleep(max(0.0, down_s - (time.monotonic() - down_at)))
         except BaseException:
             _stop_job(stream)
             raise
@@ -537,7 +537,7 @@ class Chaos:
         differ = self._view_caught_up(outcome, stream, logfile)
         outcome.problems += problems
         outcome.note = (
-            f"PostgreSQL down {POSTGRES_DOWN_S:.0f} s under ingest and a stream; "
+            f"PostgreSQL down {down_s:.0f} s under ingest and a stream; "
             f"{differ} view rows differ; Airflow "
             + ("exited, restarted by supervisord" if airflow_died else "rode it out")
         )
