@@ -195,3 +195,43 @@ def test_redaction_takes_names_literally(spark):
     df = spark.createDataFrame([("a.c abc x\\Ey [z] z",)], "t string")
     (row,) = df.select(F.regexp_replace("t", pattern, "#").alias("t")).collect()
     assert row.t == "# abc # # z"
+
+
+def test_replacing_a_table_logs_no_column_statistics(spark, tmp_path):
+    """dbt rebuilds a model with CREATE OR REPLACE, which gives the table a new id.
+    Delta then warns, and by default prints both snapshots whole, min/max column
+    statistics included: a forgotten customer's id in a task log. The project's
+    log4j2.properties drops that message and keeps OptimisticTransaction's short one."""
+    jvm = spark.sparkContext._jvm
+    context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+    root = context.getConfiguration().getRootLogger()
+    captured = jvm.java.io.StringWriter()
+    appender = jvm.org.apache.logging.log4j.core.appender.WriterAppender.createAppender(
+        jvm.org.apache.logging.log4j.core.layout.PatternLayout.createDefaultLayout(),
+        None,
+        captured,
+        "test-capture",
+        False,
+        True,
+    )
+    appender.start()
+    root.addAppender(appender, None, None)
+    context.updateLoggers()
+    location = str(tmp_path / "model")
+    try:
+        for _ in range(2):
+            spark.sql(
+                "CREATE OR REPLACE TABLE default.replaced_model USING delta "
+                f"LOCATION '{location}' AS SELECT '{GONE}' AS customer_id"
+            )
+            spark.sql("SELECT count(*) FROM default.replaced_model").collect()
+    finally:
+        root.removeAppender("test-capture")
+        context.updateLoggers()
+        appender.stop()
+        spark.sql("DROP TABLE IF EXISTS default.replaced_model")
+    text = captured.toString()
+    # The capture works: Delta's short warning about the new table id is there.
+    assert "Change in the table id detected in txn" in text, text
+    assert "Previous snapshot" not in text
+    assert GONE not in text
