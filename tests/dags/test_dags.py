@@ -83,6 +83,9 @@ def loaded(tmp_path_factory) -> dict[str, Any]:
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
         "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
+        # The default 30 s per DAG file can run out on 2 cores shared with another
+        # test worker's Spark JVM, and would show as an import error.
+        "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "300",
     }
     proc = subprocess.run(
         [str(AIRFLOW_PYTHON), "-c", PROBE, str(REPO / "dags")],

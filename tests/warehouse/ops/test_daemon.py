@@ -109,7 +109,12 @@ def test_a_start_while_stopping_waits_and_its_daemon_stays_known(tmp_path):
     first, _ = d.start(lambda st: bool(st), 30)
     stopping = threading.Thread(target=d.stop, args=(10,))
     stopping.start()
-    time.sleep(0.5)  # stop() has signalled the first and waits for it
+    # Until stop() has signalled the first and waits for it, holding the launch lock
+    # (a fixed sleep could end before that on 2 busy cores).
+    deadline = time.monotonic() + 20
+    while d.supervisor.state("probe") != "STOPPING":
+        assert time.monotonic() < deadline, d.supervisor.info("probe")
+        time.sleep(0.05)
     try:
         second, started = d.start(lambda st: bool(st), 30)
         stopping.join()

@@ -187,13 +187,14 @@ def tree_pids(roots: Iterable[int], stats: list[ProcStat]) -> set[int]:
     return found
 
 
-def descendants_rss_bytes(pid: int) -> int:
+def descendants_rss_bytes(pid: int, stats: list[ProcStat] | None = None) -> int:
     """Resident memory of the processes started under pid that stayed in its group.
 
     Daemons it launched in sessions of their own are left out: they are
-    counted by their own group.
+    counted by their own group. `stats` is a snapshot to use (default: a fresh
+    one), so several figures can come from the same moment.
     """
-    stats = list(proc_stats())
+    stats = list(proc_stats()) if stats is None else stats
     group = next((p.pgrp for p in stats if p.pid == pid), None)
     children: dict[int, list[ProcStat]] = {}
     for p in stats:

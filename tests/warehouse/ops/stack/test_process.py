@@ -66,17 +66,25 @@ def test_descendants_count_only_children_that_stayed_in_the_group():
     """The bench counts its own Spark JVM this way, and daemons it starts by their group."""
     import os
 
-    script = "import time; time.sleep(30)"
-    child = subprocess.Popen([sys.executable, "-c", script])
-    daemon = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    # Each child says when its interpreter is up: a fixed sleep was too short for
+    # that on 2 busy cores.
+    script = "import time; print('ready', flush=True); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    daemon = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, start_new_session=True
+    )
     try:
-        time.sleep(0.5)
-        rss = {p.pid: p.rss_bytes for p in proc_stats()}
+        assert child.stdout is not None and daemon.stdout is not None
+        assert child.stdout.readline() == daemon.stdout.readline() == b"ready\n"
+        # Every figure from one snapshot: this worker's Spark JVM, also a child,
+        # changes its memory between two reads of /proc.
+        stats = list(proc_stats())
+        rss = {p.pid: p.rss_bytes for p in stats}
         assert rss[child.pid] > 1_000_000 and rss[daemon.pid] > 1_000_000
-        mine = descendants_rss_bytes(os.getpid())
+        mine = descendants_rss_bytes(os.getpid(), stats)
         others = sum(
             p.rss_bytes
-            for p in proc_stats()
+            for p in stats
             if p.ppid == os.getpid() and p.pid not in (child.pid, daemon.pid)
         )
         # The child is in; the daemon (its own session) is out.
@@ -102,9 +110,16 @@ def test_a_tree_follows_children_into_sessions_of_their_own():
     parent = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
     stranger = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
-        time.sleep(0.5)
-        stats = list(proc_stats())
-        (grandchild,) = [p for p in stats if p.ppid == parent.pid]
+        # Until the parent's interpreter is up and has started it (a fixed sleep was
+        # too short on 2 busy cores).
+        deadline = time.monotonic() + 30
+        while True:
+            stats = list(proc_stats())
+            grandchildren = [p for p in stats if p.ppid == parent.pid]
+            if grandchildren or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        (grandchild,) = grandchildren
         assert grandchild.pgrp != parent.pid  # a group of its own: group_rss_bytes misses it
         tree = tree_pids([parent.pid], stats)
         assert tree == {parent.pid, grandchild.pid}

@@ -167,7 +167,8 @@ def test_a_taken_port_is_refused_in_one_line_naming_port_and_service(local):
 def test_a_service_that_never_gets_healthy_shows_its_log_and_is_stopped(local):
     script = "import time; print('still warming up', flush=True); time.sleep(60)"
     svc = Dummy(local, _free_port(), script)
-    svc.health_timeout = 2
+    # Long enough for the child to start and print on 2 busy cores.
+    svc.health_timeout = 8
     with pytest.raises(ServiceError) as err:
         svc.start()
     message = str(err.value)
