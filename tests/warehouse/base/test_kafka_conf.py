@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from warehouse.base import kafka_conf
@@ -55,7 +57,9 @@ def test_an_unknown_protocol_or_mechanism_is_refused(var: str, value: str):
 
 def test_a_client_logger_says_a_repeated_line_once(caplog, monkeypatch):
     clock = iter([100.0, 100.2, 100.3, 131.0])
-    monkeypatch.setattr(kafka_conf.time, "monotonic", lambda: next(clock))
+    # Only kafka_conf's clock: patching time.monotonic itself would hand these
+    # values to every other thread of the test worker too.
+    monkeypatch.setattr(kafka_conf, "time", SimpleNamespace(monotonic=lambda: next(clock)))
     logger = kafka_conf.client_logger("test-repeats")
     refused = (
         "127.0.0.1:9092/{}: Connect to ipv4#127.0.0.1:9092 failed (after {}ms in state CONNECT)"
