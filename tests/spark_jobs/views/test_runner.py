@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 from chispa import assert_df_equality
@@ -11,6 +10,7 @@ from chispa import assert_df_equality
 from spark_jobs import lake, views
 from spark_jobs.views import runner
 from tests.spark_jobs.conftest import at, cancel, cart, order
+from warehouse.ops.stack.process import wait_until
 
 LOG = [
     # two hours of orders in two currencies, with cancellations before, after and twice
@@ -97,9 +97,7 @@ def test_replay_progress_follows_the_jobs_tasks(spark, caplog):
         spark.range(0, 200_000, numPartitions=4).selectExpr("sum(id)").collect()
         # The status tracker hears of finished tasks through Spark's listener bus,
         # which can lag the action's return by a moment on busy cores.
-        deadline = time.monotonic() + 30
-        while progress.share_done() < 1.0 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: progress.share_done() == 1.0, 30, interval=0.05)
         assert progress.share_done() == 1.0
     assert progress.summary().startswith("1,000 events in ")
     assert any("replay t_v1: ~" in r.getMessage() for r in caplog.records)

@@ -14,6 +14,7 @@ import pytest
 from warehouse.base.settings import load
 from warehouse.ops import ingest_ctl, processes, streams
 from warehouse.ops.daemon import Daemon
+from warehouse.ops.stack.process import wait_until
 from warehouse.ops.stack.supervisor import Supervisor
 
 
@@ -111,10 +112,8 @@ def test_a_start_while_stopping_waits_and_its_daemon_stays_known(tmp_path):
     stopping.start()
     # Until stop() has signalled the first and waits for it, holding the launch lock
     # (a fixed sleep could end before that on 2 busy cores).
-    deadline = time.monotonic() + 20
-    while d.supervisor.state("probe") != "STOPPING":
-        assert time.monotonic() < deadline, d.supervisor.info("probe")
-        time.sleep(0.05)
+    stopping_now = wait_until(lambda: d.supervisor.state("probe") == "STOPPING", 20, interval=0.05)
+    assert stopping_now, d.supervisor.info("probe")
     try:
         second, started = d.start(lambda st: bool(st), 30)
         stopping.join()

@@ -11,6 +11,7 @@ from warehouse.ops.stack.process import (
     proc_stats,
     stop_group,
     tree_pids,
+    wait_until,
 )
 
 
@@ -112,14 +113,9 @@ def test_a_tree_follows_children_into_sessions_of_their_own():
     try:
         # Until the parent's interpreter is up and has started it (a fixed sleep was
         # too short on 2 busy cores).
-        deadline = time.monotonic() + 30
-        while True:
-            stats = list(proc_stats())
-            grandchildren = [p for p in stats if p.ppid == parent.pid]
-            if grandchildren or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        (grandchild,) = grandchildren
+        wait_until(lambda: any(p.ppid == parent.pid for p in proc_stats()), 30, interval=0.1)
+        stats = list(proc_stats())
+        (grandchild,) = [p for p in stats if p.ppid == parent.pid]
         assert grandchild.pgrp != parent.pid  # a group of its own: group_rss_bytes misses it
         tree = tree_pids([parent.pid], stats)
         assert tree == {parent.pid, grandchild.pid}
