@@ -277,6 +277,7 @@ def run(
 
     Each query's progress goes to `status_file`, which `regauge ingest status` reads.
     """
+    explicit = trigger is not None
     trigger = trigger or settings.trigger_interval
     listener = ProgressLog(status_file)
     queries: dict[str, StreamingQuery] = {}
@@ -288,7 +289,10 @@ def run(
     try:
         prepare(spark, settings)
         log.info(
-            "ingest running: %s -> bronze -> silver, trigger every %s", registry.TOPIC, trigger
+            "ingest running: %s -> bronze (trigger every %s) -> silver (every %s)",
+            registry.TOPIC,
+            trigger if explicit else settings.bronze_trigger_interval or trigger,
+            trigger,
         )
         while not stop.is_set():
             for name in QUERIES:
@@ -306,8 +310,11 @@ def run(
                     )
                 if time.monotonic() < retry_at[name]:
                     continue
+                every = trigger
+                if name == "bronze" and not explicit and settings.bronze_trigger_interval:
+                    every = settings.bronze_trigger_interval
                 try:
-                    queries[name] = _starter(spark, settings, name, False, trigger)()
+                    queries[name] = _starter(spark, settings, name, False, every)()
                 except silver.WaitingForBronze:
                     retry_at[name] = time.monotonic() + WAIT_FOR_BRONZE_S
                 except Exception as exc:

@@ -22,9 +22,10 @@ def test_setup_made_an_archive_every_session_maps(spark):
     assert f"-XX:SharedArchiveFile={archive}" in options
 
 
-def test_a_driver_that_requires_the_archive_starts_with_it():
+def test_a_driver_that_requires_the_archive_starts_with_it_and_the_operators_options():
     # -Xshare:on makes a JVM that cannot map the archive (another JVM, other jars)
-    # exit instead of quietly loading every class itself.
+    # exit instead of quietly loading every class itself. The same driver shows
+    # that REGAUGE_SPARK_DRIVER_JAVA_OPTIONS reaches the JVM, after regauge's own.
     script = textwrap.dedent(
         """
         from spark_jobs import class_archive
@@ -32,13 +33,20 @@ def test_a_driver_that_requires_the_archive_starts_with_it():
         spark = build_session("archive-check", ui=False,
                               extra_java_options=class_archive.java_option() + " -Xshare:on")
         print("rows", spark.range(3).count())
+        jvm = spark.sparkContext._jvm
+        args = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
+        print("options", " ".join(a for a in args if a.startswith("-XX:")))
         """
     )
+    env = {**os.environ, "REGAUGE_SPARK_DRIVER_JAVA_OPTIONS": "-XX:NativeMemoryTracking=summary"}
     proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split() == ["rows", "3"]
+    rows, options = proc.stdout.splitlines()[-2:]
+    assert rows.split() == ["rows", "3"]
+    assert "-XX:NativeMemoryTracking=summary" in options.split()
+    assert f"-XX:SharedArchiveFile={class_archive.archive_path()}" in options.split()
 
 
 def test_a_changed_jar_makes_the_archive_stale_and_sessions_start_without_it(

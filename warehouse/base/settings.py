@@ -62,6 +62,12 @@ class Settings:
     # Kafka records per bronze micro-batch at most: a backlog (after an outage, or a
     # first start on a long topic) is read in bounded batches, not one that outgrows memory.
     ingest_max_records_per_batch: int = 250_000
+    # How often bronze copies from Kafka, when it differs from `trigger_interval`
+    # (None: the same; 5 s in the local profile). Under load a silver batch takes
+    # several seconds, and every bronze commit in between costs Delta a snapshot
+    # rebuild (3 Spark jobs) in the pool silver shares: bronze committing more
+    # often than silver can take its batches only slows silver down.
+    bronze_trigger_interval: str | None = None
     # Copies of each partition of the event topic: 1 on one broker; 3 on a
     # cluster, whose brokers also require 2 in sync before a write counts.
     kafka_replication: int = 1
@@ -92,6 +98,10 @@ class Settings:
     # JSON lines: every job, stage and task with its duration and micro-batch),
     # to profile a slow batch with; None writes none. `make bench` sets it.
     spark_event_log_dir: str | None = None
+    # More JVM options for every Spark driver regauge starts, after its own: to
+    # profile one, e.g. "-XX:NativeMemoryTracking=summary" for `jcmd PID
+    # VM.native_memory summary`, or a heap dump on OutOfMemoryError.
+    spark_driver_java_options: str = ""
     # The view host's Prometheus endpoint (`regauge status` lists it), on bind_host.
     metrics_port: int = 9464
     # Per application on a Spark cluster (ignored by local[N]): without a cap, the
@@ -179,6 +189,8 @@ def _local(env: dict[str, str]) -> Settings:
         airflow_db="airflow",
         airflow_port=8081,
         trigger_interval="1 second",
+        # Measured with `make bench --phases freshness` on 2 cores (docs/BENCHMARKS.md).
+        bronze_trigger_interval="5 seconds",
     )
 
 
@@ -198,6 +210,8 @@ def _cluster(env: dict[str, str]) -> Settings:
     return replace(
         base,
         profile="cluster",
+        # A cluster's silver batches are short: bronze follows the trigger interval.
+        bronze_trigger_interval=None,
         spark_master=env["REGAUGE_SPARK_MASTER"],
         kafka_bootstrap=env["REGAUGE_KAFKA_BOOTSTRAP"],
         lake_root=env["REGAUGE_LAKE_ROOT"],
@@ -234,11 +248,13 @@ OVERRIDES: dict[str, tuple[str, type]] = {
     "REGAUGE_AIRFLOW_USER": ("airflow_user", str),
     "REGAUGE_AIRFLOW_PASSWORD": ("airflow_password", str),
     "REGAUGE_TRIGGER_INTERVAL": ("trigger_interval", str),
+    "REGAUGE_BRONZE_TRIGGER_INTERVAL": ("bronze_trigger_interval", str),
     "REGAUGE_INGEST_MAX_RECORDS_PER_BATCH": ("ingest_max_records_per_batch", int),
     "REGAUGE_BIND_HOST": ("bind_host", str),
     "REGAUGE_INGEST_LAG_ALERT_S": ("ingest_lag_alert_s", float),
     "REGAUGE_MAINTENANCE_RETENTION_HOURS": ("maintenance_retention_hours", float),
     "REGAUGE_SPARK_EVENT_LOG_DIR": ("spark_event_log_dir", str),
+    "REGAUGE_SPARK_DRIVER_JAVA_OPTIONS": ("spark_driver_java_options", str),
     "REGAUGE_METRICS_PORT": ("metrics_port", int),
     "REGAUGE_SPARK_EXECUTOR_MEMORY": ("spark_executor_memory", str),
     "REGAUGE_SPARK_EXECUTOR_CORES": ("spark_executor_cores", int),

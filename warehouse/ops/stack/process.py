@@ -153,17 +153,44 @@ class ProcStat:
 
 
 def proc_stats() -> Iterator[ProcStat]:
-    """Every live process's parent, group and resident memory, from /proc."""
+    """Every live process's parent, group and resident memory, from /proc.
+
+    A child that has not exec'd yet counts no memory of its own. The JVM starts
+    a program (a shell for Hadoop's local file system) through posix_spawn: for
+    that moment the child shares the JVM's address space, and /proc gives it the
+    JVM's whole resident size. Summed over a process group, one such sample
+    counted the view host's 4.5 GiB JVM twice in `make bench`'s memory peak. A
+    fork child that still runs its parent's program on its parent's mapping
+    (same executable, same virtual size) is the same case: its pages are the
+    parent's until it writes to them.
+    """
     page = os.sysconf("SC_PAGE_SIZE")
+    raw: dict[int, tuple[int, int, int, int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue  # ended while we looked
-        # After the command name: state, ppid, pgrp, ... rss is the 22nd field.
-        yield ProcStat(
-            int(stat.parent.name), int(fields[1]), int(fields[2]), int(fields[21]) * page
+        # After the command name: state, ppid, pgrp, ... vsize is the 21st field
+        # and rss the 22nd.
+        raw[int(stat.parent.name)] = (
+            int(fields[1]),
+            int(fields[2]),
+            int(fields[20]),
+            int(fields[21]) * page,
         )
+    for pid, (ppid, pgrp, vsize, rss) in raw.items():
+        parent = raw.get(ppid)
+        if parent is not None and parent[2] == vsize and _same_program(pid, ppid):
+            rss = 0
+        yield ProcStat(pid, ppid, pgrp, rss)
+
+
+def _same_program(pid: int, ppid: int) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/exe") == os.readlink(f"/proc/{ppid}/exe")
+    except OSError:  # ended, or not ours to read
+        return False
 
 
 def group_rss_bytes(pgid: int) -> int:
