@@ -68,7 +68,7 @@ def build_session(
         "spark.driver.extraJavaOptions": (
             f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG} "
             + (class_archive.java_option() if extra_java_options is None else extra_java_options)
-            + f" {s.spark_driver_java_options}"
+            + f" {s.spark_driver_java_options or ''}"
         ).strip(),
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.sql.shuffle.partitions": str(s.spark_shuffle_partitions),

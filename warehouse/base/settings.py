@@ -101,7 +101,7 @@ class Settings:
     # More JVM options for every Spark driver regauge starts, after its own: to
     # profile one, e.g. "-XX:NativeMemoryTracking=summary" for `jcmd PID
     # VM.native_memory summary`, or a heap dump on OutOfMemoryError.
-    spark_driver_java_options: str = ""
+    spark_driver_java_options: str | None = None
     # The view host's Prometheus endpoint (`regauge status` lists it), on bind_host.
     metrics_port: int = 9464
     # Per application on a Spark cluster (ignored by local[N]): without a cap, the

@@ -91,9 +91,15 @@ def test_an_airflow_of_ones_own_is_reached_by_url_and_login():
     )
 
 
-def test_s3_change_detection_reaches_s3a_and_a_wrong_mode_is_refused():
+def test_s3_change_detection_reaches_s3a_and_a_wrong_mode_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    from spark_jobs import session
     from spark_jobs.session import _object_store_conf
 
+    # The jars themselves come from `regauge cluster fetch`, which a machine that
+    # never ran the cluster has not done: this is about the settings only.
+    monkeypatch.setattr(session.jvm, "spark_s3_jars", lambda s: ["/jars/hadoop-aws.jar"])
     lake = {"REGAUGE_LAKE_ROOT": "s3a://bucket/lake"}
     assert _object_store_conf(load(lake))["spark.hadoop.fs.s3a.change.detection.mode"] == "server"
     relaxed = load({**lake, "REGAUGE_S3_CHANGE_DETECTION": "none"})
