@@ -156,7 +156,7 @@ def proc_stats() -> Iterator[ProcStat]:
     """Every live process's parent, group and resident memory, from /proc.
 
     A child that has not exec'd yet counts no memory of its own. The JVM starts
-    a program (a shell for Hadoop's local file system) through posix_spawn: for
+    programs (readlink, chmod for Hadoop's local file system) through posix_spawn: for
     that moment the child shares the JVM's address space, and /proc gives it the
     JVM's whole resident size. Summed over a process group, one such sample
     counted the view host's 4.5 GiB JVM twice in `make bench`'s memory peak. A
