@@ -277,7 +277,8 @@ def run(
 
     Each query's progress goes to `status_file`, which `regauge ingest status` reads.
     """
-    explicit = trigger is not None
+    # An explicit trigger (`ingest run --trigger`) is for both queries.
+    bronze_every = trigger or settings.bronze_trigger_interval or settings.trigger_interval
     trigger = trigger or settings.trigger_interval
     listener = ProgressLog(status_file)
     queries: dict[str, StreamingQuery] = {}
@@ -291,7 +292,7 @@ def run(
         log.info(
             "ingest running: %s -> bronze (trigger every %s) -> silver (every %s)",
             registry.TOPIC,
-            trigger if explicit else settings.bronze_trigger_interval or trigger,
+            bronze_every,
             trigger,
         )
         while not stop.is_set():
@@ -310,9 +311,7 @@ def run(
                     )
                 if time.monotonic() < retry_at[name]:
                     continue
-                every = trigger
-                if name == "bronze" and not explicit and settings.bronze_trigger_interval:
-                    every = settings.bronze_trigger_interval
+                every = bronze_every if name == "bronze" else trigger
                 try:
                     queries[name] = _starter(spark, settings, name, False, every)()
                 except silver.WaitingForBronze:
