@@ -1,14 +1,15 @@
 """Kafka -> bronze: the lake's durable, complete copy of the event log.
 
 One row per Kafka record, bytes untouched, so every later layer can be rebuilt
-from here even after Kafka's retention has dropped the records. Exactly once
-comes from Structured Streaming's checkpoint together with the Delta sink,
-which commits each micro-batch idempotently under the query's id.
+from here even after Kafka's retention has dropped the records. Ingest's one
+query appends each micro-batch here before settling it into silver
+(`spark_jobs.ingest`); the append carries Delta's txnAppId/txnVersion, so a
+batch retried after a crash does not copy its records twice.
 
-A lost checkpoint must not copy the log twice: the Delta sink's idempotence is
-per query id, and a new checkpoint is a new query. So a query that starts
-without a checkpoint over a bronze that already holds records starts each
-partition at the offset after bronze's last copy of it (`resume_offsets`);
+A lost checkpoint must not copy the log twice either: the transaction ids are
+per checkpoint, and a new checkpoint starts its batch ids again. So a query that
+starts without a checkpoint over a bronze that already holds records starts
+each partition at the offset after bronze's last copy of it (`resume_offsets`);
 bronze is thereby idempotent on (topic, partition, offset).
 """
 
@@ -21,7 +22,6 @@ from confluent_kafka.admin import AdminClient
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
@@ -97,9 +97,9 @@ def topic_partitions(settings: Settings) -> list[int]:
 
 
 def starting_offsets(spark: SparkSession, settings: Settings) -> str:
-    """Where a bronze query without a checkpoint starts (one with a checkpoint resumes there)."""
+    """Where ingest's query without a checkpoint starts (one with a checkpoint resumes there)."""
     path = BRONZE.path(settings)
-    if lake.checkpoint_has_progress(spark, BRONZE.checkpoint(settings)) or not (
+    if lake.checkpoint_has_progress(spark, registry.ingest_checkpoint(settings)) or not (
         DeltaTable.isDeltaTable(spark, path)
     ):
         return "earliest"
@@ -152,20 +152,28 @@ def read_kafka(
     )
 
 
-def ignoring_forgotten(spark: SparkSession, settings: Settings, rows: DataFrame) -> DataFrame:
-    """Bronze rows read from Kafka, less the positions an erasure forgot (CONTRACT.md
-    §8), which Kafka holds until its retention deletes them.
+def forgotten_positions(spark: SparkSession, settings: Settings) -> DataFrame | None:
+    """The Kafka positions an erasure forgot (CONTRACT.md §8), which Kafka holds
+    until its retention deletes them; None while nothing is forgotten.
 
-    The list is read when the query starts (an erasure stops ingest and starts
-    it again), and joined only once something has been forgotten: a join costs
-    every micro-batch a Spark job."""
+    Read when ingest's query starts (an erasure stops ingest and starts it
+    again), as local rows: a few bytes each, and no table scan or cached block
+    that a long-running query could lose."""
     positions = erasure.read_forgotten(spark, settings).select("partition", "offset").collect()
     if not positions:
-        return rows
-    # As local rows: a few bytes each, and no table scan or cached block that a
-    # long-running query could lose.
-    forgotten = spark.createDataFrame(positions, "partition int, offset bigint")
-    return erasure.without_forgotten(rows, forgotten)
+        return None
+    return spark.createDataFrame(positions, "partition int, offset bigint")
+
+
+def ignoring_forgotten(rows: DataFrame, forgotten: DataFrame | None) -> DataFrame:
+    """Bronze rows read from Kafka, less the `forgotten` positions. Joined only once
+    something has been forgotten: a join costs every micro-batch a Spark job."""
+    return rows if forgotten is None else erasure.without_forgotten(rows, forgotten)
+
+
+def append(rows: DataFrame, settings: Settings, app_id: str, batch_id: int) -> None:
+    """One micro-batch's bronze rows into bronze, once per (app_id, batch_id)."""
+    lake.append_once(rows, BRONZE.path(settings), f"{app_id}/bronze", batch_id)
 
 
 def read_kafka_batch(spark: SparkSession, settings: Settings) -> DataFrame:
@@ -178,55 +186,3 @@ def read_kafka_batch(spark: SparkSession, settings: Settings) -> DataFrame:
         .option("endingOffsets", "latest")
         .load()
     )
-
-
-def start(
-    spark: SparkSession,
-    settings: Settings,
-    *,
-    available_now: bool = False,
-    trigger: str | None = None,
-    accept_data_loss: bool = False,
-) -> StreamingQuery:
-    """Start the Kafka -> bronze query: continuous, or until caught up (available_now)."""
-    rows = to_bronze_rows(
-        read_kafka(
-            spark,
-            settings,
-            accept_data_loss=accept_data_loss,
-            starting=starting_offsets(spark, settings),
-        )
-    )
-    writer = (
-        ignoring_forgotten(spark, settings, rows)
-        .writeStream.format("delta")
-        .queryName("bronze")
-        .outputMode("append")
-        .option("checkpointLocation", BRONZE.checkpoint(settings))
-    )
-    writer = (
-        writer.trigger(availableNow=True)
-        if available_now
-        else writer.trigger(processingTime=trigger or settings.trigger_interval)
-    )
-    return writer.start(BRONZE.path(settings))
-
-
-def run_once(spark: SparkSession, settings: Settings) -> int:
-    """Copy everything new in Kafka into bronze; return its row count."""
-    query = start(spark, settings, available_now=True)
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise RuntimeError(f"bronze ingest failed: {query.exception()}")
-    return spark.read.format("delta").load(BRONZE.path(settings)).count()
-
-
-def mark(spark: SparkSession, settings: Settings, erasure_id: str) -> int:
-    """A commit that changes no rows (a table property: the last erasure), for a
-    silver query that is to start after bronze's newest commit when no traffic
-    comes (Delta makes no commit for an empty append). Returns its version."""
-    path = BRONZE.path(settings)
-    spark.sql(
-        f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('regauge.last_erasure' = '{erasure_id}')"
-    )
-    return lake.newest_version(spark, path)

@@ -1,10 +1,16 @@
 """Running Kafka -> bronze -> silver: long-lived and supervised, or once until caught up.
 
-Both queries share one Spark session. A query that dies (the broker went away,
-a transient file-system error) is restarted with backoff from its checkpoint,
-which makes the restart exact. The one failure never retried is a gap in the
-log: Kafka no longer has records bronze has not copied, and carrying on would
-make history silently incomplete.
+One streaming query does it all: each micro-batch of Kafka records is appended
+to bronze, then settled into silver, the ledger and the quarantine
+(`silver.process_batch`), every write under the batch's transaction id. Two
+queries (Kafka -> bronze, then bronze -> silver) cost a second stream, a Delta
+source over bronze and a bronze commit's wait for silver's next trigger; one
+query reads each record once and commits both layers in the same batch.
+
+A query that dies (the broker went away, a transient file-system error) is
+restarted with backoff from its checkpoint, which makes the restart exact. The
+one failure never retried is a gap in the log: Kafka no longer has records
+bronze has not copied, and carrying on would make history silently incomplete.
 """
 
 from __future__ import annotations
@@ -13,23 +19,23 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from pyspark.errors import StreamingQueryException
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from spark_jobs import bronze, erasure, lake, silver
+from spark_jobs.testing import faults
 from warehouse.base import metrics, registry
 from warehouse.base.jsonfile import replace_json
 from warehouse.base.settings import Settings
 
 log = logging.getLogger(__name__)
 
-QUERIES = ("bronze", "silver")
+QUERY = registry.INGEST_QUERY
 # The tables ingest writes (its callers publish them to Trino).
 TABLES = (
     registry.BRONZE_EVENTS,
@@ -38,8 +44,6 @@ TABLES = (
     registry.SILVER_LEDGER,
 )
 MAX_BACKOFF_S = 30.0
-# After a lost silver checkpoint, how often to look for the bronze commit it streams from.
-WAIT_FOR_BRONZE_S = 2.0
 
 
 class DataLossError(RuntimeError):
@@ -111,9 +115,6 @@ def describe_progress(progress: dict[str, Any]) -> str:
     lag = kafka_lag(sources[0])
     if lag:
         line += "; lag " + " ".join(f"p{p}={n:,}" for p, n in lag.items())
-    metrics = sources[0].get("metrics") or {}
-    if "numBytesOutstanding" in metrics:
-        line += f"; {int(metrics['numBytesOutstanding']):,} bytes of bronze still to read"
     return line
 
 
@@ -197,42 +198,96 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-# -- queries ---------------------------------------------------------------------------
+# -- the query ------------------------------------------------------------------------
 def prepare(spark: SparkSession, settings: Settings) -> None:
-    """Create the tables (silver streams from bronze, so bronze must exist)."""
+    """Create the tables ingest writes, and the list of forgotten positions it reads."""
     lake.ensure_table(spark, registry.BRONZE_EVENTS.path(settings), bronze.BRONZE_SCHEMA)
     silver.ensure_tables(spark, settings)
     erasure.ensure_table(spark, settings)
 
 
-def _starter(
+def process_batch(
     spark: SparkSession,
     settings: Settings,
-    name: str,
-    available_now: bool,
-    trigger: str,
-    accept_data_loss: bool = False,
-) -> Callable[[], StreamingQuery]:
-    def start() -> StreamingQuery:
-        if name == "bronze":
-            return bronze.start(
-                spark,
-                settings,
-                available_now=available_now,
-                trigger=trigger,
-                accept_data_loss=accept_data_loss,
-            )
-        w = silver.writer(spark, settings)
-        w = w.trigger(availableNow=True) if available_now else w.trigger(processingTime=trigger)
-        return w.start()
+    records: DataFrame,
+    batch_id: int,
+    txn_app: str,
+    forgotten: DataFrame | None,
+) -> silver.BatchResult:
+    """One micro-batch of Kafka records into bronze, then into silver, the ledger and
+    the quarantine. Retried after a crash, it skips what it committed (txn ids)."""
+    # Materialised once: bronze's append and silver's validation both read it,
+    # and Kafka would otherwise be read twice.
+    rows = bronze.ignoring_forgotten(bronze.to_bronze_rows(records), forgotten).localCheckpoint(
+        eager=True
+    )
+    try:
+        bronze.append(rows, settings, txn_app, batch_id)
+        return silver.process_batch(spark, settings, rows, batch_id, txn_app)
+    finally:
+        rows.unpersist()
 
-    return start
+
+def _retire_two_query_checkpoints(spark: SparkSession, settings: Settings) -> None:
+    """Bronze's and silver's checkpoints from before ingest was one query: once the
+    new checkpoint exists, `silver.recover` has settled what they had written."""
+    for table in (registry.BRONZE_EVENTS, registry.SILVER_EVENTS):
+        old = table.checkpoint(settings)
+        if lake.exists(spark, old):
+            log.warning(
+                "removing %s: ingest is one query now, checkpointed at %s",
+                old,
+                registry.ingest_checkpoint(settings),
+            )
+            lake.delete_tree(spark, old)
+
+
+def start(
+    spark: SparkSession,
+    settings: Settings,
+    *,
+    available_now: bool = False,
+    trigger: str | None = None,
+    accept_data_loss: bool = False,
+) -> StreamingQuery:
+    """Start ingest's query: continuous, or until caught up (`available_now`).
+
+    Without a checkpoint, it first settles whatever bronze holds (`silver.recover`)
+    and reads Kafka from after bronze's last copied offsets: nothing twice.
+    """
+    txn_app = silver.app_id(spark, settings)
+    silver.recover(spark, settings, txn_app)
+    _retire_two_query_checkpoints(spark, settings)
+    forgotten = bronze.forgotten_positions(spark, settings)
+
+    def each_batch(records: DataFrame, batch_id: int) -> None:
+        result = process_batch(spark, settings, records, batch_id, txn_app, forgotten)
+        log.info("%s", result.record().describe())
+        faults.maybe_crash("silver_after_commit", batch_id)
+
+    writer = (
+        bronze.read_kafka(
+            spark,
+            settings,
+            accept_data_loss=accept_data_loss,
+            starting=bronze.starting_offsets(spark, settings),
+        )
+        .writeStream.queryName(QUERY)
+        .foreachBatch(each_batch)
+        .option("checkpointLocation", registry.ingest_checkpoint(settings))
+    )
+    writer = (
+        writer.trigger(availableNow=True)
+        if available_now
+        else writer.trigger(processingTime=trigger or settings.trigger_interval)
+    )
+    return writer.start()
 
 
 def run_once(
     spark: SparkSession, settings: Settings, *, accept_data_loss: bool = False
 ) -> dict[str, int]:
-    """Copy everything new from Kafka to bronze, then settle it into silver; return row counts.
+    """Copy everything new from Kafka to bronze and settle it into silver; return row counts.
 
     With `accept_data_loss`, a gap in the log is skipped (and Spark logs it)
     instead of stopping: the operator's decision after a DataLossError.
@@ -240,23 +295,16 @@ def run_once(
     prepare(spark, settings)
     if accept_data_loss:
         log.warning("accepting data loss: records Kafka no longer has will be skipped")
-    for name in QUERIES:
-        try:
-            query = _starter(
-                spark, settings, name, True, settings.trigger_interval, accept_data_loss
-            )()
-        except silver.WaitingForBronze as exc:
-            log.info("%s: nothing new in bronze since silver's recovery (%s)", name, exc)
-            continue
-        try:
-            query.awaitTermination()
-            error = error_text(query.exception())
-        except StreamingQueryException as exc:
-            error = error_text(exc)
-        if error:
-            if is_data_loss(error):
-                raise DataLossError(DATA_LOSS_HELP)
-            raise RuntimeError(f"{name} failed: {error}")
+    query = start(spark, settings, available_now=True, accept_data_loss=accept_data_loss)
+    try:
+        query.awaitTermination()
+        error = error_text(query.exception())
+    except StreamingQueryException as exc:
+        error = error_text(exc)
+    if error:
+        if is_data_loss(error):
+            raise DataLossError(DATA_LOSS_HELP)
+        raise RuntimeError(f"ingest failed: {error}")
     return counts(spark, settings)
 
 
@@ -273,65 +321,43 @@ def run(
     trigger: str | None = None,
     status_file: Path,
 ) -> None:
-    """Run both queries until `stop` is set, restarting any that dies (except on data loss).
+    """Run ingest's query until `stop` is set, restarting it if it dies (except on data loss).
 
-    Each query's progress goes to `status_file`, which `regauge ingest status` reads.
+    Its progress goes to `status_file`, which `regauge ingest status` reads.
     """
-    # An explicit trigger (`ingest run --trigger`) is for both queries.
-    bronze_every = trigger or settings.bronze_trigger_interval or settings.trigger_interval
     trigger = trigger or settings.trigger_interval
     listener = ProgressLog(status_file)
-    queries: dict[str, StreamingQuery] = {}
-    failures = dict.fromkeys(QUERIES, 0)
-    retry_at = dict.fromkeys(QUERIES, 0.0)
+    query: StreamingQuery | None = None
+    failures = {QUERY: 0}
+    retry_at = 0.0
     # Inside the try: the view host runs this again after a failed start, in the
     # same application, and must not gather one listener per try.
     spark.streams.addListener(listener)
     try:
         prepare(spark, settings)
-        log.info(
-            "ingest running: %s -> bronze (trigger every %s) -> silver (every %s)",
-            registry.TOPIC,
-            bronze_every,
-            trigger,
-        )
+        log.info("ingest running: %s -> bronze -> silver, every %s", registry.TOPIC, trigger)
         while not stop.is_set():
-            for name in QUERIES:
-                query = queries.get(name)
-                if query is not None and query.isActive:
-                    continue
-                if query is not None:
-                    del queries[name]
-                    retry_at[name] = _retry_at(
-                        settings,
-                        name,
-                        "stopped",
-                        error_text(query.exception()) or "stopped",
-                        failures,
-                    )
-                if time.monotonic() < retry_at[name]:
-                    continue
-                every = bronze_every if name == "bronze" else trigger
+            if query is not None and not query.isActive:
+                error = error_text(query.exception()) or "stopped"
+                query = None
+                retry_at = _retry_at(settings, QUERY, "stopped", error, failures)
+            if query is None and time.monotonic() >= retry_at:
                 try:
-                    queries[name] = _starter(spark, settings, name, False, every)()
-                except silver.WaitingForBronze:
-                    retry_at[name] = time.monotonic() + WAIT_FOR_BRONZE_S
+                    query = start(spark, settings, trigger=trigger)
                 except Exception as exc:
                     # Starting reads Kafka's partitions and may settle a recovery:
                     # a broker or a disk that is away now must not end the daemon.
-                    retry_at[name] = _retry_at(
-                        settings, name, "could not start", error_text(exc), failures
+                    retry_at = _retry_at(
+                        settings, QUERY, "could not start", error_text(exc), failures
                     )
             # A query that has run a while without dying resets its backoff.
-            for name, query in queries.items():
-                if query.isActive and query.lastProgress is not None:
-                    failures[name] = 0
+            if query is not None and query.isActive and query.lastProgress is not None:
+                failures[QUERY] = 0
             stop.wait(1.0)
     finally:
-        for name, query in queries.items():
-            if query.isActive:
-                log.info("stopping %s", name)
-                query.stop()
+        if query is not None and query.isActive:
+            log.info("stopping %s", QUERY)
+            query.stop()
         spark.streams.removeListener(listener)
 
 

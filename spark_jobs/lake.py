@@ -161,6 +161,23 @@ def write_checkpoint(spark: SparkSession, path: str) -> int:
     return int(newest.version())
 
 
+def append_once(df: DataFrame, path: str, app_id: str, version: int) -> None:
+    """Append, unless this (app_id, version) already committed to the table: a
+    micro-batch retried after a crash skips the appends it made before.
+
+    Writer options rather than the session-wide txn confs: the view queries
+    share the session and must not pick them up. Skipped versions leave gaps,
+    which Delta allows: a version is only compared with the last one committed.
+    """
+    (
+        df.write.format("delta")
+        .mode("append")
+        .option("txnAppId", app_id)
+        .option("txnVersion", version)
+        .save(path)
+    )
+
+
 def read_version(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
     """A Delta table as of a version (None: its newest)."""
     reader = spark.read.format("delta")

@@ -20,12 +20,12 @@ so a batch replayed after a crash skips what it already committed, and the
 MERGEs write a state computed from the ledger, which a replay computes again
 unchanged.
 
-A lost checkpoint means re-reading, never doubling (`recover`): a new
-checkpoint over a ledger or quarantine that already holds records first
-settles, in batches of the usual size, the bronze records that neither holds;
-then it brings silver and the conflict quarantine to the ledger's answer
-wherever they differ (a batch may have stopped between its commits); then it
-streams bronze from the version after the one it settled.
+A lost checkpoint means re-reading, never doubling (`recover`): ingest's query
+starting without a checkpoint over a bronze that already holds records first
+settles, in batches of the usual size, the bronze records that neither the
+ledger nor the quarantine holds; then it brings silver and the conflict
+quarantine to the ledger's answer wherever they differ (a batch may have
+stopped between its commits); then Kafka is read from after bronze's last copy.
 
 Over 400 lines on purpose: the steps of one micro-batch (validate, rank,
 append, merge) share its transaction id, and keeping them in one module keeps
@@ -43,7 +43,6 @@ from typing import Any
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import DataStreamWriter
 from pyspark.sql.types import (
     BinaryType,
     DateType,
@@ -258,21 +257,6 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
     lake.ensure_table(spark, LEDGER.path(settings), LEDGER_SCHEMA)
 
 
-def _append(df: DataFrame, path: str, app_id: str, version: int) -> None:
-    """Append, unless this (app_id, version) already committed to the table.
-
-    Writer options rather than the session-wide txn confs: the bronze query
-    shares the session and must not pick them up.
-    """
-    (
-        df.write.format("delta")
-        .mode("append")
-        .option("txnAppId", app_id)
-        .option("txnVersion", version)
-        .save(path)
-    )
-
-
 @dataclass
 class BatchResult:
     batch_id: int
@@ -325,14 +309,14 @@ def process_batch(
         # Skipped writes leave gaps in txnVersion, which Delta allows: a version
         # is only compared with the last one committed.
         if result.rejected:
-            _append(
+            lake.append_once(
                 to_quarantine_rows(rejected),
                 QUARANTINE.path(settings),
                 f"{app_id}/rejected",
                 batch_id,
             )
         if result.rows_in > sum(result.rejected.values()):
-            _append(
+            lake.append_once(
                 accepted.select(*[f.name for f in LEDGER_SCHEMA.fields]),
                 LEDGER.path(settings),
                 f"{app_id}/ledger",
@@ -383,7 +367,7 @@ def _settle(
             ["partition", "offset"],
         )
         silver_path = SILVER.path(settings)
-        _append(
+        lake.append_once(
             to_silver_rows(winners.where("fresh")),
             silver_path,
             f"{app_id}/silver-new",
@@ -505,64 +489,57 @@ def _quarantine_conflicts(
     )
 
 
-# -- the streaming query -------------------------------------------------------------
+# -- recovery ------------------------------------------------------------------------
 def app_id(spark: SparkSession, settings: Settings) -> str:
-    """The txnAppId of this silver checkpoint: new when the checkpoint is new.
+    """The txnAppId of ingest's checkpoint: new when the checkpoint is new.
 
     A fixed id would make a fresh checkpoint (batch ids from 0 again) skip
     every write as "already committed", so the id lives inside the checkpoint.
     """
-    return lake.checkpoint_app_id(spark, SILVER.checkpoint(settings), "regauge-silver")
-
-
-class WaitingForBronze(Exception):
-    """After a recovery, silver streams from a bronze version that ingest has not written yet.
-
-    Delta refuses a startingVersion past the newest, and "latest" could skip a
-    commit made meanwhile; so the stream starts only once the version exists.
-    """
+    return lake.checkpoint_app_id(spark, registry.ingest_checkpoint(settings), "regauge-ingest")
 
 
 def _positions(spark: SparkSession, path: str, version: int) -> DataFrame:
     return lake.read_version(spark, path, version).select("partition", "offset")
 
 
-def recover(spark: SparkSession, settings: Settings, txn_app: str) -> int | None:
-    """After a lost checkpoint, settle what bronze holds; the bronze version to stream from.
+def recover(spark: SparkSession, settings: Settings, txn_app: str) -> bool:
+    """Before ingest's query starts without a checkpoint, settle what bronze holds.
 
-    None when the checkpoint has progress (the stream resumes there) or silver
-    never settled anything (a new lake streams bronze from its start).
+    Without a checkpoint, ingest reads Kafka from after bronze's last copied
+    offsets (`bronze.starting_offsets`), so whatever bronze holds must already be
+    settled: a checkpoint lost after a batch's bronze append and before its
+    silver commits, or a lake that the two queries of earlier releases wrote
+    (bronze ahead of silver). False when there was nothing to do: the checkpoint
+    has progress (the query resumes there) or bronze is empty.
 
     The plan is written before any work and fixes the versions read, so a crash
     part-way repeats the same chunks under the same transaction ids: their
     appends are skipped as committed and their MERGEs write the same state again.
     """
-    checkpoint = SILVER.checkpoint(settings)
+    checkpoint = registry.ingest_checkpoint(settings)
     if lake.checkpoint_has_progress(spark, checkpoint):
-        return None
+        return False
     plan_file = checkpoint + "/regauge_recovery.json"
     text = lake.read_text(spark, plan_file)
     if text:
         plan = json.loads(text)
     else:
-        ledger, quarantine = LEDGER.path(settings), QUARANTINE.path(settings)
+        bronze = registry.BRONZE_EVENTS.path(settings)
         plan = {
-            "bronze_version": lake.newest_version(spark, registry.BRONZE_EVENTS.path(settings)),
-            "ledger_version": lake.newest_version(spark, ledger),
-            "quarantine_version": lake.newest_version(spark, quarantine),
+            "bronze_version": lake.newest_version(spark, bronze),
+            "ledger_version": lake.newest_version(spark, LEDGER.path(settings)),
+            "quarantine_version": lake.newest_version(spark, QUARANTINE.path(settings)),
             "settled": False,
         }
-        if (
-            _positions(spark, ledger, plan["ledger_version"]).limit(1).count() == 0
-            and _positions(spark, quarantine, plan["quarantine_version"]).limit(1).count() == 0
-        ):
-            return None
+        if _positions(spark, bronze, plan["bronze_version"]).limit(1).count() == 0:
+            return False
         lake.write_text(spark, plan_file, json.dumps(plan) + "\n")
     if not plan["settled"]:
         log.warning(
-            "silver has no checkpoint but the ledger or the quarantine already holds records: "
-            "settling the bronze records (up to bronze version %d) that neither holds, "
-            "instead of reading bronze again from its start",
+            "ingest has no checkpoint but bronze already holds records: settling the bronze "
+            "records (up to bronze version %d) that neither the ledger nor the quarantine "
+            "holds; Kafka is then read from after bronze's last copied offsets",
             plan["bronze_version"],
         )
         _settle_unsettled(spark, settings, plan, f"{txn_app}/recovery")
@@ -570,7 +547,7 @@ def recover(spark: SparkSession, settings: Settings, txn_app: str) -> int | None
         log.info("recovery: %d event ids brought to the ledger's answer", fixed)
         plan["settled"] = True
         lake.write_text(spark, plan_file, json.dumps(plan) + "\n")
-    return int(plan["bronze_version"]) + 1
+    return True
 
 
 def _settle_unsettled(
@@ -652,34 +629,3 @@ def reconcile(spark: SparkSession, settings: Settings) -> int:
     finally:
         ids.unpersist()
         state.unpersist()
-
-
-def writer(spark: SparkSession, settings: Settings) -> DataStreamWriter:
-    """The bronze -> silver streaming query, not yet started (the runner picks the trigger).
-
-    The tables must exist (`ensure_tables`); the ingest runner creates them once.
-    """
-    txn_app = app_id(spark, settings)
-    starting_version = recover(spark, settings, txn_app)
-    bronze_path = registry.BRONZE_EVENTS.path(settings)
-    if starting_version is not None and lake.newest_version(spark, bronze_path) < starting_version:
-        raise WaitingForBronze(f"silver streams from bronze version {starting_version}")
-
-    def each_batch(batch: DataFrame, batch_id: int) -> None:
-        result = process_batch(spark, settings, batch, batch_id, txn_app)
-        log.info("%s", result.record().describe())
-        faults.maybe_crash("silver_after_commit", batch_id)
-
-    reader = spark.readStream.format("delta")
-    if starting_version is not None:
-        reader = reader.option("startingVersion", starting_version)
-    return (
-        # Bronze is append-only. A commit that rewrites it (a DELETE by hand, a
-        # RESTORE) is not new input: silver skips it rather than stopping for
-        # good, and the audit reports what no longer matches.
-        reader.option("skipChangeCommits", "true")
-        .load(bronze_path)
-        .writeStream.queryName("silver")
-        .foreachBatch(each_batch)
-        .option("checkpointLocation", SILVER.checkpoint(settings))
-    )

@@ -547,9 +547,9 @@ def _nothing_brings_them_back(
     assert v1_after == {tuple(r) for r in want.collect()}
 
     # A reprocess of a new version from Kafka (which still holds the records) skips
-    # them, and so does bronze, copying the topic again after losing its checkpoint.
+    # them, and so does ingest, copying the topic again after losing its checkpoint.
     pipeline.replay(spark, settings, views.get(VIEW, VERSION), source="kafka")
-    lake.delete_tree(spark, registry.BRONZE_EVENTS.checkpoint(settings))
+    lake.delete_tree(spark, registry.ingest_checkpoint(settings))
     pipeline.ingest_once(spark, settings)
     assert erasures.mentions(settings, customer) == dict.fromkeys(before, 0)
     assert all(f.passed for f in audit.check_bronze_silver(settings, attempts=2, wait_s=5))

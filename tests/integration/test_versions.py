@@ -450,8 +450,7 @@ def test_the_view_host_serves_metrics_that_move_with_traffic(
     run = pipeline.produce(settings, seed=fresh_seed(), count=400, chaos=True)
     assert run.summary.ok, run.summary.errors
     watched = {
-        "bronze batches": ("regauge_microbatch_seconds_count", {"query": "bronze"}),
-        "silver batches": ("regauge_microbatch_seconds_count", {"query": "silver"}),
+        "ingest batches": ("regauge_microbatch_seconds_count", {"query": "ingest"}),
         "v2 batches": ("regauge_microbatch_seconds_count", {"query": f"{VIEW}_v2"}),
         "v2 rows": ("regauge_microbatch_input_rows_total", {"query": f"{VIEW}_v2"}),
         "accepted": ("regauge_silver_rows_total", {"outcome": "accepted"}),

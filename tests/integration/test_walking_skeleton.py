@@ -21,7 +21,7 @@ def test_produced_events_reach_trino_through_bronze(stack, settings, spark):
     sent = producer.produce_sample(settings, 500, first)
     assert (sent.produced, sent.failed) == (500, 0)
 
-    total = pipeline.bronze_once(spark, settings)
+    total = pipeline.ingest_once(spark, settings)[BRONZE_EVENTS.key]
     assert _count_tagged(settings, first) == 500
     assert (
         trino_client.scalar(settings, f"SELECT count(*) FROM {BRONZE_EVENTS.trino_name}") == total
@@ -37,9 +37,9 @@ def test_produced_events_reach_trino_through_bronze(stack, settings, spark):
     # A new Delta commit is visible to the very next Trino query.
     second = f"it-{uuid.uuid4().hex[:8]}"
     producer.produce_sample(settings, 300, second)
-    assert pipeline.bronze_once(spark, settings) == total + 300
+    assert pipeline.ingest_once(spark, settings)[BRONZE_EVENTS.key] == total + 300
     assert _count_tagged(settings, second) == 300
 
     # Ingesting again with nothing new in Kafka adds nothing (exactly once).
-    assert pipeline.bronze_once(spark, settings) == total + 300
+    assert pipeline.ingest_once(spark, settings)[BRONZE_EVENTS.key] == total + 300
     assert _count_tagged(settings, first) == 500

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from spark_jobs import audit, bronze, erasure, silver
+from spark_jobs import audit, erasure, silver
 from spark_jobs.bronze import BRONZE_SCHEMA
 from spark_jobs.testing.residue import residue
 from spark_jobs.views import cart_sessions_v1, restatements, runner
@@ -165,28 +165,6 @@ def test_the_ignore_list_drops_forgotten_positions(spark):
     forgotten = spark.createDataFrame([(0, 2)], "partition int, offset bigint")
     kept = erasure.without_forgotten(records, forgotten)
     assert sorted(tuple(r) for r in kept.collect()) == [(0, 1), (1, 2)]
-
-
-def test_silver_follows_on_from_the_commit_an_erasure_leaves(spark, lake):
-    """What `regauge forget` leaves for silver's recovery (warehouse/ops/erasure.py):
-    a commit that changes no rows, which a stream reading bronze can start at."""
-    path = registry.BRONZE_EVENTS.path(lake)
-    before = spark.read.format("delta").load(path).count()
-    version = bronze.mark(spark, lake, "0" * 32)
-    assert version == 1
-    assert spark.read.format("delta").load(path).count() == before
-    query = (
-        spark.readStream.format("delta")
-        .option("startingVersion", version)
-        .option("skipChangeCommits", "true")
-        .load(path)
-        .writeStream.format("noop")
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(120)
-    assert query.exception() is None
-    assert query.lastProgress is not None
 
 
 def test_redaction_takes_names_literally(spark):

@@ -29,7 +29,7 @@ INGEST_OLDEST_WAITING = Gauge(
 )
 MICROBATCH = Histogram(
     "regauge_microbatch_seconds",
-    "Duration of each streaming micro-batch, per query (bronze, silver, <view>_v<n>)",
+    "Duration of each streaming micro-batch, per query (ingest, <view>_v<n>)",
     ["query"],
     buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600),
 )

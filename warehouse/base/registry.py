@@ -61,6 +61,17 @@ MARTS_SCHEMA = "marts"
 DBT_SCHEMAS = (DBT_STAGING_SCHEMA, MARTS_SCHEMA)
 
 
+# Ingest's one streaming query: its progress, status entry, log lines and metrics say it.
+INGEST_QUERY = "ingest"
+
+
+def ingest_checkpoint(settings: Settings) -> str:
+    """Where ingest's one query (Kafka -> bronze and silver in each micro-batch)
+    keeps its Kafka offsets. Bronze's and silver's own `main` checkpoints are
+    those of the two queries it replaced; ingest deletes them once it has taken over."""
+    return SILVER_EVENTS.checkpoint(settings, "kafka")
+
+
 def mart(name: str) -> Table:
     """A dbt mart (a versioned one as `<model>_v<N>`)."""
     return Table(MARTS_SCHEMA, name)

@@ -59,15 +59,9 @@ class Settings:
     airflow_db: str
     airflow_port: int
     trigger_interval: str
-    # Kafka records per bronze micro-batch at most: a backlog (after an outage, or a
+    # Kafka records per ingest micro-batch at most: a backlog (after an outage, or a
     # first start on a long topic) is read in bounded batches, not one that outgrows memory.
     ingest_max_records_per_batch: int = 250_000
-    # How often bronze copies from Kafka, when it differs from `trigger_interval`
-    # (None: the same; 5 s in the local profile). Under load a silver batch takes
-    # several seconds, and every bronze commit in between costs Delta a snapshot
-    # rebuild (3 Spark jobs) in the pool silver shares: bronze committing more
-    # often than silver can take its batches only slows silver down.
-    bronze_trigger_interval: str | None = None
     # Copies of each partition of the event topic: 1 on one broker; 3 on a
     # cluster, whose brokers also require 2 in sync before a write counts.
     kafka_replication: int = 1
@@ -189,8 +183,6 @@ def _local(env: dict[str, str]) -> Settings:
         airflow_db="airflow",
         airflow_port=8081,
         trigger_interval="1 second",
-        # Measured with `make bench --phases freshness` on 2 cores (docs/BENCHMARKS.md).
-        bronze_trigger_interval="5 seconds",
     )
 
 
@@ -210,8 +202,6 @@ def _cluster(env: dict[str, str]) -> Settings:
     return replace(
         base,
         profile="cluster",
-        # A cluster's silver batches are short: bronze follows the trigger interval.
-        bronze_trigger_interval=None,
         spark_master=env["REGAUGE_SPARK_MASTER"],
         kafka_bootstrap=env["REGAUGE_KAFKA_BOOTSTRAP"],
         lake_root=env["REGAUGE_LAKE_ROOT"],
@@ -248,7 +238,6 @@ OVERRIDES: dict[str, tuple[str, type]] = {
     "REGAUGE_AIRFLOW_USER": ("airflow_user", str),
     "REGAUGE_AIRFLOW_PASSWORD": ("airflow_password", str),
     "REGAUGE_TRIGGER_INTERVAL": ("trigger_interval", str),
-    "REGAUGE_BRONZE_TRIGGER_INTERVAL": ("bronze_trigger_interval", str),
     "REGAUGE_INGEST_MAX_RECORDS_PER_BATCH": ("ingest_max_records_per_batch", int),
     "REGAUGE_BIND_HOST": ("bind_host", str),
     "REGAUGE_INGEST_LAG_ALERT_S": ("ingest_lag_alert_s", float),

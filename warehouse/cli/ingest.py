@@ -1,4 +1,4 @@
-"""`regauge produce|ingest|ingest-once|bronze`: events into Kafka, and Kafka into the lake."""
+"""`regauge produce|ingest|ingest-once`: events into Kafka, and Kafka into the lake."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from datetime import UTC, datetime, timedelta
 
-from spark_jobs import bronze, ingest, producer
+from spark_jobs import ingest, producer
 from spark_jobs.session import build_session
 from warehouse.base import settings as settings_mod
 from warehouse.ops import ingest_ctl, pipeline, processes, writers
@@ -53,18 +53,6 @@ def ingest_(args: argparse.Namespace) -> int:
     running, text = ingest_ctl.describe(s)
     print(text)
     return 0 if running else 1
-
-
-def bronze_(args: argparse.Namespace) -> int:
-    s = settings_mod.get()
-    with writers.ingest(s, "`regauge bronze`"):
-        spark = build_session("regauge-bronze", s)
-        try:
-            rows = pipeline.bronze_once(spark, s)
-        finally:
-            spark.stop()
-    print(f"bronze: {rows} rows in {bronze.BRONZE.trino_name}")
-    return 0
 
 
 def ingest_once(args: argparse.Namespace) -> int:

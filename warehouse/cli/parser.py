@@ -281,7 +281,6 @@ def _pipeline(add: Add) -> None:
         help="skip a gap in the log (records Kafka deleted before bronze copied them) "
         "instead of stopping; only after deciding the loss is acceptable",
     )
-    add("bronze", "ingest:bronze_", "copy everything new in Kafka into the bronze table, then stop")
 
     p = add(
         "views",

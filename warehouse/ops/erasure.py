@@ -12,8 +12,8 @@ no longer exist. In order:
 3. the rows go from silver, the ledger, the quarantine, bronze and the
    restatements; the customer from `reference.customers`;
 4. the lake's tables lose their history (VACUUM with no retention, a
-   checkpoint, the log before it deleted); silver's query is recovered past
-   bronze's compacted log;
+   checkpoint, the log before it deleted); ingest's checkpoint (Kafka offsets)
+   stays, and its transaction ids live on in each table's Delta checkpoint;
 5. every view table in the lake (each version's, and archived ones) is
    replayed from silver's final version and compacted with its tag on top;
    the dbt models are rebuilt with a full refresh and compacted; each live
@@ -157,7 +157,7 @@ def _view_tables(spark: SparkSession, root: str) -> list[tuple[View, str]]:
 
 def _erase(settings: Settings, customer_id: str, report: Report) -> bool:
     """Steps 1-5 but dbt's; whether the lake holds dbt models to rebuild."""
-    from spark_jobs import bronze, erasure, lake
+    from spark_jobs import erasure
     from spark_jobs.views import runner
 
     spark = _session(settings, f"regauge-forget-{report.erasure_id[:8]}")
@@ -190,23 +190,15 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> bool:
         report.removed["ops.reference.customers"] = erasures.delete_reference(settings, customer_id)
         erasures.advance(settings, report.erasure_id, "deleted", report.removed)
 
-        # Silver's query follows bronze's log from where it stopped, and that part
-        # of the log is about to go: without its checkpoint, ingest's next start
-        # settles what bronze holds (nothing is left unsettled) and follows on from
-        # bronze's newest version (silver.recover). Deleted before the compaction,
-        # so an erasure that dies in between leaves no checkpoint naming a log that
-        # is gone: its retry's first ingest recovers silver instead of failing.
-        lake.delete_tree(spark, registry.SILVER_EVENTS.checkpoint(settings))
+        # Ingest's checkpoint holds Kafka offsets, which the compaction leaves
+        # valid, and its transaction ids live on in each table's Delta checkpoint:
+        # so it resumes where it stopped, and skips the forgotten positions (read
+        # when it starts again).
         # The lake's tables first: a view is then replayed from silver's final
         # version, the one its tag and its stream's starting point name.
         report.compacted += erasure.compact_all(
             spark, [t.path(settings) for t in registry.TABLES.values()]
         )
-        # That recovery starts silver at bronze's commit after the newest, which idle
-        # traffic may never make: recover now, while nothing writes, then make
-        # that commit (it changes no rows), so ingest runs again at once.
-        pipeline.ingest_once(spark, settings)
-        bronze.mark(spark, settings, report.erasure_id)
         for code, path in live:
             through = pipeline.replay(spark, settings, code)
             with erasure.removing_history(spark, runner.tag(through, "bronze")):

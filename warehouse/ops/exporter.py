@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from prometheus_client import start_http_server
 
-from warehouse.base import metrics
+from warehouse.base import metrics, registry
 from warehouse.base.settings import Settings
 from warehouse.ops import audit, ingest_ctl, lag, streams
 
@@ -78,7 +78,8 @@ def _refresh_lag(settings: Settings, stop: threading.Event) -> None:
             metrics.INGEST_BEHIND.clear()
             metrics.INGEST_OLDEST_WAITING.clear()
             continue
-        copied = (ingest_ctl.read_status(settings).get("bronze") or {}).get("copied") or {}
+        status = ingest_ctl.read_status(settings).get(registry.INGEST_QUERY) or {}
+        copied = status.get("copied") or {}
         try:
             lags = lag.ingest_lag(settings, {int(p): int(o) for p, o in copied.items()})
         except Exception as exc:

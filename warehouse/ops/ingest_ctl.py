@@ -4,7 +4,7 @@ Ingest runs in the view host (`regauge streams host`), the one Spark
 application that also runs every live view's stream: no JVM of its own. `start`
 records that ingest is wanted (the file `wanted` under the state directory's
 `ingest/`, holding its trigger), starts the host if it is not running, and
-waits until both queries report running; `stop` removes the file and waits
+waits until its query reports running; `stop` removes the file and waits
 until the host has stopped them between micro-batches. The host restarts
 ingest after a backoff if it fails, and `ensure`, which the `regauge_watchdog`
 DAG runs every minute, starts a host that died while ingest was wanted.
@@ -22,13 +22,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from warehouse.base import registry
 from warehouse.base.settings import Settings
 from warehouse.ops import lag, streams, writers
 from warehouse.ops.stack.process import ServiceError
 
 log = logging.getLogger(__name__)
-
-QUERIES = ("bronze", "silver")
 
 
 def _base(settings: Settings) -> Path:
@@ -74,7 +73,7 @@ def failure(settings: Settings) -> str | None:
 
 
 def _running(status: dict[str, Any]) -> bool:
-    return all(status.get(q, {}).get("state") == "running" for q in QUERIES)
+    return bool(status.get(registry.INGEST_QUERY, {}).get("state") == "running")
 
 
 def asked_at(settings: Settings) -> int | None:
@@ -86,8 +85,8 @@ def asked_at(settings: Settings) -> int | None:
 
 
 def start(settings: Settings, trigger: str | None, timeout: float = 240.0) -> int:
-    """Ask the view host to run ingest (starting the host if need be); wait until both
-    queries report running. Returns the host's pid."""
+    """Ask the view host to run ingest (starting the host if need be); wait until its
+    query reports running. Returns the host's pid."""
     marker = _wanted(settings)
     marker.parent.mkdir(parents=True, exist_ok=True)
     running = pid(settings)
@@ -101,7 +100,7 @@ def start(settings: Settings, trigger: str | None, timeout: float = 240.0) -> in
     host_pid, _ = streams.start_host(settings)
 
     def state() -> dict[str, Any]:
-        # Running once both queries say so (the host's thread runs sooner); failed
+        # Running once the query says so (the host's thread runs sooner); failed
         # as the host says.
         if _running(read_status(settings)):
             return {"state": "running"}
@@ -153,7 +152,7 @@ def read_status(settings: Settings) -> dict[str, Any]:
 
 
 def describe(settings: Settings, *, kafka_up: bool = True) -> tuple[bool, str]:
-    """Whether ingest runs, a few lines on each query's latest batch, and (if Kafka
+    """Whether ingest runs, a line on its latest batch, and (if Kafka
     is up) how far bronze is behind Kafka now, in records and in seconds."""
     host = streams.host(settings)
     running = pid(settings)
@@ -165,7 +164,7 @@ def describe(settings: Settings, *, kafka_up: bool = True) -> tuple[bool, str]:
         when = f"retrying in {retry} s" if retry is not None else "`regauge ingest start` retries"
         lines.append(f"  failed: {state.get('error')}; {when}")
     status = read_status(settings)
-    copied = status.get("bronze", {}).get("copied")
+    copied = status.get(registry.INGEST_QUERY, {}).get("copied")
     if not kafka_up:
         lines.append("  behind Kafka: unknown (Kafka is down)")
     elif copied:

@@ -16,7 +16,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from spark_jobs import bronze, erasure, generator, ingest, producer
+from spark_jobs import erasure, generator, ingest, producer
 from spark_jobs.views import restatements, runner
 from spark_jobs.views.base import View
 from warehouse.base.settings import Settings
@@ -58,13 +58,6 @@ def prepare_ingest(spark: SparkSession, settings: Settings) -> None:
     """Create bronze, silver, the quarantine and the ledger, and publish them."""
     ingest.prepare(spark, settings)
     publish_ingest_tables(settings)
-
-
-def bronze_once(spark: SparkSession, settings: Settings) -> int:
-    """Copy everything new in Kafka into bronze and publish it; return its row count."""
-    rows = bronze.run_once(spark, settings)
-    catalog.publish(bronze.BRONZE, settings)
-    return rows
 
 
 def ingest_once(

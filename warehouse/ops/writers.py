@@ -6,7 +6,7 @@ ingest daemon reads Kafka from a checkpoint the daemon is moving. So every
 process that writes takes the thing's lock first, and a second one is refused
 at once with a message naming the holder:
 
-- `ingest`: `regauge ingest run` (the daemon), `ingest-once`, `bronze`;
+- `ingest`: `regauge ingest run` (the daemon), `ingest-once`;
 - `view <view>_v<N>`: `regauge views run` in any mode, the reprocess DAG's
   replay (`versions build`), and the view host for each query it runs.
 

@@ -19,12 +19,12 @@ so it is stopped there):
   them), and producers whose clocks are days behind or minutes ahead.
 - view_kills: kill -9 a view's job during a replay and during live work.
 - commit_crash: die between a micro-batch's Delta commits and its
-  checkpoint commit, in silver and in a view (REGAUGE_FAULT).
+  checkpoint commit, in ingest and in a view (REGAUGE_FAULT).
 - retention: Kafka deletes records ingest has not read; ingest must stop
   loudly, and move on only when an operator accepts the gap.
-- lost_checkpoint: a silver batch stops after its ledger append, then the
-  bronze and silver checkpoints are deleted; ingest must re-read, finish the
-  batch, and never double.
+- lost_checkpoint: an ingest batch stops after its bronze and ledger appends,
+  then ingest's checkpoint is deleted; ingest must settle what bronze holds,
+  finish the batch, read Kafka on from bronze's last copy, and never double.
 - concurrent_writer: a second ingest, and a view's stream beside its own
   replay, are started while traffic lands; both must be refused at once.
 - postgres_down: PostgreSQL (the registry, the reference data, Airflow's
@@ -309,9 +309,9 @@ class Chaos:
     def commit_crash(self, events: int) -> Outcome:
         run = pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
         problems = _crash_between_commit_and_checkpoint(
-            registry.SILVER_EVENTS.checkpoint(self.settings), "silver_after_commit", ["ingest-once"]
+            registry.ingest_checkpoint(self.settings), "silver_after_commit", ["ingest-once"]
         )
-        self.say("  silver died after its Delta commits, before its checkpoint commit")
+        self.say("  ingest died after its Delta commits, before its checkpoint commit")
         restarted = time.monotonic()
         pipeline.ingest_once(self.spark, self.settings)  # must skip the crashed batch's appends
         outcome, _ = self._judge("commit_crash", run, restarted, "")
@@ -388,7 +388,7 @@ class Chaos:
         say why, and stay stopped (not retry past it) until the operator decides."""
         try:
             ingest_ctl.start(self.settings, None)
-        except process.ServiceError as exc:  # the gap met before both queries ran
+        except process.ServiceError as exc:  # the gap met before the query ran
             if "no longer holds records" not in str(exc):
                 raise
         problems = []
@@ -404,19 +404,19 @@ class Chaos:
 
     def lost_checkpoint(self, events: int) -> Outcome:
         first = pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
-        # The worst moment to lose it: a silver batch stopped after its ledger append,
-        # before silver's, so the ledger holds records silver does not.
+        # The worst moment to lose it: a batch stopped after its bronze and ledger
+        # appends, before silver's, so both hold records silver does not.
+        checkpoint = Path(registry.ingest_checkpoint(self.settings))
         problems = _crash_between_commit_and_checkpoint(
-            registry.SILVER_EVENTS.checkpoint(self.settings), "silver_after_ledger", ["ingest-once"]
+            str(checkpoint), "silver_after_ledger", ["ingest-once"]
         )
-        for table in (registry.BRONZE_EVENTS, registry.SILVER_EVENTS):
-            checkpoint = Path(table.checkpoint(self.settings))
-            if not checkpoint.is_dir():
-                problems.append(f"no checkpoint to delete at {checkpoint}")
-            shutil.rmtree(checkpoint, ignore_errors=True)
-        self.say("  silver died after its ledger append; deleted the bronze and silver checkpoints")
-        # Ingested once with no checkpoint (silver settles what it never saw, then
-        # finishes the stopped batch), then once more, streaming from the new checkpoint.
+        if not checkpoint.is_dir():
+            problems.append(f"no checkpoint to delete at {checkpoint}")
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        self.say("  ingest died after its bronze and ledger appends; deleted its checkpoint")
+        # Ingested once with no checkpoint (it settles what bronze holds and silver
+        # never saw, finishing the stopped batch, then reads Kafka on from bronze's
+        # last copy), then once more, from the new checkpoint.
         second = pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
         restarted = time.monotonic()
         pipeline.ingest_once(self.spark, self.settings)

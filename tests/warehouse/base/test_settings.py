@@ -48,14 +48,6 @@ def test_single_values_can_be_overridden():
     assert s.kafka_partitions == 8
 
 
-def test_bronze_commits_less_often_than_silver_locally_unless_told():
-    local = load({})
-    assert (local.trigger_interval, local.bronze_trigger_interval) == ("1 second", "5 seconds")
-    assert load(CLUSTER_ENV).bronze_trigger_interval is None  # the trigger interval's
-    s = load({"REGAUGE_BRONZE_TRIGGER_INTERVAL": "2 seconds"})
-    assert (s.trigger_interval, s.bronze_trigger_interval) == ("1 second", "2 seconds")
-
-
 def test_a_bad_override_is_refused_with_its_variable_name():
     with pytest.raises(SettingsError, match="REGAUGE_TRINO_PORT='eighty'"):
         load({"REGAUGE_TRINO_PORT": "eighty"})

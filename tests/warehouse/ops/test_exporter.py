@@ -55,7 +55,7 @@ def test_silver_batches_and_progress_are_scraped_by_name(served: str) -> None:
     ).record()
     record_progress(
         {
-            "name": "bronze",
+            "name": "ingest",
             "numInputRows": 10,
             "durationMs": {"triggerExecution": 1500},
             "sources": [
@@ -77,9 +77,9 @@ def test_silver_batches_and_progress_are_scraped_by_name(served: str) -> None:
     assert grew("regauge_silver_rows_total", outcome="duplicate") == 1
     assert grew("regauge_quarantined_total", reason="conflicting_duplicate") == 1
     assert grew("regauge_silver_rows_total", outcome="quarantined") == 4
-    assert grew("regauge_microbatch_seconds_count", query="bronze") == 1
-    assert grew("regauge_microbatch_seconds_sum", query="bronze") == pytest.approx(1.5)
-    assert grew("regauge_microbatch_input_rows_total", query="bronze") == 10
+    assert grew("regauge_microbatch_seconds_count", query="ingest") == 1
+    assert grew("regauge_microbatch_seconds_sum", query="ingest") == pytest.approx(1.5)
+    assert grew("regauge_microbatch_input_rows_total", query="ingest") == 10
     # Only the partitions this progress named (others may be set by earlier tests
     # in the same process: the metrics are the process's).
     behind = exporter.by_label(after, "regauge_ingest_behind_records", "partition")

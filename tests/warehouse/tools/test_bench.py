@@ -33,21 +33,18 @@ def test_percentiles_interpolate_and_refuse_nothing():
         bench_report.percentile([], 50)
 
 
-def test_sustained_rate_spans_first_bronze_start_to_last_silver_end():
+def test_sustained_rate_spans_the_first_busy_batch_start_to_the_last_busy_batch_end():
     batches = [
-        bench_report.Batch("bronze", 100.0, 4.0, 250_000),
-        bench_report.Batch("silver", 104.5, 6.0, 250_000),
-        bench_report.Batch("bronze", 104.0, 3.0, 150_000),
-        bench_report.Batch("silver", 110.5, 9.5, 150_000),  # ends at 120
-        bench_report.Batch("silver", 121.0, 0.1, 0),  # idle batches neither start nor end the span
-        bench_report.Batch("bronze", 90.0, 0.2, 0),
+        bench_report.Batch("ingest", 100.0, 4.0, 250_000),
+        bench_report.Batch("ingest", 104.5, 15.5, 150_000),  # ends at 120
+        bench_report.Batch("ingest", 121.0, 0.1, 0),  # idle batches neither start nor end the span
+        bench_report.Batch("ingest", 90.0, 0.2, 0),
     ]
-    rate, p95_bronze, p95_silver = bench_report.sustained(batches, 400_000)
+    rate, p95 = bench_report.sustained(batches, 400_000)
     assert rate == pytest.approx(400_000 / 20.0)
-    assert p95_bronze == pytest.approx(3.95)
-    assert p95_silver == pytest.approx(9.325)
+    assert p95 == pytest.approx(4.0 + 0.95 * 11.5)
     with pytest.raises(ValueError, match="no batch with rows"):
-        bench_report.sustained([bench_report.Batch("bronze", 1.0, 1.0, 5)], 5)
+        bench_report.sustained([bench_report.Batch("ingest", 1.0, 1.0, 0)], 5)
 
 
 def test_probe_is_a_valid_order_in_its_own_hour_of_the_probe_year():

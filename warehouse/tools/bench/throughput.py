@@ -104,7 +104,7 @@ def bare_consumer(bench: Bench, before: dict[int, int], after: dict[int, int]) -
 def ingest(
     bench: Bench, spark: Any, before: dict[int, int], after: dict[int, int], valid: int
 ) -> None:
-    """Ingest as in production (both queries, processing-time trigger) through the backlog."""
+    """Ingest as in production (its one query, processing-time trigger) through the backlog."""
     from pyspark.sql import functions as F
 
     from warehouse.base import registry
@@ -161,26 +161,24 @@ def ingest(
             f"ingest landed {in_bronze:,} in bronze and {in_silver:,} in silver; "
             f"expected {want:,} and {valid:,}"
         )
-    rate, p95_bronze, p95_silver = sustained(batches, want)
+    rate, p95_batch = sustained(batches, want)
     f = bench.report.figures
     f["ingest_events_per_s"] = rate
-    f["ingest_batch_p95_s_bronze"] = p95_bronze
-    f["ingest_batch_p95_s_silver"] = p95_silver
+    f["ingest_batch_p95_s"] = p95_batch
     f["ingest_vs_baseline"] = rate / bench.report.baselines["ingest_baseline_events_per_s"]
     bench.report.notes["ingest"] = (
         f"{want:,} records, {sum(1 for b in batches if b.rows)} micro-batches with rows, "
-        f"at most {bench.settings.ingest_max_records_per_batch:,} records per bronze batch"
+        f"at most {bench.settings.ingest_max_records_per_batch:,} records per batch"
     )
     bench.say(
-        f"ingest: {rate:,.0f} events/s (p95 batch: bronze {p95_bronze:.1f} s, silver "
-        f"{p95_silver:.1f} s); bare consumer "
+        f"ingest: {rate:,.0f} events/s (p95 batch {p95_batch:.1f} s); bare consumer "
         f"{bench.report.baselines['ingest_baseline_events_per_s']:,.0f} events/s"
     )
 
 
 def _batch_listener(batches: list[Batch]) -> Any:
     """A StreamingQueryListener that collects every ingest micro-batch and knows when
-    bronze has read up to given offsets and silver has found nothing new since.
+    ingest has finished a batch that read up to given offsets.
 
     Made inside a function so this module imports without PySpark (its pure
     parts are tested without a JVM).
@@ -191,39 +189,31 @@ def _batch_listener(batches: list[Batch]) -> Any:
 
     class Listener(StreamingQueryListener):
         def __init__(self) -> None:
-            self.names: dict[str, str] = {}
-            self.bronze_end: dict[int, int] = {}
-            self.bronze_done_at = 0.0
-            self.silver_idle_at = 0.0
+            self.done: dict[int, int] = {}
 
         def onQueryStarted(self, event: Any) -> None:
-            self.names[str(event.id)] = event.name
+            pass
 
         def onQueryProgress(self, event: Any) -> None:
             p = json.loads(event.progress.json)
+            if p.get("name") != ingest.QUERY:
+                return
             started = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
             seconds = (p.get("durationMs") or {}).get("triggerExecution", 0) / 1000
             rows = int(p.get("numInputRows") or 0)
-            batches.append(Batch(p.get("name") or "?", started, seconds, rows))
-            if p.get("name") == "bronze":
-                source = (p.get("sources") or [{}])[0]
-                end = ingest.kafka_offsets(source, "endOffset")
-                self.bronze_end = {int(part): o for part, o in end.items()} or self.bronze_end
-                if rows:
-                    self.bronze_done_at = started + seconds
-            elif p.get("name") == "silver" and not rows:
-                self.silver_idle_at = started
+            batches.append(Batch(ingest.QUERY, started, seconds, rows))
+            # A progress event comes once its batch has committed bronze and silver both.
+            end = ingest.kafka_offsets((p.get("sources") or [{}])[0], "endOffset")
+            self.done = {int(part): o for part, o in end.items()} or self.done
 
         def onQueryIdle(self, event: Any) -> None:
-            if self.names.get(str(event.id)) == "silver":
-                self.silver_idle_at = time.time()
+            pass
 
         def onQueryTerminated(self, event: Any) -> None:
             pass
 
         def caught_up(self, after: dict[int, int]) -> bool:
-            reached = all(self.bronze_end.get(p, -1) >= o for p, o in after.items())
-            return reached and self.silver_idle_at > self.bronze_done_at + 2.0
+            return all(self.done.get(p, -1) >= o for p, o in after.items())
 
     return Listener()
 

@@ -1,0 +1,115 @@
+"""Ingest's one query, batch by batch, against real Delta tables in a temp lake:
+Kafka records into bronze and silver under one transaction id, and the recovery
+that settles what bronze holds when the checkpoint is gone."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import datetime
+
+import pytest
+from chispa import assert_df_equality
+
+from spark_jobs import bronze, ingest, lake, silver
+from warehouse.base import registry
+
+KAFKA_TS = datetime(2026, 1, 1, 12, 0, 0)
+
+
+def _event(event_id: str, quantity: int = 1) -> bytes:
+    return json.dumps(
+        {
+            "event_id": event_id,
+            "event_type": "cart_item_added",
+            "event_time": "2026-01-01T10:00:00.000Z",
+            "customer_id": "c1",
+            "schema_version": 1,
+            "payload": {"product_id": "p1", "quantity": quantity},
+        }
+    ).encode()
+
+
+# (partition, offset, value): two winners, an exact duplicate, a conflict, a bad record.
+RECORDS = [
+    (0, 0, _event("e1")),
+    (0, 1, _event("e2")),
+    (1, 0, _event("e1")),
+    (1, 1, _event("e2", quantity=5)),
+    (1, 2, b"{not json"),
+]
+
+
+@pytest.fixture
+def lake_settings(spark, settings, tmp_path):
+    s = dataclasses.replace(settings, lake_root=str(tmp_path / "lake"))
+    ingest.prepare(spark, s)
+    return s
+
+
+def _kafka(spark, rows):
+    """Rows as Spark's Kafka source yields them."""
+    return spark.createDataFrame(
+        [(b"c1", v, registry.TOPIC, p, o, KAFKA_TS, 0) for p, o, v in rows],
+        bronze.KAFKA_SOURCE_SCHEMA,
+    )
+
+
+def _read(spark, table, s):
+    return spark.read.format("delta").load(table.path(s))
+
+
+def _positions(df):
+    return sorted((r["partition"], r["offset"]) for r in df.select("partition", "offset").collect())
+
+
+def test_a_batch_lands_in_bronze_and_silver_once_even_when_retried(spark, lake_settings):
+    s = lake_settings
+    forgotten = spark.createDataFrame([(1, 0)], "partition int, offset bigint")
+    first = ingest.process_batch(spark, s, _kafka(spark, RECORDS), 0, "app", forgotten)
+    # A crash before the checkpoint's commit: the same batch again, same id.
+    again = ingest.process_batch(spark, s, _kafka(spark, RECORDS), 0, "app", forgotten)
+
+    kept = [(p, o) for p, o, _ in RECORDS if (p, o) != (1, 0)]
+    assert _positions(_read(spark, registry.BRONZE_EVENTS, s)) == kept
+    assert (first.rows_in, first.accepted, first.conflicts) == (4, 2, 1)
+    assert first.rejected == {"malformed_json": 1}
+    assert again.rows_in == 4
+    assert _positions(_read(spark, registry.SILVER_EVENTS, s)) == [(0, 0), (0, 1)]
+    assert _positions(_read(spark, registry.SILVER_QUARANTINE, s)) == [(1, 1), (1, 2)]
+    assert _positions(_read(spark, registry.SILVER_LEDGER, s)) == [(0, 0), (0, 1), (1, 1)]
+
+
+def test_without_a_checkpoint_what_bronze_holds_is_settled_first(spark, lake_settings):
+    """A checkpoint lost after a batch's bronze append, before its silver commits (or
+    a lake the two queries of earlier releases left with bronze ahead of silver)."""
+    s = lake_settings
+    ingest.process_batch(spark, s, _kafka(spark, RECORDS[:2]), 0, "old", None)
+    rows = bronze.to_bronze_rows(_kafka(spark, RECORDS[2:]))
+    bronze.append(rows, s, "old", 1)  # bronze only: the batch stopped there
+
+    assert silver.recover(spark, s, "new") is True
+    everything = _read(spark, registry.BRONZE_EVENTS, s)
+    settled = silver.settle(everything)
+    assert_df_equality(
+        _read(spark, registry.SILVER_EVENTS, s),
+        settled.silver,
+        ignore_row_order=True,
+        ignore_nullable=True,
+        ignore_column_order=True,
+    )
+    assert _positions(_read(spark, registry.SILVER_QUARANTINE, s)) == _positions(settled.quarantine)
+    assert _positions(_read(spark, registry.SILVER_LEDGER, s)) == _positions(settled.ledger)
+    plan = json.loads(
+        lake.read_text(spark, registry.ingest_checkpoint(s) + "/regauge_recovery.json") or "{}"
+    )
+    assert plan["settled"] is True
+
+    # Once the query has a batch in its checkpoint, there is nothing to recover.
+    offsets = registry.ingest_checkpoint(s) + "/offsets/0"
+    lake.write_text(spark, offsets, "v1\n")
+    assert silver.recover(spark, s, "new") is False
+
+
+def test_an_empty_bronze_needs_no_recovery(spark, lake_settings):
+    assert silver.recover(spark, lake_settings, "new") is False
