@@ -59,6 +59,10 @@ def _read(spark, table, s):
     return spark.read.format("delta").load(table.path(s))
 
 
+def _versions(spark, s, tables):
+    return [lake.newest_version(spark, t.path(s)) for t in tables]
+
+
 def _positions(df):
     return sorted((r["partition"], r["offset"]) for r in df.select("partition", "offset").collect())
 
@@ -66,9 +70,14 @@ def _positions(df):
 def test_a_batch_lands_in_bronze_and_silver_once_even_when_retried(spark, lake_settings):
     s = lake_settings
     forgotten = spark.createDataFrame([(1, 0)], "partition int, offset bigint")
+    appended = (registry.BRONZE_EVENTS, registry.SILVER_LEDGER, registry.SILVER_EVENTS)
+    before = _versions(spark, s, appended)
     first = ingest.process_batch(spark, s, _kafka(spark, RECORDS), 0, "app", forgotten)
+    # One commit each per batch: no stream of its own for bronze, no second hop.
+    assert _versions(spark, s, appended) == [v + 1 for v in before]
     # A crash before the checkpoint's commit: the same batch again, same id.
     again = ingest.process_batch(spark, s, _kafka(spark, RECORDS), 0, "app", forgotten)
+    assert _versions(spark, s, appended) == [v + 1 for v in before]  # all skipped
 
     kept = [(p, o) for p, o, _ in RECORDS if (p, o) != (1, 0)]
     assert _positions(_read(spark, registry.BRONZE_EVENTS, s)) == kept

@@ -11,7 +11,7 @@ def _sample(minute: float, files: int, serving_s: float, fresh_s: float) -> Samp
         {"silver.shop_events": files},
         serving_s,
         {"revenue_hourly_v1": fresh_s},
-        {"silver": 2.0},
+        {"ingest": 2.0},
     )
 
 
@@ -20,7 +20,7 @@ def test_flat_series_are_flat_and_growth_is_named():
     found = verdicts(samples)
     assert found["data files"].startswith("flat")
     assert found["serving p50"].startswith("flat")
-    assert found["batch silver"] == "flat: last third 1.00x the first"
+    assert found["batch ingest"] == "flat: last third 1.00x the first"
     # 10, 30, 50 against 130, 150, 170: a freshness that keeps growing.
     assert found["freshness revenue_hourly_v1"] == "GREW: last third 5.00x the first"
 
