@@ -176,6 +176,32 @@ def append(rows: DataFrame, settings: Settings, app_id: str, batch_id: int) -> N
     lake.append_once(rows, BRONZE.path(settings), f"{app_id}/bronze", batch_id)
 
 
+def holds_batch(spark: SparkSession, settings: Settings, app_id: str, batch_id: int) -> bool:
+    """Whether bronze already committed this micro-batch (batches commit in order)."""
+    last = lake.txn_version(spark, BRONZE.path(settings), f"{app_id}/bronze")
+    return last is not None and last >= batch_id
+
+
+def between(
+    spark: SparkSession, settings: Settings, start: dict[int, int], end: dict[int, int]
+) -> DataFrame:
+    """Bronze's rows of the topic at offsets [start, end) per partition (a partition
+    missing from `start` from its first offset). Delta's file statistics on
+    partition and offset skip the files outside the range."""
+    inside = F.lit(False)
+    for p, stop in end.items():
+        inside = inside | (
+            (F.col("partition") == p)
+            & (F.col("offset") >= max(start.get(p, 0), 0))
+            & (F.col("offset") < stop)
+        )
+    return (
+        spark.read.format("delta")
+        .load(BRONZE.path(settings))
+        .where((F.col("topic") == registry.TOPIC) & inside)
+    )
+
+
 def read_kafka_batch(spark: SparkSession, settings: Settings) -> DataFrame:
     """Every record the topic still holds, as one batch (a replay's source)."""
     return (

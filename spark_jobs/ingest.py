@@ -206,6 +206,39 @@ def prepare(spark: SparkSession, settings: Settings) -> None:
     erasure.ensure_table(spark, settings)
 
 
+START_FILE = "regauge_start_offsets.json"
+
+
+def kafka_positions(text: str) -> dict[int, int] | None:
+    """The event topic's offset per partition in a checkpoint's offsets file (a
+    version line, the batch's metadata, then one line per source), or in the
+    startingOffsets a query began with ("earliest": none before the first)."""
+    if text.strip() == "earliest":
+        return {}
+    for line in text.splitlines():
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(parsed, dict) and isinstance(parsed.get(registry.TOPIC), dict):
+            return {int(p): max(int(o), 0) for p, o in parsed[registry.TOPIC].items()}
+    return None
+
+
+def batch_range(
+    spark: SparkSession, checkpoint: str, batch_id: int
+) -> tuple[dict[int, int], dict[int, int]] | None:
+    """The offsets [start, end) per partition that batch `batch_id` read, from the
+    checkpoint: its own offsets file and the one before it (batch 0: where the
+    query began). None if the checkpoint does not say."""
+    end = kafka_positions(lake.read_text(spark, f"{checkpoint}/offsets/{batch_id}") or "")
+    before = (
+        f"{checkpoint}/offsets/{batch_id - 1}" if batch_id > 0 else f"{checkpoint}/{START_FILE}"
+    )
+    start = kafka_positions(lake.read_text(spark, before) or "")
+    return None if end is None or start is None else (start, end)
+
+
 def process_batch(
     spark: SparkSession,
     settings: Settings,
@@ -213,16 +246,25 @@ def process_batch(
     batch_id: int,
     txn_app: str,
     forgotten: DataFrame | None,
+    checkpoint: str,
 ) -> silver.BatchResult:
     """One micro-batch of Kafka records into bronze, then into silver, the ledger and
     the quarantine. Retried after a crash, it skips what it committed (txn ids)."""
-    # Materialised once: bronze's append and silver's validation both read it,
-    # and Kafka would otherwise be read twice.
-    rows = bronze.ignoring_forgotten(bronze.to_bronze_rows(records), forgotten).localCheckpoint(
-        eager=True
-    )
+    span = None
+    if bronze.holds_batch(spark, settings, txn_app, batch_id):
+        span = batch_range(spark, checkpoint, batch_id)
+    if span is not None:
+        # A retry after bronze's append: settle what bronze holds of the batch,
+        # not what Kafka still holds (its retention may have passed meanwhile).
+        rows = bronze.between(spark, settings, *span).localCheckpoint(eager=True)
+        log.info("batch %d is in bronze already: settling it from there", batch_id)
+    else:
+        # Materialised once: bronze's append and silver's validation both read it,
+        # and Kafka would otherwise be read twice.
+        rows = bronze.ignoring_forgotten(bronze.to_bronze_rows(records), forgotten)
+        rows = rows.localCheckpoint(eager=True)
     try:
-        bronze.append(rows, settings, txn_app, batch_id)
+        bronze.append(rows, settings, txn_app, batch_id)  # skipped on a retry
         return silver.process_batch(spark, settings, rows, batch_id, txn_app)
     finally:
         rows.unpersist()
@@ -255,26 +297,27 @@ def start(
     Without a checkpoint, it first settles whatever bronze holds (`silver.recover`)
     and reads Kafka from after bronze's last copied offsets: nothing twice.
     """
+    checkpoint = registry.ingest_checkpoint(settings)
     txn_app = silver.app_id(spark, settings)
     silver.recover(spark, settings, txn_app)
     _retire_two_query_checkpoints(spark, settings)
     forgotten = bronze.forgotten_positions(spark, settings)
+    starting = bronze.starting_offsets(spark, settings)
+    if not lake.checkpoint_has_progress(spark, checkpoint):
+        # Where batch 0 begins, for its retry (`batch_range`); Spark keeps it in a
+        # form of its own.
+        lake.write_text(spark, f"{checkpoint}/{START_FILE}", starting + "\n")
 
     def each_batch(records: DataFrame, batch_id: int) -> None:
-        result = process_batch(spark, settings, records, batch_id, txn_app, forgotten)
+        result = process_batch(spark, settings, records, batch_id, txn_app, forgotten, checkpoint)
         log.info("%s", result.record().describe())
         faults.maybe_crash("silver_after_commit", batch_id)
 
     writer = (
-        bronze.read_kafka(
-            spark,
-            settings,
-            accept_data_loss=accept_data_loss,
-            starting=bronze.starting_offsets(spark, settings),
-        )
+        bronze.read_kafka(spark, settings, accept_data_loss=accept_data_loss, starting=starting)
         .writeStream.queryName(QUERY)
         .foreachBatch(each_batch)
-        .option("checkpointLocation", registry.ingest_checkpoint(settings))
+        .option("checkpointLocation", checkpoint)
     )
     writer = (
         writer.trigger(availableNow=True)

@@ -152,6 +152,13 @@ def snapshot(spark: SparkSession, path: str) -> Any:
     return delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
 
 
+def txn_version(spark: SparkSession, path: str, app_id: str) -> int | None:
+    """The last txnVersion the table committed under `app_id` (None: none yet): what
+    an append under that id compares itself with, from the same snapshot state."""
+    found = snapshot(spark, path).transactions().get(app_id)
+    return int(found.get()) if found.isDefined() else None
+
+
 def write_checkpoint(spark: SparkSession, path: str) -> int:
     """Write a checkpoint of the table's newest version; that version."""
     jvm = spark._jvm

@@ -19,8 +19,7 @@ long enough to keep every version some reader still needs readable. Those
 readers, each a `Pin`:
 
 - a streaming query, whose checkpoint names the next version of each Delta
-  table it reads: silver reads bronze, and each view's stream reads silver's
-  change feed. A VACUUM past a lagging change-feed reader deletes the change
+  table it reads: each view's stream reads silver's change feed. A VACUUM past a lagging change-feed reader deletes the change
   files it has yet to read, and the reader fails (delta-io/delta#1515).
 - a view whose replay is done and whose stream has not started yet: the stream
   starts at the silver version its replay marker names.

@@ -213,8 +213,7 @@ def test_a_removed_range_of_bronze_is_named(settings, honest):
         orphans = found[("bronze_silver", "partition 0")].detail["not_in_bronze"]
         assert orphans and all(start <= o <= end for _, o in orphans)
     finally:
-        # Not an append of the rows: silver would take them for new records.
-        # Silver skips both rewriting commits (skipChangeCommits).
+        # Not an append of the rows, which would put them in bronze twice.
         bronze.restoreToVersion(before)
 
 
@@ -547,7 +546,8 @@ def _nothing_brings_them_back(
     assert v1_after == {tuple(r) for r in want.collect()}
 
     # A reprocess of a new version from Kafka (which still holds the records) skips
-    # them, and so does ingest, copying the topic again after losing its checkpoint.
+    # them, and so does ingest after losing its checkpoint: it resumes after the
+    # last offset bronze holds or an erasure forgot.
     pipeline.replay(spark, settings, views.get(VIEW, VERSION), source="kafka")
     lake.delete_tree(spark, registry.ingest_checkpoint(settings))
     pipeline.ingest_once(spark, settings)

@@ -59,6 +59,17 @@ def _read(spark, table, s):
     return spark.read.format("delta").load(table.path(s))
 
 
+def _checkpoint(spark, s, start: str, *ends: dict[int, int]) -> str:
+    """An ingest checkpoint whose batches 0, 1, ... read up to `ends`, as Spark writes it."""
+    checkpoint = registry.ingest_checkpoint(s)
+    lake.write_text(spark, f"{checkpoint}/{ingest.START_FILE}", start + "\n")
+    for n, end in enumerate(ends):
+        offsets = {registry.TOPIC: {str(p): o for p, o in end.items()}}
+        text = f'v1\n{{"batchWatermarkMs":0}}\n{json.dumps(offsets)}'
+        lake.write_text(spark, f"{checkpoint}/offsets/{n}", text)
+    return checkpoint
+
+
 def _versions(spark, s, tables):
     return [lake.newest_version(spark, t.path(s)) for t in tables]
 
@@ -70,13 +81,15 @@ def _positions(df):
 def test_a_batch_lands_in_bronze_and_silver_once_even_when_retried(spark, lake_settings):
     s = lake_settings
     forgotten = spark.createDataFrame([(1, 0)], "partition int, offset bigint")
+    checkpoint = _checkpoint(spark, s, "earliest", {0: 2, 1: 3})
     appended = (registry.BRONZE_EVENTS, registry.SILVER_LEDGER, registry.SILVER_EVENTS)
     before = _versions(spark, s, appended)
-    first = ingest.process_batch(spark, s, _kafka(spark, RECORDS), 0, "app", forgotten)
+    args = (0, "app", forgotten, checkpoint)
+    first = ingest.process_batch(spark, s, _kafka(spark, RECORDS), *args)
     # One commit each per batch: no stream of its own for bronze, no second hop.
     assert _versions(spark, s, appended) == [v + 1 for v in before]
     # A crash before the checkpoint's commit: the same batch again, same id.
-    again = ingest.process_batch(spark, s, _kafka(spark, RECORDS), 0, "app", forgotten)
+    again = ingest.process_batch(spark, s, _kafka(spark, RECORDS), *args)
     assert _versions(spark, s, appended) == [v + 1 for v in before]  # all skipped
 
     kept = [(p, o) for p, o, _ in RECORDS if (p, o) != (1, 0)]
@@ -93,7 +106,7 @@ def test_without_a_checkpoint_what_bronze_holds_is_settled_first(spark, lake_set
     """A checkpoint lost after a batch's bronze append, before its silver commits (or
     a lake the two queries of earlier releases left with bronze ahead of silver)."""
     s = lake_settings
-    ingest.process_batch(spark, s, _kafka(spark, RECORDS[:2]), 0, "old", None)
+    ingest.process_batch(spark, s, _kafka(spark, RECORDS[:2]), 0, "old", None, "/nowhere")
     rows = bronze.to_bronze_rows(_kafka(spark, RECORDS[2:]))
     bronze.append(rows, s, "old", 1)  # bronze only: the batch stopped there
 
@@ -118,6 +131,31 @@ def test_without_a_checkpoint_what_bronze_holds_is_settled_first(spark, lake_set
     offsets = registry.ingest_checkpoint(s) + "/offsets/0"
     lake.write_text(spark, offsets, "v1\n")
     assert silver.recover(spark, s, "new") is False
+
+
+def test_a_retry_settles_what_bronze_holds_even_if_kafka_lost_it(spark, lake_settings):
+    """Batch 1 died after its bronze append; by its retry Kafka's retention has
+    deleted its records, so the retry must take them from bronze."""
+    s = lake_settings
+    start = json.dumps({registry.TOPIC: {"0": 0, "1": -2}})  # -2: the earliest
+    checkpoint = _checkpoint(spark, s, start, {0: 1, 1: 0}, {0: 2, 1: 3})
+    ingest.process_batch(spark, s, _kafka(spark, RECORDS[:1]), 0, "app", None, checkpoint)
+    bronze.append(bronze.to_bronze_rows(_kafka(spark, RECORDS[1:])), s, "app", 1)
+
+    gone = _kafka(spark, [])
+    result = ingest.process_batch(spark, s, gone, 1, "app", None, checkpoint)
+
+    assert (result.rows_in, result.accepted, result.duplicates) == (4, 1, 1)
+    assert _positions(_read(spark, registry.BRONZE_EVENTS, s)) == [(p, o) for p, o, _ in RECORDS]
+    assert _positions(_read(spark, registry.SILVER_EVENTS, s)) == [(0, 0), (0, 1)]
+    assert _positions(_read(spark, registry.SILVER_QUARANTINE, s)) == [(1, 1), (1, 2)]
+
+
+def test_offsets_are_read_from_spark_s_offsets_file_and_from_a_start():
+    text = 'v1\n{"batchWatermarkMs":0,"conf":{}}\n{"shop.events":{"0":281716,"1":-2}}'
+    assert ingest.kafka_positions(text) == {0: 281716, 1: 0}
+    assert ingest.kafka_positions("earliest\n") == {}
+    assert ingest.kafka_positions("") is None
 
 
 def test_an_empty_bronze_needs_no_recovery(spark, lake_settings):

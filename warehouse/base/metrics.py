@@ -56,7 +56,7 @@ RESTATEMENTS = Counter(
 )
 SILVER_ROWS = Counter(
     "regauge_silver_rows",
-    "Rows silver's batches took from bronze, by outcome: accepted, duplicate "
+    "Rows ingest's batches settled into silver, by outcome: accepted, duplicate "
     "(an exact re-send) or quarantined (conflicting duplicates among them)",
     ["outcome"],
 )

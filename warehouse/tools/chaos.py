@@ -336,7 +336,7 @@ class Chaos:
         outcome.doubled += doubled + again
         outcome.problems += problems
         outcome.note = (
-            f"silver and {view.name}_v{view.version}; {lost + doubled} view rows differ, "
+            f"ingest and {view.name}_v{view.version}; {lost + doubled} view rows differ, "
             f"{again} restatements repeated"
         )
         return outcome
@@ -366,7 +366,7 @@ class Chaos:
                 )
         finally:
             if accepted is None or accepted.returncode != 0:
-                # The gap stays in bronze's checkpoint until someone accepts it, and
+                # The gap stays in ingest's checkpoint until someone accepts it, and
                 # every later ingest would stop on it: accept it here, so one failed
                 # case leaves the pipeline running for the cases after it.
                 ingest_ctl.stop(self.settings)
