@@ -319,12 +319,7 @@ def start(
         .foreachBatch(each_batch)
         .option("checkpointLocation", checkpoint)
     )
-    writer = (
-        writer.trigger(availableNow=True)
-        if available_now
-        else writer.trigger(processingTime=trigger or settings.trigger_interval)
-    )
-    return writer.start()
+    return lake.start_stream(writer, available_now, trigger or settings.trigger_interval)
 
 
 def run_once(

@@ -20,6 +20,7 @@ from delta.exceptions import (
 )
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,13 @@ def snapshot(spark: SparkSession, path: str) -> Any:
     assert jvm is not None
     delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
     return delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+
+
+def start_stream(writer: DataStreamWriter, available_now: bool, trigger: str) -> StreamingQuery:
+    """Start a streaming query: until caught up (`available_now`), or every `trigger`."""
+    if available_now:
+        return writer.trigger(availableNow=True).start()
+    return writer.trigger(processingTime=trigger).start()
 
 
 def txn_version(spark: SparkSession, path: str, app_id: str) -> int | None:

@@ -19,8 +19,9 @@ long enough to keep every version some reader still needs readable. Those
 readers, each a `Pin`:
 
 - a streaming query, whose checkpoint names the next version of each Delta
-  table it reads: each view's stream reads silver's change feed. A VACUUM past a lagging change-feed reader deletes the change
-  files it has yet to read, and the reader fails (delta-io/delta#1515).
+  table it reads: each view's stream reads silver's change feed. A VACUUM past
+  a lagging change-feed reader deletes the change files it has yet to read,
+  and the reader fails (delta-io/delta#1515).
 - a view whose replay is done and whose stream has not started yet: the stream
   starts at the silver version its replay marker names.
 - the audit and the validation gate, which read each gold table as of its
