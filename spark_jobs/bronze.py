@@ -20,7 +20,7 @@ import logging
 
 from confluent_kafka.admin import AdminClient
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BinaryType,
@@ -182,12 +182,9 @@ def holds_batch(spark: SparkSession, settings: Settings, app_id: str, batch_id: 
     return last is not None and last >= batch_id
 
 
-def between(
-    spark: SparkSession, settings: Settings, start: dict[int, int], end: dict[int, int]
-) -> DataFrame:
-    """Bronze's rows of the topic at offsets [start, end) per partition (a partition
-    missing from `start` from its first offset). Delta's file statistics on
-    partition and offset skip the files outside the range."""
+def in_offsets(start: dict[int, int], end: dict[int, int]) -> Column:
+    """Rows (of bronze or silver) at Kafka offsets [start, end) per partition of
+    `end` (a partition missing from `start`: from its first offset)."""
     inside = F.lit(False)
     for p, stop in end.items():
         inside = inside | (
@@ -195,10 +192,18 @@ def between(
             & (F.col("offset") >= max(start.get(p, 0), 0))
             & (F.col("offset") < stop)
         )
+    return inside
+
+
+def between(
+    spark: SparkSession, settings: Settings, start: dict[int, int], end: dict[int, int]
+) -> DataFrame:
+    """Bronze's rows of the topic at offsets [start, end) per partition. Delta's
+    file statistics on partition and offset skip the files outside the range."""
     return (
         spark.read.format("delta")
         .load(BRONZE.path(settings))
-        .where((F.col("topic") == registry.TOPIC) & inside)
+        .where((F.col("topic") == registry.TOPIC) & in_offsets(start, end))
     )
 
 

@@ -306,8 +306,6 @@ def process_batch(
         counts = checked.groupBy("reject_reason").count().collect()
         result.rows_in = sum(r["count"] for r in counts)
         result.rejected = {r["reject_reason"]: r["count"] for r in counts if r["reject_reason"]}
-        # Skipped writes leave gaps in txnVersion, which Delta allows: a version
-        # is only compared with the last one committed.
         if result.rejected:
             lake.append_once(
                 to_quarantine_rows(rejected),

@@ -105,8 +105,7 @@ def ingest(
     bench: Bench, spark: Any, before: dict[int, int], after: dict[int, int], valid: int
 ) -> None:
     """Ingest as in production (its one query, processing-time trigger) through the backlog."""
-    from pyspark.sql import functions as F
-
+    from spark_jobs import bronze
     from warehouse.base import registry
     from warehouse.ops import ingest_ctl, pipeline
 
@@ -146,13 +145,7 @@ def ingest(
     if not listener.caught_up(after):
         raise RuntimeError("ingest did not catch up with the bench's records in 30 min")
     # The figures count only if every record landed exactly where the contract says.
-    ranges = F.lit(False)
-    for p in after:
-        ranges = ranges | (
-            (F.col("partition") == p)
-            & (F.col("offset") >= before[p])
-            & (F.col("offset") < after[p])
-        )
+    ranges = bronze.in_offsets(before, after)
     read = spark.read.format("delta").load
     in_bronze = read(registry.BRONZE_EVENTS.path(bench.settings)).where(ranges).count()
     in_silver = read(registry.SILVER_EVENTS.path(bench.settings)).where(ranges).count()
