@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
+import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlparse
 
 from delta.exceptions import (
     ConcurrentAppendException,
@@ -22,6 +26,8 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.sql.types import StructType
+
+from spark_jobs import session
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -39,7 +45,9 @@ CONFLICTS = (
 
 # -- small files beside the tables (checkpoint markers, plans) -----------------------
 # Through Hadoop's FileSystem, as Spark reaches checkpoints: the same code then
-# works for a local lake and for s3a://.
+# works for a local lake and for s3a://. A Spark Connect client has no JVM of its
+# own: it reaches a local lake's files directly (warehouse.ops.sessions hands it
+# out for local lakes only).
 def _fs(spark: SparkSession, path: str) -> tuple[Any, Any]:
     jvm = spark.sparkContext._jvm
     assert jvm is not None
@@ -47,8 +55,21 @@ def _fs(spark: SparkSession, path: str) -> tuple[Any, Any]:
     return hadoop_path, hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
 
 
+def _local(spark: SparkSession, path: str) -> Path | None:
+    """The local file at `path` when `spark` is a Connect client; None for a JVM session."""
+    if not session.is_connect(spark):
+        return None
+    if path.startswith("file:"):
+        return Path(urlparse(path).path)
+    if "://" in path:
+        raise ValueError(f"a Spark Connect session reaches a local lake's files only, not {path}")
+    return Path(path)
+
+
 def list_names(spark: SparkSession, path: str) -> list[str]:
     """The names in a directory; none if it does not exist."""
+    if (local := _local(spark, path)) is not None:
+        return sorted(p.name for p in local.iterdir()) if local.is_dir() else []
     hadoop_path, fs = _fs(spark, path)
     if not fs.exists(hadoop_path):
         return []
@@ -57,6 +78,8 @@ def list_names(spark: SparkSession, path: str) -> list[str]:
 
 def read_text(spark: SparkSession, path: str) -> str | None:
     """A small file's text, or None if it does not exist."""
+    if (local := _local(spark, path)) is not None:
+        return local.read_text() if local.is_file() else None
     hadoop_path, fs = _fs(spark, path)
     if not fs.exists(hadoop_path):
         return None
@@ -71,6 +94,12 @@ def read_text(spark: SparkSession, path: str) -> str | None:
 
 def write_text(spark: SparkSession, path: str, text: str) -> None:
     """Replace a small file whole: readers see the old text or the new, never half."""
+    if (local := _local(spark, path)) is not None:
+        local.parent.mkdir(parents=True, exist_ok=True)
+        tmp = local.with_name(local.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, local)
+        return
     hadoop_path, fs = _fs(spark, path)
     tmp, _ = _fs(spark, path + ".tmp")
     out = fs.create(tmp, True)
@@ -85,6 +114,8 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
 
 def modified_at(spark: SparkSession, path: str) -> float | None:
     """A file's modification time (seconds since the epoch), or None if it does not exist."""
+    if (local := _local(spark, path)) is not None:
+        return local.stat().st_mtime if local.exists() else None
     hadoop_path, fs = _fs(spark, path)
     if not fs.exists(hadoop_path):
         return None
@@ -93,12 +124,20 @@ def modified_at(spark: SparkSession, path: str) -> float | None:
 
 def exists(spark: SparkSession, path: str) -> bool:
     """Whether a file or directory exists."""
+    if (local := _local(spark, path)) is not None:
+        return local.exists()
     hadoop_path, fs = _fs(spark, path)
     return bool(fs.exists(hadoop_path))
 
 
 def delete_tree(spark: SparkSession, path: str) -> None:
     """Remove a directory and everything under it; nothing if it does not exist."""
+    if (local := _local(spark, path)) is not None:
+        if local.is_dir():
+            shutil.rmtree(local)
+        else:
+            local.unlink(missing_ok=True)
+        return
     hadoop_path, fs = _fs(spark, path)
     if fs.exists(hadoop_path):
         fs.delete(hadoop_path, True)
@@ -106,12 +145,20 @@ def delete_tree(spark: SparkSession, path: str) -> None:
 
 def move(spark: SparkSession, src: str, dest: str) -> None:
     """Move a directory (a rename locally; a copy and delete on an object store)."""
+    if (local := _local(spark, src)) is not None:
+        target = _local(spark, dest)
+        assert target is not None
+        if not local.exists():
+            raise FileNotFoundError(f"cannot move {src}: it does not exist")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(local, target)
+        return
     source, fs = _fs(spark, src)
-    target, _ = _fs(spark, dest)
+    target_path, _ = _fs(spark, dest)
     if not fs.exists(source):
         raise FileNotFoundError(f"cannot move {src}: it does not exist")
-    fs.mkdirs(target.getParent())
-    if not fs.rename(source, target):
+    fs.mkdirs(target_path.getParent())
+    if not fs.rename(source, target_path):
         raise OSError(f"could not move {src} to {dest}")
 
 
@@ -138,9 +185,22 @@ def checkpoint_app_id(spark: SparkSession, checkpoint: str, prefix: str) -> str:
 CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
 
+def table_ref(path: str) -> str:
+    """A Delta table by path in SQL: delta.`path`, with any backtick in it doubled."""
+    return "delta.`{}`".format(path.replace("`", "``"))
+
+
+def history(spark: SparkSession, path: str, limit: int | None = None) -> DataFrame:
+    """The table's commits, newest first (DESCRIBE HISTORY: SQL, so a Spark Connect
+    client gets it too; DeltaTable's Connect plugin is not served here)."""
+    return spark.sql(
+        f"DESCRIBE HISTORY {table_ref(path)}" + (f" LIMIT {int(limit)}" if limit else "")
+    )
+
+
 def newest_version(spark: SparkSession, path: str) -> int:
     """The Delta table's newest commit version."""
-    (last,) = DeltaTable.forPath(spark, path).history(1).select("version").collect()
+    (last,) = history(spark, path, 1).select("version").collect()
     return int(last["version"])
 
 

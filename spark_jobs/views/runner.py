@@ -16,8 +16,9 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -25,6 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_jobs import bronze, lake
+from spark_jobs import session as session_mod
 from spark_jobs import silver as silver_mod
 from spark_jobs.testing import faults
 from spark_jobs.views import changes, restatements
@@ -161,6 +163,8 @@ class Progress:
 
     Spark reports tasks, not rows; the share of the job's tasks finished
     stands in for the share of events, which is close for a scan-heavy job.
+    A session with a JVM here asks Spark's status tracker for its job group's
+    tasks; a Spark Connect client is told its operations' stages as they run.
     """
 
     def __init__(self, spark: SparkSession, label: str, total: int, every_s: float = 5.0) -> None:
@@ -170,21 +174,51 @@ class Progress:
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self.started = 0.0
         self.seconds = 0.0
+        self.remote = session_mod.is_connect(spark)
+        # Any: pyspark types the handler as its ProgressHandler class, though any
+        # callable with its keyword arguments is called.
+        self._handler: Any = self._heard
+        # Over Spark Connect: each operation's stages as last reported, (tasks, done).
+        self._operations: dict[str, list[tuple[int, int]]] = {}
+        self._lock = threading.Lock()
 
     def __enter__(self) -> Progress:
         self.started = time.monotonic()
         log.info("%s: %s events to process", self.label, f"{self.total:,}")
-        self.spark.sparkContext.setJobGroup(self.group, self.label)
+        if self.remote:
+            self.spark.registerProgressHandler(self._handler)
+        else:
+            self.spark.sparkContext.setJobGroup(self.group, self.label)
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        if self.remote:
+            self.spark.removeProgressHandler(self._handler)
+        else:
+            self.spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         self.seconds = time.monotonic() - self.started
 
+    def _heard(
+        self,
+        stages: Iterable[Any] | None,
+        inflight_tasks: int,
+        operation_id: str | None,
+        done: bool,
+    ) -> None:
+        """Spark Connect's report on one operation (its keyword names are the API's)."""
+        seen = [(s.num_tasks, s.num_tasks if done else s.num_completed_tasks) for s in stages or ()]
+        with self._lock:
+            self._operations[operation_id or ""] = seen
+
     def share_done(self) -> float:
+        if self.remote:
+            with self._lock:
+                reported = [st for seen in self._operations.values() for st in seen]
+            total = sum(tasks for tasks, _ in reported)
+            return sum(done for _, done in reported) / total if total else 0.0
         tracker = self.spark.sparkContext.statusTracker()
         done = total = 0
         for job_id in tracker.getJobIdsForGroup(self.group):
@@ -488,9 +522,9 @@ def tag(silver_version: int, source: str) -> str:
 def latest_tag(spark: SparkSession, path: str) -> tuple[int, int, str] | None:
     """The newest gold commit tagged with a silver version: (gold version, silver
     version, source), or None if no commit has a tag yet."""
-    history = DeltaTable.forPath(spark, path).history()
     for row in (
-        history.where(F.col("userMetadata").isNotNull())
+        lake.history(spark, path)
+        .where(F.col("userMetadata").isNotNull())
         .orderBy(F.col("version").desc())
         .select("version", "userMetadata")
         .toLocalIterator()

@@ -24,6 +24,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs import lake
 from spark_jobs.testing.landing import fresh_seed
 from spark_jobs.views import revenue_hourly_v2, runner
 from tests.integration.subscription import Subscription
@@ -238,7 +239,13 @@ def _reprocess_roll_out_and_retire(
     pinned: str,
 ) -> None:
 
-    airflow.run("regauge_reprocess", {"view": VIEW, "version": 2, "source": "bronze"})
+    run_id = airflow.run("regauge_reprocess", {"view": VIEW, "version": 2, "source": "bronze"})
+    # Ingest and v1's stream run in the view host: the replay and the gate ran
+    # their Spark work there too, through Spark Connect, not in JVMs of their own.
+    for task in ("replay", "validate"):
+        task_log = airflow.task_log("regauge_reprocess", run_id, task)
+        assert "runs in the view host (pid " in task_log, task_log
+        assert "starting a Spark driver of its own" not in task_log
     v2 = versions.get(settings, VIEW, 2)
     assert (v2.status, v2.rollout_percent) == ("ready", 0)
     assert v2.source_position is not None and v2.source_position.startswith("silver@")
@@ -385,6 +392,8 @@ def test_nothing_the_project_started_listens_beyond_loopback(
         settings.airflow_port,
         settings.kafka_port,
         settings.postgres_port,
+        # The view host's Spark Connect, for Airflow's tasks (warehouse.ops.sessions).
+        settings.spark_connect_port,
     ):
         holders = [str(lst) for lst in found if lst.port == port]
         assert port in ports, f"none of ours on {port} (held by {holders}): {sorted(ports)}"
@@ -392,6 +401,66 @@ def test_nothing_the_project_started_listens_beyond_loopback(
     assert ui, f"no Spark UI found in the process group of pid {host_pid}"
     exposed = [str(lst) for lst in ours if not ipaddress.ip_address(lst.address).is_loopback]
     assert not exposed, "listening beyond loopback:\n" + "\n".join(exposed)
+
+
+# Run in a process of its own: PySpark refuses a Connect session beside the
+# classic one this test process holds.
+CONNECT_CLIENT = """
+import json, logging, sys
+logging.basicConfig(level=logging.INFO)
+from pyspark import SparkContext
+from spark_jobs import lake, session
+from spark_jobs.views import runner
+from warehouse.base import registry, settings as settings_mod
+from warehouse.ops import sessions
+
+s = settings_mod.get()
+marker, gone = sys.argv[1], sys.argv[2]
+with sessions.task_session(s, "regauge-test-connect") as spark:
+    lake.write_text(spark, marker, "42\\n")
+    lake.delete_tree(spark, gone)
+    with runner.Progress(spark, "probe", 1_000, every_s=0.5) as progress:
+        spark.range(3_000_000).selectExpr("id % 97 AS k").groupBy("k").count().collect()
+        share = progress.share_done()
+    print(json.dumps({
+        "connect": session.is_connect(spark),
+        "jvm_here": SparkContext._gateway is not None,
+        "text": lake.read_text(spark, marker),
+        "gone": not lake.exists(spark, gone),
+        "silver": lake.newest_version(spark, registry.SILVER_EVENTS.path(s)),
+        "share": share,
+    }))
+"""
+
+
+def test_a_task_runs_its_spark_work_in_the_view_host(
+    settings: Settings, spark: SparkSession, flowing: Any, tmp_path: Path
+) -> None:
+    """What Airflow's replay and validate tasks use (`sessions.task_session`): with
+    the host running, their Spark work runs in its application through Spark
+    Connect, and this process starts no JVM (issue 16 item 2)."""
+    import json
+
+    before = lake.newest_version(spark, registry.SILVER_EVENTS.path(settings))
+    gone = tmp_path / "old-checkpoint"
+    (gone / "offsets").mkdir(parents=True)
+    (gone / "offsets" / "0").write_text("v1")
+    proc = subprocess.run(
+        [sys.executable, "-c", CONNECT_CLIENT, str(tmp_path / "marker"), str(gone)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "runs in the view host (pid " in proc.stderr, proc.stderr
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["connect"] and not seen["jvm_here"], seen
+    assert seen["text"] == "42\n" and (tmp_path / "marker").read_text() == "42\n"
+    assert seen["gone"] and not gone.exists()
+    # Ingest runs on meanwhile: silver as the host saw it, no older than before.
+    assert seen["silver"] >= before
+    # Progress over Connect: every task of the finished job reported done.
+    assert seen["share"] == 1.0, seen
 
 
 def test_status_says_how_far_ingest_is_behind_kafka(settings: Settings, flowing: Any) -> None:

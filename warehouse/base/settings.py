@@ -98,6 +98,10 @@ class Settings:
     spark_driver_java_options: str | None = None
     # The view host's Prometheus endpoint (`regauge status` lists it), on bind_host.
     metrics_port: int = 9464
+    # The view host's Spark Connect endpoint on bind_host, through which Airflow's
+    # replay and validate tasks run their Spark work in the host's application
+    # instead of starting a JVM each (warehouse.ops.sessions); 0 turns it off.
+    spark_connect_port: int = 15002
     # Per application on a Spark cluster (ignored by local[N]): without a cap, the
     # first application (the view host) would take every core of the standalone
     # master and leave none for Airflow's tasks.
@@ -245,6 +249,7 @@ OVERRIDES: dict[str, tuple[str, type]] = {
     "REGAUGE_SPARK_EVENT_LOG_DIR": ("spark_event_log_dir", str),
     "REGAUGE_SPARK_DRIVER_JAVA_OPTIONS": ("spark_driver_java_options", str),
     "REGAUGE_METRICS_PORT": ("metrics_port", int),
+    "REGAUGE_SPARK_CONNECT_PORT": ("spark_connect_port", int),
     "REGAUGE_SPARK_EXECUTOR_MEMORY": ("spark_executor_memory", str),
     "REGAUGE_SPARK_EXECUTOR_CORES": ("spark_executor_cores", int),
     "REGAUGE_SPARK_CORES_MAX": ("spark_cores_max", int),

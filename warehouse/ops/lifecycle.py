@@ -50,7 +50,7 @@ def build(settings: Settings, view: str, version: int, source: str) -> str:
     so a build killed halfway is simply run again)."""
     from spark_jobs.session import build_session
     from spark_jobs.views import runner
-    from warehouse.ops import pipeline
+    from warehouse.ops import pipeline, sessions
 
     code = view_code(view, version)
     row = versions.get(settings, view, version)
@@ -58,12 +58,19 @@ def build(settings: Settings, view: str, version: int, source: str) -> str:
         raise VersionError(f"{row.label} is {row.status}; register it for a reprocess first")
     # A stream left from an earlier attempt would write into the table being rebuilt.
     log.info(streams.stop(settings, view, version))
+    name = f"regauge-build-{code.table_name}"
     with writers.view(settings, view, version, "the reprocess's replay (`versions build`)"):
-        spark = build_session(f"regauge-build-{code.table_name}", settings, ui=False)
-        try:
-            through = pipeline.replay(spark, settings, code, source=source)
-        finally:
-            spark.stop()
+        if source == "bronze":
+            with sessions.task_session(settings, name) as spark:
+                through = pipeline.replay(spark, settings, code, source=source)
+        else:
+            # From Kafka, records are validated on the way (the contract's checks,
+            # built through this process's JVM): a driver of its own.
+            spark = build_session(name, settings, ui=False)
+            try:
+                through = pipeline.replay(spark, settings, code, source=source)
+            finally:
+                spark.stop()
     position = f"silver@{through}" if source != "kafka" else f"kafka, live from silver@{through}"
     versions.record_position(settings, view, version, position)
     return f"{view} v{version}: replayed all history ({position}) into " + (
@@ -84,8 +91,8 @@ def go_live(settings: Settings, view: str, version: int) -> str:
 def validate(settings: Settings, view: str, version: int) -> dict[str, Any]:
     """The gate. A failed gate marks the version failed and stops its stream; the
     current version keeps serving, untouched."""
-    from spark_jobs.session import build_session
     from spark_jobs.views import validate as gate
+    from warehouse.ops import sessions
 
     code = view_code(view, version)
     row = versions.get(settings, view, version)
@@ -96,11 +103,8 @@ def validate(settings: Settings, view: str, version: int) -> dict[str, Any]:
     current = next((v for v in versions.versions(settings, view) if v.status == "serving"), None)
     current_code = view_code(view, current.version) if current is not None else None
     settle = KAFKA_SETTLE_S if (row.source_position or "").startswith("kafka") else 0.0
-    spark = build_session(f"regauge-validate-{code.table_name}", settings, ui=False)
-    try:
+    with sessions.task_session(settings, f"regauge-validate-{code.table_name}") as spark:
         report = gate.validate(spark, settings, code, current_code, settle_s=settle)
-    finally:
-        spark.stop()
     versions.record_validation(settings, view, version, report)
     if not report["passed"]:
         log.error("%s failed validation: %s", row.label, report["summary"])

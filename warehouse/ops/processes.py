@@ -32,7 +32,7 @@ from spark_jobs.views import runner
 from spark_jobs.views.base import View
 from warehouse.base import metrics
 from warehouse.base.settings import REPO_ROOT, Settings
-from warehouse.ops import exporter, ingest_ctl, pipeline, streams, writers
+from warehouse.ops import exporter, ingest_ctl, pipeline, sessions, streams, writers
 
 log = logging.getLogger(__name__)
 
@@ -319,18 +319,22 @@ def run_view_host(settings: Settings) -> int:
     # Fair scheduling between pools: ingest's weighs most, and each view query
     # has one of its own (see _start_hosted), so one version's long batch
     # shares the cores with the others' short ones.
+    # Airflow's replay and validate tasks run their Spark work in this application
+    # too, through Spark Connect (warehouse.ops.sessions), in the default pool.
+    connect_conf, connect_status = sessions.serve(settings)
     spark = build_session(
         "regauge-host",
         settings,
         extra_conf={
             "spark.scheduler.mode": "FAIR",
             "spark.scheduler.allocation.file": FAIR_SCHEDULER_FILE.as_uri(),
+            **connect_conf,
         },
     )
     hosted: dict[str, _Hosted] = {}
     ingesting = _HostedIngest()
     since = datetime.now(UTC)
-    endpoint: dict[str, str | None] = {"spark_ui": spark.sparkContext.uiWebUrl}
+    endpoint: dict[str, str | None] = {"spark_ui": spark.sparkContext.uiWebUrl, **connect_status}
     try:
         endpoint["metrics"] = exporter.serve(settings, stop)
         log.info("metrics at %s", endpoint["metrics"])
