@@ -66,6 +66,13 @@ def status(args: argparse.Namespace) -> int:
             )
         )
     )
+    host_status = streams.host(s).read_status()
+    if host_status.get("state") == "running":
+        connect = host_status.get("spark_connect")
+        print(
+            "view host's Spark Connect (Airflow's replay and validate tasks run there): "
+            + (connect or f"none: {host_status.get('spark_connect_error')}")
+        )
     print("metrics (Prometheus text; `regauge top` shows the view host's):")
     for endpoint in exporter.endpoints(s):
         note = f" ({endpoint.note})" if endpoint.note else ""
