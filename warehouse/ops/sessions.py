@@ -14,6 +14,7 @@ of the host and lives in a file only the host's user can read.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -119,4 +120,11 @@ def task_session(settings: Settings, app_name: str) -> Iterator[SparkSession]:
     try:
         yield spark
     finally:
+        if session.is_connect(spark):
+            # PySpark 4.2's stop() releases the server's session first and then
+            # waits for the client's pending releases of finished operations,
+            # each of which then logs an ERROR with a stack trace in the host's
+            # log (INVALID_HANDLE.SESSION_CLOSED). Let them land first.
+            pending = list(getattr(spark.client, "_release_futures", ()))
+            concurrent.futures.wait(pending, timeout=10)
         spark.stop()
