@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType, TimestampType
@@ -128,8 +127,7 @@ def check_version(
         scope_note = ""
     missing, unexpected, keys = differing_keys(view, want.localCheckpoint(eager=True), have)
     foreign = (
-        DeltaTable.forPath(spark, path)
-        .history()
+        lake.history(spark, path)
         .where(F.col("version") > tag_version)
         .select("version", "operation")
         .orderBy("version")
