@@ -66,10 +66,23 @@ def _local(spark: SparkSession, path: str) -> Path | None:
     return Path(path)
 
 
+def _crc(local: Path) -> Path:
+    """The checksum Hadoop's local file system keeps beside each file it writes. A
+    file changed without it would fail Hadoop's next read (ChecksumException)."""
+    return local.with_name(f".{local.name}.crc")
+
+
 def list_names(spark: SparkSession, path: str) -> list[str]:
     """The names in a directory; none if it does not exist."""
     if (local := _local(spark, path)) is not None:
-        return sorted(p.name for p in local.iterdir()) if local.is_dir() else []
+        if not local.is_dir():
+            return []
+        # As Hadoop lists them: without its checksum files.
+        return sorted(
+            p.name
+            for p in local.iterdir()
+            if not (p.name.startswith(".") and p.name.endswith(".crc"))
+        )
     hadoop_path, fs = _fs(spark, path)
     if not fs.exists(hadoop_path):
         return []
@@ -98,6 +111,7 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
         local.parent.mkdir(parents=True, exist_ok=True)
         tmp = local.with_name(local.name + ".tmp")
         tmp.write_text(text)
+        _crc(local).unlink(missing_ok=True)
         os.replace(tmp, local)
         return
     hadoop_path, fs = _fs(spark, path)
@@ -137,6 +151,7 @@ def delete_tree(spark: SparkSession, path: str) -> None:
             shutil.rmtree(local)
         else:
             local.unlink(missing_ok=True)
+            _crc(local).unlink(missing_ok=True)
         return
     hadoop_path, fs = _fs(spark, path)
     if fs.exists(hadoop_path):
@@ -276,7 +291,8 @@ def ensure_table(
     failure is the winner's, created from the same schema; otherwise try again.
 
     A Spark Connect client creates it by SQL: Delta's Connect plugin, which
-    DeltaTable needs there, is not served here."""
+    DeltaTable needs there, is not served here. (Its DDL gives nested fields
+    Spark's default nullability: the tables it makes there have none.)"""
     create: Callable[[], Any]
     created: Callable[[], bool]
     if session.is_connect(spark):
@@ -290,7 +306,7 @@ def ensure_table(
         if properties:
             ddl += (
                 " TBLPROPERTIES ("
-                + ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
+                + ", ".join(f"'{k}' = '{_sql_text(v)}'" for k, v in properties.items())
                 + ")"
             )
         create = lambda: spark.sql(ddl)  # noqa: E731
@@ -315,6 +331,11 @@ def ensure_table(
             if attempt == attempts:
                 raise
             time.sleep(0.5 * attempt + random.random())
+
+
+def _sql_text(value: str) -> str:
+    """A value inside a single-quoted SQL string literal."""
+    return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
 def merge_condition(key: tuple[str, ...] | list[str]) -> str:

@@ -128,18 +128,42 @@ def connect_conf(host: str, port: int) -> dict[str, str]:
         "spark.plugins": CONNECT_PLUGIN,
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
-        # How often a client hears of its operation's stages (runner.Progress).
-        "spark.connect.progress.reportInterval": "2s",
     }
 
 
-def connect_session(port: int, token: str) -> SparkSession:
-    """A Spark Connect session on this machine's server at `port`.
+# A client gives up on an unreachable server after about 10 s instead of PySpark's
+# 10 minutes: the view host restarting (a new token) or gone is a fault to report.
+CONNECT_RETRIES = 5
 
-    `localhost`, not 127.0.0.1: the client sends a token without TLS only to a
-    host named localhost (pyspark's ChannelBuilder).
+
+def connect_session(port: int, token: str) -> SparkSession:
+    """A Spark Connect session on this machine's server at 127.0.0.1:`port`.
+
+    The client sends a token without TLS only to a host named `localhost`
+    (pyspark's ChannelBuilder), yet `localhost` may resolve to ::1 first, where
+    another user's process could listen: the channel is named localhost and
+    dials 127.0.0.1.
     """
-    return SparkSession.builder.remote(f"sc://localhost:{port}/;token={token}").getOrCreate()
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    class Loopback(DefaultChannelBuilder):
+        @property
+        def endpoint(self) -> str:
+            return f"127.0.0.1:{port}"
+
+    # What PySpark's own builder sets for a remote session: DataFrame functions
+    # then build Connect's plans in this process.
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    builder = ConnectSession.builder.channelBuilder(
+        Loopback(f"sc://localhost:{port}/;token={token}")
+    )
+    spark = builder.getOrCreate()
+    spark.client.set_retry_policies(
+        [DefaultPolicy(max_retries=CONNECT_RETRIES, initial_backoff=100, max_backoff=4000)]
+    )
+    return spark  # type: ignore[return-value]
 
 
 def is_connect(spark: SparkSession) -> bool:

@@ -103,8 +103,16 @@ def validate(settings: Settings, view: str, version: int) -> dict[str, Any]:
     current = next((v for v in versions.versions(settings, view) if v.status == "serving"), None)
     current_code = view_code(view, current.version) if current is not None else None
     settle = KAFKA_SETTLE_S if (row.source_position or "").startswith("kafka") else 0.0
-    with sessions.task_session(settings, f"regauge-validate-{code.table_name}") as spark:
-        report = gate.validate(spark, settings, code, current_code, settle_s=settle)
+    name = f"regauge-validate-{code.table_name}"
+    try:
+        with sessions.task_session(settings, name) as spark:
+            report = gate.validate(spark, settings, code, current_code, settle_s=settle)
+    except sessions.HostLost as lost:
+        # The gate is read-only, and its task is not retried (a failure is a
+        # verdict): a host restart is no verdict, so it runs once more.
+        log.warning("%s; validating again", lost)
+        with sessions.task_session(settings, name) as spark:
+            report = gate.validate(spark, settings, code, current_code, settle_s=settle)
     versions.record_validation(settings, view, version, report)
     if not report["passed"]:
         log.error("%s failed validation: %s", row.label, report["summary"])

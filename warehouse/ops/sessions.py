@@ -21,6 +21,7 @@ import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
@@ -73,6 +74,18 @@ def serve(settings: Settings) -> tuple[dict[str, str], dict[str, str]]:
     return session.connect_conf(CONNECT_HOST, port), {"spark_connect": f"sc://localhost:{port}"}
 
 
+class HostLost(RuntimeError):
+    """The view host stopped or restarted while a command's work ran in it: the
+    work is whole or not done, and may be run again."""
+
+
+def _served_port(status: dict[str, Any]) -> int | None:
+    """The port the running host serves Connect on, as its status says (the
+    host's settings decide it, not this process's)."""
+    url = status.get("spark_connect")
+    return int(str(url).rsplit(":", 1)[1]) if url else None
+
+
 def why_not_connect(settings: Settings) -> str | None:
     """Why this process cannot run its Spark work in the view host (None: it can)."""
     if not settings.spark_connect_port:
@@ -83,7 +96,7 @@ def why_not_connect(settings: Settings) -> str | None:
     status = streams.host(settings).read_status()
     if status.get("state") != "running":
         return "the view host is not running"
-    if not status.get("spark_connect"):
+    if _served_port(status) is None:
         return f"the view host serves no Spark Connect ({status.get('spark_connect_error')})"
     if not token_file(settings).is_file():
         return f"no token at {token_file(settings)}"
@@ -92,18 +105,24 @@ def why_not_connect(settings: Settings) -> str | None:
 
 @contextlib.contextmanager
 def task_session(settings: Settings, app_name: str) -> Iterator[SparkSession]:
-    """A Spark session for one command's work, stopped (released) when it ends."""
+    """A Spark session for one command's work, stopped (released) when it ends.
+
+    Raises HostLost when the work failed because the view host it ran in
+    stopped or restarted meanwhile."""
     reason = why_not_connect(settings)
     spark: SparkSession | None = None
+    host_pid = streams.host(settings).pid()
     if reason is None:
         try:
+            port = _served_port(streams.host(settings).read_status())
+            assert port is not None
             token = token_file(settings).read_text().strip()
-            spark = session.connect_session(settings.spark_connect_port, token)
+            spark = session.connect_session(port, token)
             spark.range(1).collect()  # the host may have restarted with a new token
             log.info(
                 "%s: Spark work runs in the view host (pid %s) through Spark Connect",
                 app_name,
-                streams.host(settings).pid(),
+                host_pid,
             )
         except Exception as exc:
             reason = f"could not connect to the view host ({str(exc).splitlines()[0][:200]})"
@@ -113,18 +132,35 @@ def task_session(settings: Settings, app_name: str) -> Iterator[SparkSession]:
             spark = None
     if spark is None:
         log.info("%s: starting a Spark driver of its own: %s", app_name, reason)
-        # A Connect attempt marks the process as Connect's, which a classic
-        # builder would then obey.
-        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+        _leave_connect_mode()
         spark = session.build_session(app_name, settings, ui=False)
+    remote = session.is_connect(spark)
     try:
         yield spark
+    except Exception as exc:
+        now = streams.host(settings).pid()
+        if remote and now != host_pid:
+            raise HostLost(
+                f"{app_name}: the view host (pid {host_pid}) "
+                + (f"restarted (now pid {now})" if now else "stopped")
+                + f" while this ran in it ({str(exc).splitlines()[0][:200]})"
+            ) from exc
+        raise
     finally:
-        if session.is_connect(spark):
+        if remote:
             # PySpark 4.2's stop() releases the server's session first and then
             # waits for the client's pending releases of finished operations,
             # each of which then logs an ERROR with a stack trace in the host's
             # log (INVALID_HANDLE.SESSION_CLOSED). Let them land first.
             pending = list(getattr(spark.client, "_release_futures", ()))
             concurrent.futures.wait(pending, timeout=10)
-        spark.stop()
+        with contextlib.suppress(Exception):  # a host gone has nothing to release
+            spark.stop()
+        if remote:
+            _leave_connect_mode()
+
+
+def _leave_connect_mode() -> None:
+    """A Connect session marks the process as Connect's, which PySpark's classic
+    builder would obey afterwards (and fail: no URL)."""
+    os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)

@@ -18,6 +18,7 @@ import pytest
 from spark_jobs import session
 from warehouse.base.settings import Settings
 from warehouse.ops import sessions, streams
+from warehouse.ops.daemon import Daemon
 
 
 @pytest.fixture()
@@ -96,6 +97,19 @@ def test_a_task_uses_the_host_only_when_it_runs_and_serves_connect(
     assert sessions.why_not_connect(private) == "the view host is not running"
     host = streams.host(private)
     host.base.mkdir(parents=True, exist_ok=True)
-    # A status file of a host that is not (or no longer) running is old news.
-    host.write_status(state="running", pid=os.getpid(), spark_connect="sc://localhost:1")
+    # A status file naming a pid supervisord does not run is old news.
+    host.write_status(state="running", pid=os.getpid(), spark_connect="sc://localhost:15999")
     assert sessions.why_not_connect(private) == "the view host is not running"
+    # As if supervisord ran this process as the host.
+    monkeypatch.setattr(Daemon, "pid", lambda self: os.getpid())
+    host.write_status(state="running", pid=os.getpid(), spark_connect_error="the port is taken")
+    assert sessions.why_not_connect(private) == (
+        "the view host serves no Spark Connect (the port is taken)"
+    )
+    host.write_status(state="running", pid=os.getpid(), spark_connect="sc://localhost:15999")
+    assert sessions.why_not_connect(private) == f"no token at {sessions.token_file(private)}"
+    sessions.token_file(private).write_text("t")
+    assert sessions.why_not_connect(private) is None
+    # The port is the one the host serves, whatever this process's settings say.
+    assert private.spark_connect_port != 15999
+    assert sessions._served_port(host.read_status()) == 15999
