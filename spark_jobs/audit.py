@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType, TimestampType
@@ -127,7 +128,8 @@ def check_version(
         scope_note = ""
     missing, unexpected, keys = differing_keys(view, want.localCheckpoint(eager=True), have)
     foreign = (
-        lake.history(spark, path)
+        DeltaTable.forPath(spark, path)
+        .history()
         .where(F.col("version") > tag_version)
         .select("version", "operation")
         .orderBy("version")

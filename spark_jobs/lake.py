@@ -288,54 +288,24 @@ def ensure_table(
     Safe when several writers start at once (view queries share gold.restatements):
     createIfNotExists is not atomic, and the loser of the race fails, for example
     with DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION. A table that exists after the
-    failure is the winner's, created from the same schema; otherwise try again.
-
-    A Spark Connect client creates it by SQL: Delta's Connect plugin, which
-    DeltaTable needs there, is not served here. (Its DDL gives nested fields
-    Spark's default nullability: the tables it makes there have none.)"""
-    create: Callable[[], Any]
-    created: Callable[[], bool]
-    if session.is_connect(spark):
-        columns = ", ".join(
-            f"`{f.name}` {f.dataType.simpleString()}" + ("" if f.nullable else " NOT NULL")
-            for f in schema.fields
-        )
-        ddl = f"CREATE TABLE IF NOT EXISTS {table_ref(path)} ({columns}) USING delta"
-        if partitioned_by:
-            ddl += " PARTITIONED BY (" + ", ".join(f"`{c}`" for c in partitioned_by) + ")"
-        if properties:
-            ddl += (
-                " TBLPROPERTIES ("
-                + ", ".join(f"'{k}' = '{_sql_text(v)}'" for k, v in properties.items())
-                + ")"
-            )
-        create = lambda: spark.sql(ddl)  # noqa: E731
-        created = lambda: exists(spark, path + "/_delta_log")  # noqa: E731
-    else:
-        builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
-        if partitioned_by:
-            builder = builder.partitionedBy(*partitioned_by)
-        for key, value in (properties or {}).items():
-            builder = builder.property(key, value)
-        create = builder.execute
-        created = lambda: DeltaTable.isDeltaTable(spark, path)  # noqa: E731
+    failure is the winner's, created from the same schema; otherwise try again."""
+    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
+    if partitioned_by:
+        builder = builder.partitionedBy(*partitioned_by)
+    for key, value in (properties or {}).items():
+        builder = builder.property(key, value)
     attempts = 5
     for attempt in range(1, attempts + 1):
         try:
-            create()
+            builder.execute()
             return
         except Exception as exc:  # whatever the race raised, the check below decides
-            if created():
+            if DeltaTable.isDeltaTable(spark, path):
                 log.info("%s was created by a concurrent writer (%s)", path, type(exc).__name__)
                 return
             if attempt == attempts:
                 raise
             time.sleep(0.5 * attempt + random.random())
-
-
-def _sql_text(value: str) -> str:
-    """A value inside a single-quoted SQL string literal."""
-    return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
 def merge_condition(key: tuple[str, ...] | list[str]) -> str:

@@ -60,9 +60,13 @@ def ensure_gold(spark: SparkSession, path: str, view: View) -> None:
 
 
 def gold_rows(view: View, silver: DataFrame) -> DataFrame:
-    """The view's function, its output held to the declared schema (types and order)."""
+    """The view's function, its output held to the declared schema (types and order).
+
+    Cast by type name: over Spark Connect a StringType object arrives with an
+    explicit UTF8_BINARY collation, which Delta then writes into the table's
+    schema as "string collate UTF8_BINARY", a type Trino 476 cannot read."""
     return view.compute(silver).select(
-        *[F.col(f.name).cast(f.dataType) for f in view.schema.fields]
+        *[F.col(f.name).cast(f.dataType.simpleString()) for f in view.schema.fields]
     )
 
 

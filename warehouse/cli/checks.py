@@ -6,17 +6,20 @@ from __future__ import annotations
 import argparse
 import sys
 
+from spark_jobs.session import build_session
 from warehouse.base import settings as settings_mod
 from warehouse.ops import audit as audit_mod
-from warehouse.ops import dbt_runner, sessions
+from warehouse.ops import dbt_runner
 from warehouse.sql import trino_client
 
 
 def audit(args: argparse.Namespace) -> int:
     s = settings_mod.get()
-    # In the view host's application when it runs (Spark Connect), else a driver of its own.
-    with sessions.task_session(s, "regauge-audit") as spark:
+    spark = build_session("regauge-audit", s, ui=False)
+    try:
         run = audit_mod.run(s, spark, args.checks or audit_mod.CHECKS, args.sample)
+    finally:
+        spark.stop()
     print(trino_client.format_table(audit_mod.describe(run)))
     print(audit_mod.verdict(run))
     return 0 if run.passed else 1
