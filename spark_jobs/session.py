@@ -128,6 +128,9 @@ def connect_conf(host: str, port: int) -> dict[str, str]:
         "spark.plugins": CONNECT_PLUGIN,
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
+        # How often a client hears of its operation's stages (runner.Progress
+        # logs every 5 s); a short operation may end before the first report.
+        "spark.connect.progress.reportInterval": "1s",
     }
 
 
@@ -159,9 +162,18 @@ def connect_session(port: int, token: str) -> SparkSession:
     builder = ConnectSession.builder.channelBuilder(
         Loopback(f"sc://localhost:{port}/;token={token}")
     )
-    spark = builder.getOrCreate()
+    # create(), not getOrCreate(): never an earlier session, with its old port or token.
+    spark = builder.create()
     spark.client.set_retry_policies(
-        [DefaultPolicy(max_retries=CONNECT_RETRIES, initial_backoff=100, max_backoff=4000)]
+        [
+            DefaultPolicy(
+                max_retries=CONNECT_RETRIES,
+                initial_backoff=100,
+                max_backoff=4000,
+                # Nor may a server's suggested delay stretch each wait to minutes.
+                max_server_retry_delay=4000,
+            )
+        ]
     )
     return spark  # type: ignore[return-value]
 

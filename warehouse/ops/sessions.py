@@ -90,6 +90,9 @@ def why_not_connect(settings: Settings) -> str | None:
     """Why this process cannot run its Spark work in the view host (None: it can)."""
     if not settings.spark_connect_port:
         return "REGAUGE_SPARK_CONNECT_PORT is 0"
+    if "://" in settings.lake_root:
+        # A Connect client reaches the lake's small files from this process.
+        return f"the lake is not local ({settings.lake_root})"
     if SparkContext._active_spark_context is not None:
         # PySpark refuses a Connect session beside a classic one (tests, the host).
         return "this process has a Spark driver already"
@@ -138,11 +141,13 @@ def task_session(settings: Settings, app_name: str) -> Iterator[SparkSession]:
     try:
         yield spark
     except Exception as exc:
-        now = streams.host(settings).pid()
-        if remote and now != host_pid:
+        host = streams.host(settings)
+        now = host.pid()
+        # A host stopping keeps its pid until it is gone, but no longer says it runs.
+        if remote and (now != host_pid or host.read_status().get("state") != "running"):
             raise HostLost(
                 f"{app_name}: the view host (pid {host_pid}) "
-                + (f"restarted (now pid {now})" if now else "stopped")
+                + (f"restarted (now pid {now})" if now and now != host_pid else "stopped")
                 + f" while this ran in it ({str(exc).splitlines()[0][:200]})"
             ) from exc
         raise

@@ -86,6 +86,8 @@ def test_connect_is_off_for_port_zero_and_for_an_object_store_lake(private: Sett
     assert conf == {} and "s3a://bucket/lake" in status["spark_connect_error"]
     off = dataclasses.replace(private, spark_connect_port=0)
     assert sessions.why_not_connect(off) == "REGAUGE_SPARK_CONNECT_PORT is 0"
+    s3 = dataclasses.replace(private, lake_root="s3a://bucket/lake")
+    assert sessions.why_not_connect(s3) == "the lake is not local (s3a://bucket/lake)"
 
 
 def test_a_task_uses_the_host_only_when_it_runs_and_serves_connect(
