@@ -27,6 +27,7 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from spark_jobs import session
+from spark_jobs.views.changes import first_line
 from warehouse.base.settings import Settings
 from warehouse.ops import streams
 from warehouse.ops.stack import process
@@ -107,12 +108,15 @@ def why_not_connect(settings: Settings) -> str | None:
 
 
 @contextlib.contextmanager
-def task_session(settings: Settings, app_name: str) -> Iterator[SparkSession]:
-    """A Spark session for one command's work, stopped (released) when it ends.
+def task_session(
+    settings: Settings, app_name: str, own_driver: str | None = None
+) -> Iterator[SparkSession]:
+    """A Spark session for one command's work, stopped (released) when it ends;
+    a driver of its own when `own_driver` says why the work needs one.
 
     Raises HostLost when the work failed because the view host it ran in
     stopped or restarted meanwhile."""
-    reason = why_not_connect(settings)
+    reason = own_driver or why_not_connect(settings)
     spark: SparkSession | None = None
     host_pid = streams.host(settings).pid()
     if reason is None:
@@ -128,7 +132,7 @@ def task_session(settings: Settings, app_name: str) -> Iterator[SparkSession]:
                 host_pid,
             )
         except Exception as exc:
-            reason = f"could not connect to the view host ({str(exc).splitlines()[0][:200]})"
+            reason = f"could not connect to the view host ({first_line(exc)})"
             if spark is not None:
                 with contextlib.suppress(Exception):
                     spark.stop()
@@ -148,7 +152,7 @@ def task_session(settings: Settings, app_name: str) -> Iterator[SparkSession]:
             raise HostLost(
                 f"{app_name}: the view host (pid {host_pid}) "
                 + (f"restarted (now pid {now})" if now and now != host_pid else "stopped")
-                + f" while this ran in it ({str(exc).splitlines()[0][:200]})"
+                + f" while this ran in it ({first_line(exc)})"
             ) from exc
         raise
     finally:
