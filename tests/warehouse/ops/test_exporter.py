@@ -14,20 +14,15 @@ import pytest
 from spark_jobs.audit import Finding, Run
 from spark_jobs.ingest import record_progress
 from spark_jobs.silver import BatchResult
+from tests.ports import free_port
 from warehouse.base.settings import Settings
 from warehouse.ops import audit, exporter
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture()
 def private(settings: Settings, tmp_path: Path) -> Settings:
     """Settings with a state folder of their own (no ingest wanted, no audit) and a free port."""
-    return dataclasses.replace(settings, state_dir=tmp_path, metrics_port=_free_port())
+    return dataclasses.replace(settings, state_dir=tmp_path, metrics_port=free_port())
 
 
 @pytest.fixture()

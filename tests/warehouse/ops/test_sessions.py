@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from spark_jobs import session
+from tests.ports import free_port
 from warehouse.base.settings import Settings
 from warehouse.ops import sessions, streams
 from warehouse.ops.daemon import Daemon
@@ -37,16 +38,10 @@ def token_env() -> Iterator[None]:
         os.environ[session.CONNECT_TOKEN_ENV] = before
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((sessions.CONNECT_HOST, 0))
-        return int(s.getsockname()[1])
-
-
 def test_the_host_serves_connect_on_loopback_with_a_private_token(
     private: Settings, token_env: None
 ) -> None:
-    port = _free_port()
+    port = free_port()
     conf, status = sessions.serve(dataclasses.replace(private, spark_connect_port=port))
     assert conf["spark.plugins"] == session.CONNECT_PLUGIN
     assert conf["spark.connect.grpc.binding.address"] == "127.0.0.1"

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from tests.ports import free_port
 from warehouse.ops.stack import kafka as kafka_module
 from warehouse.ops.stack import services
 from warehouse.ops.stack.process import PidFile, Proc, ServiceError, port_open, wait_until
@@ -22,12 +23,6 @@ def local(settings, tmp_path):
     state = tmp_path / "state"
     yield dataclasses.replace(settings, state_dir=state)
     Supervisor.of_state(state).shutdown(30)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Dummy(services.Service):
@@ -55,7 +50,7 @@ class Dummy(services.Service):
 
 
 def test_start_twice_is_a_no_op_and_stop_stops_it(local):
-    svc = Dummy(local, _free_port())
+    svc = Dummy(local, free_port())
     try:
         assert svc.start() is True
         pid = svc.live_pids()["dummy"]
@@ -71,7 +66,7 @@ def test_start_twice_is_a_no_op_and_stop_stops_it(local):
 
 
 def test_supervisord_restarts_a_killed_service_and_rotates_its_log(local):
-    svc = Dummy(local, _free_port())
+    svc = Dummy(local, free_port())
     try:
         svc.start()
         pid = svc.live_pids()["dummy"]
@@ -103,7 +98,7 @@ def test_a_service_running_outside_supervisord_is_taken_over(local, recorded):
     """Before supervisord, regauge kept a pid file per process; and a supervisord
     killed leaves its programs running. `regauge up` takes such a service over
     instead of failing on its taken port, and `down` would stop it."""
-    port = _free_port()
+    port = free_port()
     svc = Dummy(local, port)
     legacy = subprocess.Popen(svc.procs()[0].argv, start_new_session=True)
     try:
@@ -127,7 +122,7 @@ def test_a_service_up_for_long_that_stopped_answering_is_restarted(local, tmp_pa
     timeout): `regauge up` restarts it rather than waiting for it."""
     wedged = tmp_path / "wedged"
     wedged.touch()
-    port = _free_port()
+    port = free_port()
     # One line, with no space before a ';': supervisord's config has comments.
     script = ";".join(
         [
@@ -166,7 +161,7 @@ def test_a_taken_port_is_refused_in_one_line_naming_port_and_service(local):
 
 def test_a_service_that_never_gets_healthy_shows_its_log_and_is_stopped(local):
     script = "import time; print('still warming up', flush=True); time.sleep(60)"
-    svc = Dummy(local, _free_port(), script)
+    svc = Dummy(local, free_port(), script)
     # Long enough for the child to start and print on 2 busy cores.
     svc.health_timeout = 8
     with pytest.raises(ServiceError) as err:
@@ -179,7 +174,7 @@ def test_a_service_that_never_gets_healthy_shows_its_log_and_is_stopped(local):
 
 def test_a_service_that_dies_says_so_with_its_log(local):
     script = "import sys; print('config is broken: no such catalog', flush=True); sys.exit(3)"
-    svc = Dummy(local, _free_port(), script)
+    svc = Dummy(local, free_port(), script)
     with pytest.raises(ServiceError) as err:
         svc.start()
     assert "dummy exited" in str(err.value)
@@ -213,7 +208,7 @@ class Lingering(Dummy):
 
 def test_services_stopped_together_are_all_asked_before_any_has_gone(local, tmp_path):
     record = tmp_path / "stops.log"
-    both = [Lingering(local, _free_port(), name, record) for name in ("first", "second")]
+    both = [Lingering(local, free_port(), name, record) for name in ("first", "second")]
     for svc in both:
         svc.start()
     assert services.stop_together(both) == ["first", "second"]
