@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from warehouse.tools.bench import chart as bench_chart
-from warehouse.tools.bench import latency, runner, throughput
+from warehouse.tools.bench import cpu, latency, runner, throughput
 from warehouse.tools.bench import report as bench_report
 
 
@@ -153,3 +153,91 @@ def test_a_probe_never_seen_counts_as_waited_for_and_none_seen_is_no_crash():
     sent = {1: 10.0, 2: 12.0, 3: 14.0}
     assert latency.probe_lags(sent, {1: 13.5, 3: 20.0}, gave_up=140.0) == [3.5, 128.0, 6.0]
     assert latency.probe_lags(sent, {}, gave_up=140.0) == [130.0, 128.0, 126.0]
+
+
+def test_freshness_per_minute_is_the_p50_of_the_probes_sent_in_each_minute():
+    sent = {1: 100.0, 2: 130.0, 3: 161.0, 4: 200.0, 5: 221.0}
+    lags = [50.0, 40.0, 30.0, 20.0, 10.0]
+    # Minutes from the first probe: 0 -> probes 1-2, 1 -> 3-4, 2 -> 5.
+    assert latency.per_minute(sent, lags) == [45.0, 25.0, 10.0]
+    assert latency.per_minute({}, []) == []
+
+
+def test_a_host_thread_is_named_by_what_it_does():
+    assert cpu.thread_kind("C2 CompilerThre") == "JIT"
+    assert cpu.thread_kind("Executor task l") == "Spark tasks"
+    assert cpu.thread_kind("stream executio") == "query drivers"
+    assert cpu.thread_kind("G1 Conc#0") == "GC"
+    assert cpu.thread_kind("python") == "Python"
+    assert cpu.thread_kind("dispatcher-even") == "other"
+
+
+def test_cpu_between_two_snapshots_counts_each_part_and_a_new_process_from_zero():
+    before = cpu.Snapshot(
+        10.0,
+        {1: 5.0, 2: 1.0},
+        {"view host": {1}, "trino": {2}},
+        {(1, 11): ("C2 CompilerThre", 3.0), (1, 12): ("Executor task l", 1.0)},
+    )
+    after = cpu.Snapshot(
+        20.0,
+        {1: 17.0, 2: 2.5, 3: 4.0},
+        {"view host": {1}, "trino": {2, 3}},
+        {
+            (1, 11): ("C2 CompilerThre", 7.0),
+            (1, 12): ("Executor task l", 6.0),
+            (1, 13): ("Executor task l", 2.0),
+        },
+    )
+    use = cpu.between(before, after, cores=2)
+    assert use.parts == {"view host": 12.0, "trino": 5.5}
+    assert use.host_threads == {"JIT": 4.0, "Spark tasks": 7.0}
+    assert use.busy == pytest.approx(17.5 / 20)
+    assert use.describe() == (
+        "18 of 20 CPU-s in 10 s (88% of 2 cores): view host 12 (Spark tasks 7, JIT 4), trino 6"
+    )
+
+
+def test_task_time_by_query_counts_the_jobs_since_the_start_from_every_event_log(tmp_path):
+    def log(app: str, *events: dict) -> None:
+        folder = tmp_path / f"eventlog_v2_{app}"
+        folder.mkdir()
+        text = "".join(json.dumps(e) + "\n" for e in events)
+        (folder / f"events_1_{app}").write_text(text + '{"Event": "SparkListenerTaskEnd", "Sta')
+
+    def job(job_id: int, at: int, stages: list[int], query: str | None) -> dict:
+        props = {"sql.streaming.queryId": query} if query else {}
+        return {
+            "Event": "SparkListenerJobStart",
+            "Job ID": job_id,
+            "Submission Time": at,
+            "Stage IDs": stages,
+            "Properties": props,
+        }
+
+    def task(stage: int, ms: int) -> dict:
+        info = {"Launch Time": 1000, "Finish Time": 1000 + ms}
+        return {"Event": "SparkListenerTaskEnd", "Stage ID": stage, "Task Info": info}
+
+    started = "org.apache.spark.sql.streaming.StreamingQueryListener$QueryStartedEvent"
+    progress = "org.apache.spark.sql.streaming.StreamingQueryListener$QueryProgressEvent"
+    log(
+        "a",
+        {"Event": started, "id": "q1", "name": "ingest"},
+        job(0, 500, [0], "q1"),  # before the phase: not counted
+        task(0, 9000),
+        job(1, 2000, [1, 2], "q1"),
+        task(1, 1500),
+        task(2, 500),
+        job(2, 2500, [3], None),  # a Spark Connect client's work
+        task(3, 250),
+    )
+    log(
+        "b",
+        {"Event": progress, "progress": {"id": "q2", "name": "cart_sessions_v1"}},
+        job(0, 3000, [0], "q2"),
+        task(0, 4000),
+    )
+    seconds = cpu.task_seconds_by_query(tmp_path, since_ms=1000)
+    assert seconds == {"ingest": 2.0, "other": 0.25, "cart_sessions_v1": 4.0}
+    assert cpu.describe_tasks(seconds) == "cart_sessions_v1 4 s (64%), ingest 2 s (32%)"

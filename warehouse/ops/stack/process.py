@@ -150,6 +150,9 @@ class ProcStat:
     ppid: int
     pgrp: int
     rss_bytes: int
+    # User and system CPU time since the process started, in seconds (its own
+    # threads; children it has waited for are not included).
+    cpu_seconds: float = 0.0
 
 
 def proc_stats() -> Iterator[ProcStat]:
@@ -165,25 +168,27 @@ def proc_stats() -> Iterator[ProcStat]:
     parent's until it writes to them.
     """
     page = os.sysconf("SC_PAGE_SIZE")
-    raw: dict[int, tuple[int, int, int, int]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    raw: dict[int, tuple[int, int, int, int, float]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue  # ended while we looked
-        # After the command name: state, ppid, pgrp, ... vsize is the 21st field
-        # and rss the 22nd.
+        # After the command name: state, ppid, pgrp, ... utime and stime are the
+        # 12th and 13th fields, vsize the 21st and rss the 22nd.
         raw[int(stat.parent.name)] = (
             int(fields[1]),
             int(fields[2]),
             int(fields[20]),
             int(fields[21]) * page,
+            (int(fields[11]) + int(fields[12])) / tick,
         )
-    for pid, (ppid, pgrp, vsize, rss) in raw.items():
+    for pid, (ppid, pgrp, vsize, rss, cpu) in raw.items():
         parent = raw.get(ppid)
         if parent is not None and parent[2] == vsize and _same_program(pid, ppid):
             rss = 0
-        yield ProcStat(pid, ppid, pgrp, rss)
+        yield ProcStat(pid, ppid, pgrp, rss, cpu)
 
 
 def _same_program(pid: int, ppid: int) -> bool:

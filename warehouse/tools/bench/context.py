@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from warehouse.base.settings import Settings
 from warehouse.tools.bench.report import Report
@@ -21,3 +22,5 @@ class Bench:
     report: Report
     say: Callable[[str], None] = print
     run_id: str = field(default_factory=lambda: f"{int(time.time())}")
+    # Where the Spark applications the run starts write their event logs.
+    events_dir: Path | None = None

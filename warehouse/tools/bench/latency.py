@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from warehouse.base.settings import Settings
+from warehouse.tools.bench import cpu
 from warehouse.tools.bench.context import Bench
 from warehouse.tools.bench.report import percentile
 
@@ -80,6 +81,19 @@ def probe_lags(sent: dict[int, float], seen: dict[int, float], gave_up: float) -
     return [seen.get(k, gave_up) - sent[k] for k in sorted(sent)]
 
 
+def per_minute(sent: dict[int, float], lags: list[float]) -> list[float]:
+    """The p50 lag of the probes sent in each minute of the phase, in order: a host
+    started for the phase compiles Spark's and Delta's code (the JIT) for its first
+    minutes, so the later minutes are what a host that has run a while gives."""
+    if not sent:
+        return []
+    first = min(sent.values())
+    minutes: dict[int, list[float]] = {}
+    for k, lag in zip(sorted(sent), lags, strict=True):
+        minutes.setdefault(int((sent[k] - first) // 60), []).append(lag)
+    return [percentile(minutes[m], 50) for m in sorted(minutes)]
+
+
 def ensure_serving(bench: Bench) -> None:
     """Ingest and the LIVE versions' streams running, as in production. A version not
     built yet is built through regauge_reprocess, and the run's tasks are timed."""
@@ -143,6 +157,7 @@ def freshness(bench: Bench) -> None:
         int(bench.run_id) % 10**9 + 500,
         int(bench.sizes.load_rate * (bench.sizes.freshness_s + 15)),
     )
+    cpu_before, began_ms = cpu.snapshot(bench.settings), time.time() * 1000
     loader = threading.Thread(
         target=lambda: producer.produce_run(bench.settings, 0, load, rate=bench.sizes.load_rate),
         name="bench-load",
@@ -167,6 +182,7 @@ def freshness(bench: Bench) -> None:
                 seen[j] = at
         time.sleep(POLL_S)
     gave_up = time.monotonic()
+    _cpu(bench, cpu.between(cpu_before, cpu.snapshot(bench.settings)), began_ms)
     loader.join(bench.sizes.freshness_s + 120)
     lags = probe_lags(sent, seen, gave_up)
     f = bench.report.figures
@@ -174,6 +190,12 @@ def freshness(bench: Bench) -> None:
     f["freshness_p95_s"] = percentile(lags, 95)
     f["freshness_probes"] = len(sent)
     f["freshness_never_seen"] = len(set(sent) - set(seen))
+    by_minute = per_minute(sent, lags)
+    if len(by_minute) > 1:
+        bench.report.notes["freshness by minute"] = "p50 of the probes sent in each minute: " + (
+            ", ".join(f"{p:.1f}" for p in by_minute) + " s"
+        )
+        bench.say(f"  {bench.report.notes['freshness by minute']}")
     _stages(bench, sent, silver_before)
     bench.report.baselines["trigger_interval_s"] = _seconds(bench.settings.trigger_interval)
     bench.report.notes["freshness"] = (
@@ -185,6 +207,17 @@ def freshness(bench: Bench) -> None:
         f"({len(seen)} of {len(sent)} probes seen); trigger interval "
         f"{bench.settings.trigger_interval}"
     )
+
+
+def _cpu(bench: Bench, use: cpu.CpuUse, began_ms: float) -> None:
+    """Where the cores went while the probes ran: what limits freshness."""
+    bench.report.figures["freshness_cpu_busy"] = use.busy
+    bench.report.notes["cpu, freshness"] = use.describe()
+    bench.say(f"  cpu while probing: {use.describe()}")
+    if bench.events_dir is not None:
+        tasks = cpu.task_seconds_by_query(bench.events_dir, began_ms)
+        bench.report.notes["spark task time, freshness"] = cpu.describe_tasks(tasks)
+        bench.say(f"  the view host's Spark task time: {cpu.describe_tasks(tasks)}")
 
 
 def _silver_version(settings: Settings) -> int:

@@ -4,8 +4,30 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import TYPE_CHECKING
 
 from warehouse.base.settings import Settings
+
+if TYPE_CHECKING:
+    from warehouse.ops.stack.process import ProcStat
+
+
+def stack_parts(settings: Settings, stats: list[ProcStat]) -> dict[str, set[int]]:
+    """The pids of each part of the stack: the view host's group, then each service's
+    whole tree (Airflow's tasks and the JVMs they start too)."""
+    from warehouse.ops import streams
+    from warehouse.ops.stack import process, services
+
+    # Ingest and every view stream run in the view host's one JVM (its group).
+    host_pid = streams.host(settings).pid()
+    claimed = {p.pid for p in stats if host_pid is not None and p.pgrp == host_pid}
+    parts = {"view host": set(claimed)}
+    for svc in services.services(settings):
+        roots = [pid for pid in svc.live_pids().values() if pid is not None]
+        mine = process.tree_pids(roots, stats) - claimed
+        claimed |= mine
+        parts[svc.name] = mine
+    return parts
 
 
 class PeakMemory:
@@ -26,21 +48,14 @@ class PeakMemory:
 
     def sample(self) -> dict[str, int]:
         """Resident bytes now, per part of the stack."""
-        from warehouse.ops import streams
-        from warehouse.ops.stack import process, services
+        from warehouse.ops.stack import process
 
         stats = list(process.proc_stats())
         rss = {p.pid: p.rss_bytes for p in stats}
-        # Ingest and every view stream run in the view host's one JVM (its group).
-        host_pid = streams.host(self.settings).pid()
-        claimed = {p.pid for p in stats if host_pid is not None and p.pgrp == host_pid}
-        parts: dict[str, int] = {"view host": sum(rss[pid] for pid in claimed)}
-        for svc in services.services(self.settings):
-            roots = [pid for pid in svc.live_pids().values() if pid is not None]
-            # A service's whole tree: Airflow's tasks and the JVMs they start too.
-            mine = process.tree_pids(roots, stats) - claimed
-            claimed |= mine
-            parts[svc.name] = sum(rss[pid] for pid in mine)
+        parts = {
+            name: sum(rss[pid] for pid in pids)
+            for name, pids in stack_parts(self.settings, stats).items()
+        }
         parts["bench spark"] = process.descendants_rss_bytes(os.getpid())
         return parts
 

@@ -57,6 +57,7 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
             # reads it): the bench's own phases, and the view host it starts later.
             events_dir = str(settings.state_dir / "bench" / "spark-events")
             os.environ[EVENT_LOG_VAR] = events_dir
+            bench.events_dir = Path(events_dir)
             spark = build_session(
                 "regauge-bench", replace(settings, spark_event_log_dir=events_dir)
             )

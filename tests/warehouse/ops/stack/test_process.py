@@ -162,3 +162,22 @@ def test_a_child_that_has_not_execd_counts_none_of_its_parents_memory():
     finally:
         stop_group(parent.pid, signal.SIGTERM)
         parent.wait(30)
+
+
+def test_cpu_seconds_grow_with_a_process_busy_on_the_cpu_and_not_with_one_asleep():
+    busy = subprocess.Popen(
+        [sys.executable, "-c", "import time\nend = time.time() + 30\nwhile time.time() < end: pass"]
+    )
+    asleep = subprocess.Popen(["sleep", "30"])
+    try:
+        first = {p.pid: p.cpu_seconds for p in proc_stats()}
+        time.sleep(1.0)
+        then = {p.pid: p.cpu_seconds for p in proc_stats()}
+        # One core for a second, less what the machine's other work took from it.
+        assert then[busy.pid] - first[busy.pid] >= 0.3
+        assert then[asleep.pid] - first[asleep.pid] < 0.05
+    finally:
+        busy.kill()
+        asleep.kill()
+        busy.wait(10)
+        asleep.wait(10)
