@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -166,6 +167,7 @@ def test_freshness_per_minute_is_the_p50_of_the_probes_sent_in_each_minute():
 def test_a_host_thread_is_named_by_what_it_does():
     assert cpu.thread_kind("C2 CompilerThre") == "JIT"
     assert cpu.thread_kind("Executor task l") == "Spark tasks"
+    assert cpu.thread_kind("Executor task i") == "Spark tasks"
     assert cpu.thread_kind("stream executio") == "query drivers"
     assert cpu.thread_kind("G1 Conc#0") == "GC"
     assert cpu.thread_kind("python") == "Python"
@@ -241,3 +243,19 @@ def test_task_time_by_query_counts_the_jobs_since_the_start_from_every_event_log
     seconds = cpu.task_seconds_by_query(tmp_path, since_ms=1000)
     assert seconds == {"ingest": 2.0, "other": 0.25, "cart_sessions_v1": 4.0}
     assert cpu.describe_tasks(seconds) == "cart_sessions_v1 4 s (64%), ingest 2 s (32%)"
+
+
+def test_only_the_newest_event_logs_are_kept(tmp_path):
+    for i in range(4):
+        folder = tmp_path / f"eventlog_v2_local-{i}"
+        folder.mkdir()
+        (folder / f"events_1_local-{i}").write_text("{}\n")
+        os.utime(folder, (1000 + i, 1000 + i))
+    (tmp_path / "notes.txt").write_text("not an event log")
+    deleted = cpu.keep_newest(tmp_path, 2)
+    assert sorted(p.name for p in deleted) == ["eventlog_v2_local-0", "eventlog_v2_local-1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "eventlog_v2_local-2",
+        "eventlog_v2_local-3",
+        "notes.txt",
+    ]

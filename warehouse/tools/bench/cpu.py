@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from warehouse.base.settings import Settings
 # first 15 characters of a name).
 THREAD_KINDS = (
     ("JIT", ("C1 CompilerThre", "C2 CompilerThre")),
-    ("Spark tasks", ("Executor task l",)),
+    ("Spark tasks", ("Executor task",)),
     ("query drivers", ("stream executio",)),
     ("GC", ("GC Thread", "G1 ", "VM Thread")),
     # The host's Python process: foreachBatch bodies and their Py4J calls.
@@ -125,14 +126,27 @@ def between(before: Snapshot, after: Snapshot, cores: int | None = None) -> CpuU
 
 
 # -- the event log: Spark task time per streaming query ----------------------------------
-def _events(folder: Path) -> Iterator[dict[str, Any]]:
+def _events(folder: Path, since_ms: float) -> Iterator[dict[str, Any]]:
     for path in sorted(folder.glob("eventlog_v2_*/events_*")):
+        # Earlier runs' logs stay in the folder (`keep_newest`); one not written
+        # since holds no job of the phase.
+        if path.stat().st_mtime * 1000 < since_ms:
+            continue
         with path.open() as lines:
             for line in lines:
                 try:
                     yield json.loads(line)
                 except ValueError:
                     continue  # the line a running application is writing
+
+
+def keep_newest(folder: Path, applications: int) -> list[Path]:
+    """Delete all but the newest applications' event logs in `folder` (a full bench
+    run writes about 200 MB of them); returns what it deleted."""
+    logs = sorted(folder.glob("eventlog_v2_*"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in logs[applications:]:
+        shutil.rmtree(old, ignore_errors=True)
+    return logs[applications:]
 
 
 def task_seconds_by_query(folder: Path, since_ms: float) -> dict[str, float]:
@@ -144,7 +158,7 @@ def task_seconds_by_query(folder: Path, since_ms: float) -> dict[str, float]:
     job_query: dict[int, str] = {}
     stage_job: dict[int, int] = {}
     seconds: dict[str, float] = {}
-    for e in _events(folder):
+    for e in _events(folder, since_ms):
         kind = str(e.get("Event"))
         if kind.endswith(("QueryStartedEvent", "QueryProgressEvent")):
             about = e.get("progress", e)

@@ -14,7 +14,7 @@ from typing import Any
 
 from warehouse.base.settings import Settings
 from warehouse.tools.bench import chart as bench_chart
-from warehouse.tools.bench import history, latency, replay, small_files, throughput
+from warehouse.tools.bench import cpu, history, latency, replay, small_files, throughput
 from warehouse.tools.bench.context import Bench
 from warehouse.tools.bench.memory import PeakMemory
 from warehouse.tools.bench.report import DOC, Report, machine, section
@@ -28,6 +28,8 @@ QUIET_DAGS = ("regauge_watchdog", "regauge_audit")
 SERVING = "serving"
 MEASURING = {"throughput", "replay", "history", "small_files"}
 EVENT_LOG_VAR = "REGAUGE_SPARK_EVENT_LOG_DIR"
+# Spark applications whose event logs a run leaves (each run starts two or more).
+KEPT_EVENT_LOGS = 8
 
 
 def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC) -> Report:
@@ -58,6 +60,8 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
             events_dir = str(settings.state_dir / "bench" / "spark-events")
             os.environ[EVENT_LOG_VAR] = events_dir
             bench.events_dir = Path(events_dir)
+            # The runs before this one's: a profile compares with the last few.
+            cpu.keep_newest(bench.events_dir, KEPT_EVENT_LOGS)
             spark = build_session(
                 "regauge-bench", replace(settings, spark_event_log_dir=events_dir)
             )
