@@ -32,6 +32,7 @@ from spark_jobs.testing import faults
 from warehouse.base import metrics, registry
 from warehouse.base.jsonfile import replace_json
 from warehouse.base.settings import Settings
+from warehouse.base.text import first_line
 
 log = logging.getLogger(__name__)
 
@@ -426,7 +427,3 @@ def _retry_at(
 def backoff_s(failures: int) -> float:
     """How long to wait before restarting a query that died `failures` times running."""
     return min(MAX_BACKOFF_S, 2.0**failures)
-
-
-def first_line(text: str) -> str:
-    return text.strip().splitlines()[0][:300] if text.strip() else text

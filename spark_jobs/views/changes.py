@@ -41,6 +41,7 @@ from spark_jobs import lake
 from spark_jobs.views.base import View
 from warehouse.base import kafka_conf, registry
 from warehouse.base.settings import Settings
+from warehouse.base.text import first_line
 
 log = logging.getLogger(__name__)
 
@@ -295,11 +296,6 @@ def live_keys(settings: Settings, topic: str) -> set[str]:
         return live
     finally:
         consumer.close()
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 def _ordered(rows: DataFrame) -> Iterator[Record]:

@@ -33,6 +33,7 @@ from spark_jobs.views import changes, restatements
 from spark_jobs.views.base import View, merged_ranges
 from warehouse.base import metrics, registry
 from warehouse.base.settings import Settings
+from warehouse.base.text import first_line
 
 SILVER = registry.SILVER_EVENTS
 
@@ -474,7 +475,7 @@ def _publish(publisher: changes.Publisher, *, renew: bool = False) -> None:
         log.warning(
             "%s: could not publish gold commits (%s); the next batch or start publishes them",
             publisher.topic,
-            changes.first_line(exc),
+            first_line(exc),
         )
 
 

@@ -154,6 +154,12 @@ class Settings:
     def is_local(self) -> bool:
         return self.profile == "local"
 
+    @property
+    def lake_is_local(self) -> bool:
+        """Whether the lake is a folder on this machine, not on an object store (s3a://,
+        abfss://, ...): the local Trino and Spark Connect's clients need one."""
+        return "://" not in self.lake_root
+
     def postgres_dsn(self, db: str | None = None) -> str:
         return (
             f"postgresql://{self.postgres_user}:{self.postgres_password}"

@@ -19,6 +19,7 @@ from importlib.metadata import version as package_version
 from warehouse.base import settings as settings_mod
 from warehouse.base.jvm import SetupError
 from warehouse.base.sqlnames import UnsafeNameError
+from warehouse.base.text import first_line
 from warehouse.cli.parser import build_parser
 
 log = logging.getLogger("regauge")
@@ -82,9 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"regauge: Trino refused the query: {exc.message}", file=sys.stderr)
         return 2
     except psycopg.OperationalError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(
-            f"regauge: PostgreSQL is not reachable ({first}); start it with `regauge up`",
+            f"regauge: PostgreSQL is not reachable ({first_line(exc)}); start it with `regauge up`",
             file=sys.stderr,
         )
         return 2

@@ -32,6 +32,7 @@ from spark_jobs.views import runner
 from spark_jobs.views.base import View
 from warehouse.base import metrics
 from warehouse.base.settings import REPO_ROOT, Settings
+from warehouse.base.text import first_line
 from warehouse.ops import exporter, ingest_ctl, pipeline, sessions, streams, writers
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ class _Supervised:
 
     def failed(self, error: str) -> None:
         """Record why it is not running; retry after a backoff that grows with each failure."""
-        self.error = ingest.first_line(error)
+        self.error = first_line(error)
         self.failures += 1
         delay = ingest.backoff_s(self.failures)
         self.retry_at = time.monotonic() + delay

@@ -27,8 +27,8 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from spark_jobs import session
-from spark_jobs.views.changes import first_line
 from warehouse.base.settings import Settings
+from warehouse.base.text import first_line
 from warehouse.ops import streams
 from warehouse.ops.stack import process
 
@@ -49,7 +49,7 @@ def serve(settings: Settings) -> tuple[dict[str, str], dict[str, str]]:
     port = settings.spark_connect_port
     if not port:
         return {}, {"spark_connect_error": "off (REGAUGE_SPARK_CONNECT_PORT=0)"}
-    if "://" in settings.lake_root:
+    if not settings.lake_is_local:
         # Connect clients reach the lake's small files (checkpoint markers) directly.
         return {}, {
             "spark_connect_error": f"served for a local lake only, not {settings.lake_root}"
@@ -91,7 +91,7 @@ def why_not_connect(settings: Settings) -> str | None:
     """Why this process cannot run its Spark work in the view host (None: it can)."""
     if not settings.spark_connect_port:
         return "REGAUGE_SPARK_CONNECT_PORT is 0"
-    if "://" in settings.lake_root:
+    if not settings.lake_is_local:
         # A Connect client reaches the lake's small files from this process.
         return f"the lake is not local ({settings.lake_root})"
     if SparkContext._active_spark_context is not None:

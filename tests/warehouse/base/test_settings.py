@@ -20,6 +20,7 @@ def test_local_profile_is_the_default():
     assert s.trino_url == "http://127.0.0.1:8080"
     assert s.spark_driver_memory == "4g"
     assert s.lake_root.endswith("warehouse/data/lake")
+    assert s.lake_is_local
 
 
 def test_cluster_profile_takes_hosts_from_the_environment():
@@ -31,6 +32,7 @@ def test_cluster_profile_takes_hosts_from_the_environment():
     )
     assert s.kafka_bootstrap == "b1:9092,b2:9092"
     assert s.trino_host == "trino.internal"
+    assert not s.lake_is_local
 
 
 def test_cluster_profile_names_every_missing_variable():

@@ -55,7 +55,7 @@ class Trino(Service):
         s = self.settings
         src = INFRA / "trino" / "local"
         etc = self.home / "etc"
-        if "://" in s.lake_root:
+        if not s.lake_is_local:
             raise ServiceError(
                 f"the local Trino reads a lake in a local folder, not {s.lake_root}: on a "
                 "cluster, regauge uses the cluster's Trino (REGAUGE_TRINO_HOST)"
