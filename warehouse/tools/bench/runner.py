@@ -4,9 +4,11 @@ JSON, the chart and the BENCHMARKS.md section."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,6 +49,18 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
     # reads every layer: either would take cores from the phase being measured.
     was_paused = airflow.quiet(QUIET_DAGS)
     bench = Bench(settings, sizes, report)
+    took: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def timed(phase: str) -> Iterator[None]:
+        """Time a phase: the run's default sizes must fit in 15 minutes."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            took[phase] = time.monotonic() - started
+            print(f"bench: {phase} took {took[phase]:.0f} s")
+
     try:
         _let_tasks_finish(airflow, report)
         with PeakMemory(settings) as memory:
@@ -75,40 +89,48 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
                 "bench: settling what ingest had not copied yet, so the phases measure only "
                 "the bench's records"
             )
-            pipeline.ingest_once(spark, settings)
+            with timed("settling"):
+                pipeline.ingest_once(spark, settings)
             if "throughput" in phases:
-                print(f"bench: producer ({sizes.events:,} records)")
-                before, after, valid = throughput.producer(bench)
-                print("bench: ingest (a bare consumer first, then Kafka -> bronze -> silver)")
-                throughput.bare_consumer(bench, before, after)
-                throughput.ingest(bench, spark, before, after, valid)
+                with timed("throughput"):
+                    print(f"bench: producer ({sizes.events:,} records)")
+                    before, after, valid = throughput.producer(bench)
+                    print("bench: ingest (a bare consumer first, then Kafka -> bronze -> silver)")
+                    throughput.bare_consumer(bench, before, after)
+                    throughput.ingest(bench, spark, before, after, valid)
             if "replay" in phases:
-                print("bench: replay of every view from silver, and DuckDB")
-                replay.replay(bench, spark)
+                with timed("replay"):
+                    print("bench: replay of every view from silver, and DuckDB")
+                    replay.replay(bench, spark)
             if "history" in phases:
-                print(
-                    f"bench: one-event view micro-batches over {sizes.history_events:,} and "
-                    f"{sizes.history_events * sizes.history_factor:,} events of history"
-                )
-                history.history(bench, spark)
+                with timed("history"):
+                    print(
+                        f"bench: one-event view micro-batches over {sizes.history_events:,} "
+                        f"and {sizes.history_events * sizes.history_factor:,} events of history"
+                    )
+                    history.history(bench, spark)
             if "small_files" in phases:
-                print(
-                    f"bench: Trino over {sizes.small_file_commits:,} one-row commits, then "
-                    "after maintenance"
-                )
-                small_files.small_files(bench, spark)
+                with timed("small_files"):
+                    print(
+                        f"bench: Trino over {sizes.small_file_commits:,} one-row commits, then "
+                        "after maintenance"
+                    )
+                    small_files.small_files(bench, spark)
             _stop_jvm(spark)
             # From here the stack runs as in production: the host with ingest and the
             # live streams, Airflow's reprocess of any version not built yet, Trino.
             memory.phase = SERVING
             if "freshness" in phases or "queries" in phases:
-                latency.ensure_serving(bench)
+                with timed("serving (the host, its streams, reprocesses)"):
+                    latency.ensure_serving(bench)
             if "freshness" in phases:
-                print("bench: freshness through Trino under steady load")
-                latency.freshness(bench)
+                with timed("freshness"):
+                    print("bench: freshness through Trino under steady load")
+                    latency.freshness(bench)
             if "queries" in phases:
-                print(f"bench: serving query latency ({sizes.queries} runs)")
-                latency.queries(bench)
+                with timed("queries"):
+                    print(f"bench: serving query latency ({sizes.queries} runs)")
+                    latency.queries(bench)
         for phase, (peak, at_peak) in sorted(memory.peaks.items()):
             parts = ", ".join(f"{name} {n / 2**30:.1f}" for name, n in sorted(at_peak.items()) if n)
             if phase == SERVING:
@@ -141,6 +163,8 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
             # wanted and not running.
             airflow.restore(was_paused)
     report.seconds = time.monotonic() - began
+    if took:
+        report.notes["time per phase, s"] = ", ".join(f"{k} {v:.0f}" for k, v in took.items())
     save(report, out_dir, doc)
     return report
 
