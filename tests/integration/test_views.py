@@ -198,3 +198,16 @@ def test_a_replay_straight_from_kafka_gives_the_same_answer(settings, spark, two
         # Back to the default source, for whatever reads v1 next.
         pipeline.replay(spark, settings, view)
         pipeline.stream(spark, settings, view, available_now=True).awaitTermination()
+
+
+def test_releasing_a_query_closes_its_change_publisher(settings, spark, two_runs):
+    # The view host starts a version's query again after a failure: each start's
+    # Kafka producer (a transactional id, librdkafka's threads) must end with it.
+    view = views.get("revenue_hourly", 1)
+    query = pipeline.stream(spark, settings, view, available_now=True)
+    query.awaitTermination()
+    publisher = runner._PUBLISHERS[str(query.id)]
+    assert publisher._producer is not None  # the start renewed its mark through Kafka
+    runner.release(query)
+    assert str(query.id) not in runner._PUBLISHERS
+    assert (publisher._producer, publisher._consumer) == (None, None)

@@ -101,8 +101,7 @@ def run_view(
         stop = _stop_on_signals()
         while query.isActive and not stop.is_set():
             stop.wait(1.0)
-        if query.isActive:
-            query.stop()
+        runner.release(query)
         if query.exception() is not None:
             print(
                 f"regauge: {table.trino_name} stream failed: {query.exception()}", file=sys.stderr
@@ -183,7 +182,8 @@ class _Hosted(_Supervised):
         """Stop its query (between micro-batches) and let another writer have its table."""
         if self.active:
             log.info("%s: stopping its stream", self.name)
-            self.query.stop()  # type: ignore[union-attr]
+        if self.query is not None:
+            runner.release(self.query)
             log.info("%s: stream stopped", self.name)
         self.query = None
         self.unlisten()
@@ -378,6 +378,7 @@ def run_view_host(settings: Settings) -> int:
                     continue
                 if h.query is not None:
                     error = str(h.query.exception() or "stopped")
+                    runner.release(h.query)
                     h.query = None
                     h.failed(error)
                 if time.monotonic() >= h.retry_at:
