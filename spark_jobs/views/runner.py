@@ -449,13 +449,19 @@ def stream(
         .foreachBatch(each_batch)
         .option("checkpointLocation", checkpoint)
     )
-    query = lake.start_stream(writer, available_now, trigger or settings.trigger_interval)
+    try:
+        query = lake.start_stream(writer, available_now, trigger or settings.trigger_interval)
+    except BaseException:
+        if publisher is not None:
+            publisher.close()
+        raise
     if publisher is not None:
-        _PUBLISHERS[str(query.id)] = publisher
+        _PUBLISHERS[str(query.runId)] = publisher
     return query
 
 
-# Each query's publisher, by query id, until `release`: its Kafka producer (a
+# Each started query's publisher, by run id (a query restarted from its checkpoint
+# keeps its id, not its run id), until `release`: its Kafka producer (a
 # transactional id, buffers and librdkafka's threads) would otherwise outlive the
 # query in a process that starts it again, as the view host does after a failure.
 _PUBLISHERS: dict[str, changes.Publisher] = {}
@@ -463,12 +469,14 @@ _PUBLISHERS: dict[str, changes.Publisher] = {}
 
 def release(query: StreamingQuery) -> None:
     """Stop a query `stream` started (between micro-batches), or take one that ended,
-    and close its change publisher."""
-    if query.isActive:
-        query.stop()
-    publisher = _PUBLISHERS.pop(str(query.id), None)
-    if publisher is not None:
-        publisher.close()
+    and close its change publisher. Safe to call twice."""
+    try:
+        if query.isActive:
+            query.stop()
+    finally:
+        publisher = _PUBLISHERS.pop(str(query.runId), None)
+        if publisher is not None:
+            publisher.close()
 
 
 def _record_batch(view: View, oldest: datetime | None, restated: int) -> None:

@@ -6,6 +6,7 @@ events the generator says silver holds; they never call the view code.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -138,7 +139,7 @@ def two_runs(stack, settings, spark):
     pipeline.ingest_once(spark, settings)
     for view in views.discover().values():
         pipeline.replay(spark, settings, view)
-        pipeline.stream(spark, settings, view, available_now=True).awaitTermination()
+        pipeline.catch_up(spark, settings, view)
 
     newest_order = trino_client.scalar(
         settings,
@@ -149,7 +150,7 @@ def two_runs(stack, settings, spark):
     )
     pipeline.ingest_once(spark, settings)
     for view in views.discover().values():
-        pipeline.stream(spark, settings, view, available_now=True).awaitTermination()
+        pipeline.catch_up(spark, settings, view)
     return start, accepted_events(first, second), first, second, newest_order
 
 
@@ -197,17 +198,24 @@ def test_a_replay_straight_from_kafka_gives_the_same_answer(settings, spark, two
     finally:
         # Back to the default source, for whatever reads v1 next.
         pipeline.replay(spark, settings, view)
-        pipeline.stream(spark, settings, view, available_now=True).awaitTermination()
+        pipeline.catch_up(spark, settings, view)
 
 
 def test_releasing_a_query_closes_its_change_publisher(settings, spark, two_runs):
     # The view host starts a version's query again after a failure: each start's
     # Kafka producer (a transactional id, librdkafka's threads) must end with it.
     view = views.get("revenue_hourly", 1)
-    query = pipeline.stream(spark, settings, view, available_now=True)
-    query.awaitTermination()
-    publisher = runner._PUBLISHERS[str(query.id)]
-    assert publisher._producer is not None  # the start renewed its mark through Kafka
-    runner.release(query)
-    assert str(query.id) not in runner._PUBLISHERS
+    query = pipeline.stream(spark, settings, view, trigger="1 second")
+    try:
+        deadline = time.monotonic() + 60
+        while query.lastProgress is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert query.isActive and query.lastProgress is not None
+        publisher = runner._PUBLISHERS[str(query.runId)]
+        assert publisher._producer is not None  # the start renewed its mark through Kafka
+    finally:
+        runner.release(query)
+    assert not query.isActive
+    assert str(query.runId) not in runner._PUBLISHERS
     assert (publisher._producer, publisher._consumer) == (None, None)
+    runner.release(query)  # a second release (the host's loop, then its stop) is harmless

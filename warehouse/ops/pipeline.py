@@ -115,6 +115,20 @@ def stream(
     query = runner.stream(
         spark, settings, view, trigger=trigger, available_now=available_now, publish=True
     )
-    catalog.publish(runner.gold_table(view), settings)
-    catalog.publish(restatements.RESTATEMENTS, settings)
+    try:
+        catalog.publish(runner.gold_table(view), settings)
+        catalog.publish(restatements.RESTATEMENTS, settings)
+    except BaseException:
+        # The caller never gets the query to stop: a retry would find it running.
+        runner.release(query)
+        raise
     return query
+
+
+def catch_up(spark: SparkSession, settings: Settings, view: View) -> None:
+    """Run the view's stream until it has taken in all of silver, then release it."""
+    query = stream(spark, settings, view, available_now=True)
+    try:
+        query.awaitTermination()
+    finally:
+        runner.release(query)

@@ -180,11 +180,13 @@ class _Hosted(_Supervised):
 
     def release(self) -> None:
         """Stop its query (between micro-batches) and let another writer have its table."""
-        if self.active:
-            log.info("%s: stopping its stream", self.name)
         if self.query is not None:
+            was_active = self.query.isActive
+            if was_active:
+                log.info("%s: stopping its stream", self.name)
             runner.release(self.query)
-            log.info("%s: stream stopped", self.name)
+            if was_active:
+                log.info("%s: stream stopped", self.name)
         self.query = None
         self.unlisten()
         self.release_writer()

@@ -318,7 +318,7 @@ class Chaos:
         view = views.get(*VIEW)
         if not runner.has_checkpoint(self.spark, self.settings, view):
             pipeline.replay(self.spark, self.settings, view)
-            pipeline.stream(self.spark, self.settings, view, available_now=True).awaitTermination()
+            pipeline.catch_up(self.spark, self.settings, view)
         pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
         pipeline.ingest_once(self.spark, self.settings)
         argv = ["views", "run", view.name, str(view.version)]
@@ -328,7 +328,7 @@ class Chaos:
             [*argv, "--mode", "stream", "--until-caught-up"],
         )
         self.say(f"  {view.name}_v{view.version} died after its commit, before its checkpoint")
-        pipeline.stream(self.spark, self.settings, view, available_now=True).awaitTermination()
+        pipeline.catch_up(self.spark, self.settings, view)
         lost, doubled = self._view_against_code(view)
         # The repeated batch appends its restatements again: they must be skipped.
         again = self._repeated_restatements(view)

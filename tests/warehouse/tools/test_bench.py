@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -201,11 +202,15 @@ def test_cpu_between_two_snapshots_counts_each_part_and_a_new_process_from_zero(
 
 
 def test_task_time_by_query_counts_the_jobs_since_the_start_from_every_event_log(tmp_path):
-    def log(app: str, *events: dict) -> None:
+    def log(app: str, *files: list[dict]) -> None:
+        """An application's rolled event files, events_1_..., events_2_..., each ending
+        in the half-written line of a running application."""
         folder = tmp_path / f"eventlog_v2_{app}"
         folder.mkdir()
-        text = "".join(json.dumps(e) + "\n" for e in events)
-        (folder / f"events_1_{app}").write_text(text + '{"Event": "SparkListenerTaskEnd", "Sta')
+        for n, events in zip((2, 10), files, strict=False):
+            text = "".join(json.dumps(e) + "\n" for e in events)
+            half = '{"Event": "SparkListenerTaskEnd", "Sta'
+            (folder / f"events_{n}_{app}").write_text(text + half)
 
     def job(job_id: int, at: int, stages: list[int], query: str | None) -> dict:
         props = {"sql.streaming.queryId": query} if query else {}
@@ -225,24 +230,34 @@ def test_task_time_by_query_counts_the_jobs_since_the_start_from_every_event_log
     progress = "org.apache.spark.sql.streaming.StreamingQueryListener$QueryProgressEvent"
     log(
         "a",
-        {"Event": started, "id": "q1", "name": "ingest"},
-        job(0, 500, [0], "q1"),  # before the phase: not counted
-        task(0, 9000),
-        job(1, 2000, [1, 2], "q1"),
-        task(1, 1500),
-        task(2, 500),
-        job(2, 2500, [3], None),  # a Spark Connect client's work
-        task(3, 250),
+        [
+            {"Event": started, "id": "q1", "name": "ingest"},
+            job(0, 500, [0], "q1"),  # before the phase: not counted
+            task(0, 9000),
+            job(1, 2000, [1, 2], "q1"),
+            task(1, 1500),
+            task(2, 500),
+            job(2, 2500, [3], None),  # a Spark Connect client's work
+            task(3, 250),
+        ],
     )
     log(
         "b",
-        {"Event": progress, "progress": {"id": "q2", "name": "cart_sessions_v1"}},
-        job(0, 3000, [0], "q2"),
-        task(0, 4000),
+        # events_2: a job of the phase, and one from before it whose stage id app a
+        # also used (each application numbers its own).
+        [job(0, 3000, [0], "q2"), job(1, 500, [1], "q2")],
+        # events_10, read after events_2: the tasks, then the query's name.
+        [
+            task(0, 4000),
+            task(1, 7000),
+            {"Event": progress, "progress": {"id": "q2", "name": "cart"}},
+        ],
     )
     seconds = cpu.task_seconds_by_query(tmp_path, since_ms=1000)
-    assert seconds == {"ingest": 2.0, "other": 0.25, "cart_sessions_v1": 4.0}
-    assert cpu.describe_tasks(seconds) == "cart_sessions_v1 4 s (64%), ingest 2 s (32%)"
+    assert seconds == {"ingest": 2.0, "other": 0.25, "cart": 4.0}
+    assert cpu.describe_tasks(seconds) == "cart 4 s (64%), ingest 2 s (32%)"
+    # Logs not written since the phase began are not read at all.
+    assert cpu.task_seconds_by_query(tmp_path, since_ms=(time.time() + 60) * 1000) == {}
 
 
 def test_only_the_newest_event_logs_are_kept(tmp_path):

@@ -126,12 +126,22 @@ def between(before: Snapshot, after: Snapshot, cores: int | None = None) -> CpuU
 
 
 # -- the event log: Spark task time per streaming query ----------------------------------
-def _events(folder: Path, since_ms: float) -> Iterator[dict[str, Any]]:
-    for path in sorted(folder.glob("eventlog_v2_*/events_*")):
-        # Earlier runs' logs stay in the folder (`keep_newest`); one not written
-        # since holds no job of the phase.
-        if path.stat().st_mtime * 1000 < since_ms:
+def _applications(folder: Path, since_ms: float) -> Iterator[list[Path]]:
+    """Each application's event files in `folder` that were written since `since_ms`,
+    in the order Spark wrote them (events_1_..., events_2_..., ..., events_10_...)."""
+    for app in sorted(folder.glob("eventlog_v2_*")):
+        files = sorted(app.glob("events_*"), key=lambda p: int(p.name.split("_")[1]))
+        try:
+            # Earlier runs' logs stay in the folder (`keep_newest`); one not
+            # written since holds no job of the phase.
+            if files and files[-1].stat().st_mtime * 1000 >= since_ms:
+                yield files
+        except FileNotFoundError:
             continue
+
+
+def _events(files: list[Path]) -> Iterator[dict[str, Any]]:
+    for path in files:
         with path.open() as lines:
             for line in lines:
                 try:
@@ -143,7 +153,14 @@ def _events(folder: Path, since_ms: float) -> Iterator[dict[str, Any]]:
 def keep_newest(folder: Path, applications: int) -> list[Path]:
     """Delete all but the newest applications' event logs in `folder` (a full bench
     run writes about 200 MB of them); returns what it deleted."""
-    logs = sorted(folder.glob("eventlog_v2_*"), key=lambda p: p.stat().st_mtime, reverse=True)
+
+    def written(path: Path) -> float:
+        try:
+            return path.stat().st_mtime
+        except FileNotFoundError:
+            return 0.0
+
+    logs = sorted(folder.glob("eventlog_v2_*"), key=written, reverse=True)
     for old in logs[applications:]:
         shutil.rmtree(old, ignore_errors=True)
     return logs[applications:]
@@ -152,29 +169,37 @@ def keep_newest(folder: Path, applications: int) -> list[Path]:
 def task_seconds_by_query(folder: Path, since_ms: float) -> dict[str, float]:
     """Spark task time (launch to finish, summed) of the jobs submitted since
     `since_ms` (epoch ms), per streaming query name, from every application's
-    event log in `folder`; work outside a query (a task through Spark Connect)
-    counts as "other"."""
-    names: dict[str, str] = {}
-    job_query: dict[int, str] = {}
-    stage_job: dict[int, int] = {}
+    event log in `folder` written since; work outside a query (a task through
+    Spark Connect, a bench phase's own) counts as "other"."""
     seconds: dict[str, float] = {}
-    for e in _events(folder, since_ms):
-        kind = str(e.get("Event"))
-        if kind.endswith(("QueryStartedEvent", "QueryProgressEvent")):
-            about = e.get("progress", e)
-            names[str(about["id"])] = str(about.get("name"))
-        elif kind == "SparkListenerJobStart" and e.get("Submission Time", 0) >= since_ms:
-            job = int(e["Job ID"])
-            job_query[job] = str((e.get("Properties") or {}).get("sql.streaming.queryId") or "")
-            for stage in e.get("Stage IDs") or []:
-                stage_job[int(stage)] = job
-        elif kind == "SparkListenerTaskEnd" and e.get("Stage ID") in stage_job:
-            query = job_query[stage_job[e["Stage ID"]]]
-            info = e["Task Info"]
+    for files in _applications(folder, since_ms):
+        names: dict[str, str] = {}
+        job_query: dict[int, str] = {}
+        stage_job: dict[int, int] = {}
+        by_query: dict[str, float] = {}
+        for e in _events(files):
+            kind = str(e.get("Event"))
+            if kind.endswith(("QueryStartedEvent", "QueryProgressEvent")):
+                about = e.get("progress", e)
+                if "id" in about:
+                    names[str(about["id"])] = str(about.get("name"))
+            elif kind == "SparkListenerJobStart" and e.get("Submission Time", 0) >= since_ms:
+                job = int(e["Job ID"])
+                props = e.get("Properties") or {}
+                job_query[job] = str(props.get("sql.streaming.queryId") or "")
+                for stage in e.get("Stage IDs") or []:
+                    stage_job[int(stage)] = job
+            elif kind == "SparkListenerTaskEnd" and e.get("Stage ID") in stage_job:
+                info = e.get("Task Info") or {}
+                if "Finish Time" in info and "Launch Time" in info:
+                    query = job_query[stage_job[e["Stage ID"]]]
+                    ran = (info["Finish Time"] - info["Launch Time"]) / 1000
+                    by_query[query] = by_query.get(query, 0.0) + ran
+        # Named at the end: a query's name may come after its first tasks.
+        for query, ran in by_query.items():
             name = names.get(query, "other") if query else "other"
-            ran = (info["Finish Time"] - info["Launch Time"]) / 1000
             seconds[name] = seconds.get(name, 0.0) + ran
-    return dict(seconds)
+    return seconds
 
 
 def describe_tasks(seconds: dict[str, float]) -> str:

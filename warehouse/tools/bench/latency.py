@@ -157,7 +157,7 @@ def freshness(bench: Bench) -> None:
         int(bench.run_id) % 10**9 + 500,
         int(bench.sizes.load_rate * (bench.sizes.freshness_s + 15)),
     )
-    cpu_before, began_ms = cpu.snapshot(bench.settings), time.time() * 1000
+    cpu_before, began_ms = _cpu_snapshot(bench), time.time() * 1000
     loader = threading.Thread(
         target=lambda: producer.produce_run(bench.settings, 0, load, rate=bench.sizes.load_rate),
         name="bench-load",
@@ -182,7 +182,7 @@ def freshness(bench: Bench) -> None:
                 seen[j] = at
         time.sleep(POLL_S)
     gave_up = time.monotonic()
-    _cpu(bench, cpu.between(cpu_before, cpu.snapshot(bench.settings)), began_ms)
+    _cpu(bench, cpu_before, _cpu_snapshot(bench), began_ms)
     loader.join(bench.sizes.freshness_s + 120)
     lags = probe_lags(sent, seen, gave_up)
     f = bench.report.figures
@@ -209,15 +209,32 @@ def freshness(bench: Bench) -> None:
     )
 
 
-def _cpu(bench: Bench, use: cpu.CpuUse, began_ms: float) -> None:
+def _cpu_snapshot(bench: Bench) -> cpu.Snapshot | None:
+    try:
+        return cpu.snapshot(bench.settings)
+    except Exception as exc:  # a diagnosis, not a figure: never lose the run for it
+        bench.report.notes["cpu, freshness"] = f"not measured: {exc}"
+        return None
+
+
+def _cpu(
+    bench: Bench, before: cpu.Snapshot | None, after: cpu.Snapshot | None, began_ms: float
+) -> None:
     """Where the cores went while the probes ran: what limits freshness."""
-    bench.report.figures["freshness_cpu_busy"] = use.busy
-    bench.report.notes["cpu, freshness"] = use.describe()
-    bench.say(f"  cpu while probing: {use.describe()}")
-    if bench.events_dir is not None:
+    if before is not None and after is not None:
+        use = cpu.between(before, after)
+        bench.report.figures["freshness_cpu_busy"] = use.busy
+        bench.report.notes["cpu, freshness"] = use.describe()
+        bench.say(f"  cpu while probing: {use.describe()}")
+    if bench.events_dir is None:
+        return
+    try:
         tasks = cpu.task_seconds_by_query(bench.events_dir, began_ms)
-        bench.report.notes["spark task time, freshness"] = cpu.describe_tasks(tasks)
-        bench.say(f"  the view host's Spark task time: {cpu.describe_tasks(tasks)}")
+    except Exception as exc:
+        bench.report.notes["spark task time, freshness"] = f"not measured: {exc}"
+        return
+    bench.report.notes["spark task time, freshness"] = cpu.describe_tasks(tasks)
+    bench.say(f"  Spark task time by query while probing: {cpu.describe_tasks(tasks)}")
 
 
 def _silver_version(settings: Settings) -> int:
