@@ -175,20 +175,40 @@ def proc_stats() -> Iterator[ProcStat]:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue  # ended while we looked
-        # After the command name: state, ppid, pgrp, ... utime and stime are the
-        # 12th and 13th fields, vsize the 21st and rss the 22nd.
+        # After the command name: state, ppid, pgrp, ... vsize is the 21st field
+        # and rss the 22nd.
         raw[int(stat.parent.name)] = (
             int(fields[1]),
             int(fields[2]),
             int(fields[20]),
             int(fields[21]) * page,
-            (int(fields[11]) + int(fields[12])) / tick,
+            _cpu_seconds(fields, tick),
         )
     for pid, (ppid, pgrp, vsize, rss, cpu) in raw.items():
         parent = raw.get(ppid)
         if parent is not None and parent[2] == vsize and _same_program(pid, ppid):
             rss = 0
         yield ProcStat(pid, ppid, pgrp, rss, cpu)
+
+
+def _cpu_seconds(fields: list[str], tick: int) -> float:
+    """User and system CPU time from a /proc stat line's fields after the command
+    name (utime and stime are its 12th and 13th)."""
+    return (int(fields[11]) + int(fields[12])) / tick
+
+
+def thread_cpu_seconds(pid: int) -> dict[int, tuple[str, float]]:
+    """Each thread of a process: its name (the first 15 characters) and CPU seconds."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, tuple[str, float]] = {}
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # ended while we looked
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        out[int(stat.parent.name)] = (name, _cpu_seconds(text.rsplit(")", 1)[1].split(), tick))
+    return out
 
 
 def _same_program(pid: int, ppid: int) -> bool:

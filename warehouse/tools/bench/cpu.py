@@ -41,18 +41,11 @@ def thread_kind(name: str) -> str:
 
 
 def _thread_seconds(pids: Iterable[int]) -> dict[tuple[int, int], tuple[str, float]]:
-    tick = os.sysconf("SC_CLK_TCK")
-    out: dict[tuple[int, int], tuple[str, float]] = {}
-    for pid in pids:
-        for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
-            try:
-                text = stat.read_text()
-            except OSError:
-                continue  # ended while we looked
-            name = text[text.index("(") + 1 : text.rindex(")")]
-            fields = text.rsplit(")", 1)[1].split()
-            out[(pid, int(stat.parent.name))] = (name, (int(fields[11]) + int(fields[12])) / tick)
-    return out
+    from warehouse.ops.stack import process
+
+    return {
+        (pid, tid): named for pid in pids for tid, named in process.thread_cpu_seconds(pid).items()
+    }
 
 
 @dataclass(frozen=True)
@@ -120,8 +113,9 @@ def between(before: Snapshot, after: Snapshot, cores: int | None = None) -> CpuU
             parts[name] = parts.get(name, 0.0) + used
     threads: dict[str, float] = {}
     for key, (name, seconds) in after.host_threads.items():
+        kind = thread_kind(name)
         used = max(0.0, seconds - before.host_threads.get(key, ("", 0.0))[1])
-        threads[thread_kind(name)] = threads.get(thread_kind(name), 0.0) + used
+        threads[kind] = threads.get(kind, 0.0) + used
     return CpuUse(after.at - before.at, cores or os.cpu_count() or 1, parts, threads)
 
 

@@ -12,6 +12,7 @@ from warehouse.ops.stack.process import (
     port_taken,
     proc_stats,
     stop_group,
+    thread_cpu_seconds,
     tree_pids,
     wait_until,
 )
@@ -181,3 +182,27 @@ def test_cpu_seconds_grow_with_a_process_busy_on_the_cpu_and_not_with_one_asleep
         asleep.kill()
         busy.wait(10)
         asleep.wait(10)
+
+
+def test_thread_cpu_seconds_names_each_thread_and_counts_a_busy_one():
+    import threading
+
+    done = threading.Event()
+
+    def spin() -> None:
+        while not done.is_set():
+            pass
+
+    busy = threading.Thread(target=spin)
+    busy.start()
+    try:
+        time.sleep(1.0)
+        threads = thread_cpu_seconds(os.getpid())
+    finally:
+        done.set()
+        busy.join()
+    assert os.getpid() in threads  # the main thread's id is the process's
+    assert all(isinstance(name, str) and name for name, _ in threads.values())
+    others = [s for tid, (_, s) in threads.items() if tid != os.getpid()]
+    # One thread spun for a second, less what the machine's other work took.
+    assert max(others) >= 0.3
