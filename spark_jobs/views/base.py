@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -46,12 +46,23 @@ class Scope:
     # in a scope: an hour's orders happened within the hour. With them a live
     # micro-batch reads only the days of silver its scopes cover, not all history.
     within: tuple[str, str] | None = None
+    # Sessions: a scope's events at most `gap` apart share a row, whose window runs
+    # from its first event to its last plus `gap`. A change then alters only the
+    # rows within `gap` of it (`View.near`), so a live micro-batch reads the time
+    # around each change, not the scope's whole history.
+    gap: timedelta | None = None
 
     def __post_init__(self) -> None:
         if not self.columns or not self.of:
             raise ValueError("a scope needs at least one column and one event type")
         if self.within is not None and not set(self.within) <= set(self.columns):
             raise ValueError("the time bounds of a scope (within) must be scope columns")
+        if self.gap is not None and (self.within is not None or self.linked):
+            # A linked event's time says nothing about the sessions it would touch,
+            # and a scope bounded in time (within) has fixed windows, not sessions.
+            raise ValueError("a scope with a gap (sessions) takes no within and no linked events")
+        if self.gap is not None and self.gap <= timedelta(0):
+            raise ValueError("a session gap must be positive")
         if bool(self.linked) != (self.linked_by is not None):
             raise ValueError("linked events need linked_by, and linked_by needs linked events")
         if set(self.of) & set(self.linked):
@@ -86,6 +97,10 @@ def _micros(value: int) -> Column:
     # A literal timestamp (folded to a constant before planning, so Delta can
     # prune partitions and skip files by it), from UTC microseconds.
     return F.timestamp_micros(F.lit(value))
+
+
+def _micros_of(span: timedelta) -> int:
+    return span // timedelta(microseconds=1)
 
 
 def time_filter(ranges: Sequence[tuple[int, int]]) -> tuple[Column, Column]:
@@ -215,6 +230,85 @@ class View:
         other = F.col("event_type").isin(*self.scope.linked)
         # Two filters, so the first holds partition columns only and prunes directories.
         return silver.where(other | (of & days)).where(other | (of & times))
+
+    # -- sessions (a scope with a gap) -----------------------------------------------
+    def near(self, changed: DataFrame, gold: DataFrame) -> DataFrame:
+        """(changed silver rows, gold) -> spans: the scope columns, `lo` and `hi` (UTC
+        microseconds, both inclusive), holding every event that decides a row the
+        change can alter. Each changed event's time is widened to the rows of gold
+        within `gap` of it (a new event there joins them; one taken out can split
+        only its own), and spans at most `gap` apart become one.
+
+        No event outside the spans is then within `gap` of one inside: a row of
+        gold is wholly inside a span or wholly out, and the rows recomputed from
+        the events inside are whole sessions. That holds with gold as it was
+        before the change or after it (a retried micro-batch), since either is the
+        view's function of silver then, and a changed event lies in a span."""
+        assert self.scope.gap is not None, f"{self.table_name}: its scope has no gap"
+        gap = _micros_of(self.scope.gap)
+        cols = list(self.scope_columns)
+        start, end = self.window
+        at = (
+            self._of(changed)
+            .select(*self._scope_values(), F.unix_micros("event_time").alias("lo"))
+            .distinct()
+        )
+        # A row's events run from its start to its end minus the gap (its last event).
+        rows = gold.select(
+            *cols, F.unix_micros(start).alias("_s"), (F.unix_micros(end) - gap).alias("_l")
+        )
+        touched = (
+            rows.join(F.broadcast(at), cols)
+            .where((F.col("lo") >= F.col("_s") - gap) & (F.col("lo") <= F.col("_l") + gap))
+            .select(*cols, F.col("_s").alias("lo"), F.col("_l").alias("hi"))
+        )
+        spans = at.withColumn("hi", F.col("lo")).unionByName(touched)
+        in_time = Window.partitionBy(*cols).orderBy("lo", "hi")
+        reach = F.max("hi").over(in_time.rowsBetween(Window.unboundedPreceding, -1))
+        opens = (reach.isNull() | (F.col("lo") > reach + gap)).cast("int")
+        return (
+            spans.withColumn("_opens", opens)
+            .withColumn(
+                "_span",
+                F.sum("_opens").over(in_time.rowsBetween(Window.unboundedPreceding, 0)),
+            )
+            .groupBy(*cols, "_span")
+            .agg(F.min("lo").alias("lo"), F.max("hi").alias("hi"))
+            .drop("_span")
+        )
+
+    def _in_spans(
+        self, rows: DataFrame, time: Column, scope: list[Column], near: DataFrame
+    ) -> DataFrame:
+        """`rows` whose scope values and time fall in one of `near`'s spans."""
+        names = ["_near_" + c for c in self.scope_columns]
+        spans = near.select(
+            *[F.col(c).alias(n) for c, n in zip(self.scope_columns, names, strict=True)],
+            F.col("lo").alias("_near_lo"),
+            F.col("hi").alias("_near_hi"),
+        )
+        on = reduce(
+            operator.and_,
+            [v == F.col(n) for v, n in zip(scope, names, strict=True)],
+            (F.unix_micros(time) >= F.col("_near_lo")) & (F.unix_micros(time) <= F.col("_near_hi")),
+        )
+        return rows.join(F.broadcast(spans), on, "left_semi")
+
+    def restrict_near(self, silver: DataFrame, near: DataFrame) -> DataFrame:
+        """(silver, `near`'s spans) -> the `of` events inside them: what decides every
+        row of gold that starts inside them."""
+        return self._in_spans(
+            self._of(silver),
+            F.col("event_time"),
+            [F.expr(e) for e in self.scope.columns.values()],
+            near,
+        )
+
+    def rows_near(self, gold: DataFrame, near: DataFrame) -> DataFrame:
+        """(gold, `near`'s spans) -> the rows of gold that start inside them."""
+        return self._in_spans(
+            gold, F.col(self.window[0]), [F.col(c) for c in self.scope_columns], near
+        )
 
     @property
     def fixed_windows(self) -> bool:

@@ -9,6 +9,8 @@ the runner recomputes a customer's sessions from silver.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -22,7 +24,8 @@ from pyspark.sql.types import (
 
 from spark_jobs.views.base import Scope, View
 
-GAP = "INTERVAL 30 MINUTES"
+SESSION_GAP = timedelta(minutes=30)
+GAP = f"INTERVAL {int(SESSION_GAP.total_seconds())} SECONDS"
 EVENT_TYPES = ("cart_item_added", "cart_item_removed", "order_placed")
 
 SCHEMA = StructType(
@@ -75,9 +78,10 @@ VIEW = View(
     key=("customer_id", "session_start"),
     schema=SCHEMA,
     compute=compute,
-    # A customer's sessions can merge or split, so any of their events rescopes all
-    # of them. Each event lands in the session (as recomputed) that holds it.
-    scope=Scope(columns={"customer_id": "customer_id"}, of=EVENT_TYPES),
+    # A customer's sessions can merge or split, so an event rescopes the sessions
+    # within the gap of it (the runner reads those from gold). Each event lands in
+    # the session (as recomputed) that holds it.
+    scope=Scope(columns={"customer_id": "customer_id"}, of=EVENT_TYPES, gap=SESSION_GAP),
     window=("session_start", "session_end"),
     description="shopping sessions per customer with a 30-minute inactivity gap",
 )

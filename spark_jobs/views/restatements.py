@@ -274,7 +274,7 @@ def record(
     view: View,
     changes: DataFrame,
     silver: DataFrame,
-    gold_path: str,
+    placed: DataFrame | None,
     first_version: int,
     watermark: Watermark,
     txn: tuple[str, int],
@@ -285,8 +285,10 @@ def record(
     Returns how many restatements it found.
 
     `silver` must hold every `of` event of the scopes the batch touched (it may
-    hold no more: `View.narrowed`). `watermark` is as of the commit before
-    `first_version`; if it is not known yet, it is read from silver here.
+    hold no more: `View.narrowed`), and `placed` the gold rows the batch
+    recomputed (`Applied.rows`): every event it landed is in one of them.
+    `watermark` is as of the commit before `first_version`; if it is not known
+    yet, it is read from silver here.
 
     An event enters silver once, so the restatements of a batch that only
     inserted events are new: they are appended under `txn` (the stream's
@@ -307,9 +309,9 @@ def record(
         return 0
     # As a literal: no second pass over silver where it is used.
     newest = spark.range(1).select(F.timestamp_micros(F.lit(micros)).alias("newest"))
-    # Read after this batch's MERGE: a session is placed in gold as recomputed
-    # (fixed windows, an hour say, are placed from the event alone).
-    gold = None if view.fixed_windows else spark.read.format("delta").load(gold_path)
+    # A session is placed in the rows as recomputed, not in all of gold (fixed
+    # windows, an hour say, are placed from the event alone).
+    gold = None if view.fixed_windows else placed
     # One row per key: a cancellation lands once per order it cancels, and two
     # orders may share an id and an hour.
     found = (

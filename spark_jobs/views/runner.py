@@ -96,41 +96,51 @@ def live_session(spark: SparkSession) -> SparkSession:
 
 
 class Applied(NamedTuple):
-    """What `apply_changes` did: how many scopes it recomputed, and the part of silver
-    it read them from (what placing their restatements needs too)."""
+    """What `apply_changes` did: how many scopes it recomputed, the part of silver it
+    read them from, and the rows it recomputed (what placing the batch's
+    restatements needs: every event it landed is in one of them)."""
 
     scopes: int
     silver: DataFrame
+    rows: DataFrame | None = None
 
 
 def apply_changes(
     spark: SparkSession, path: str, view: View, changed: DataFrame, silver: DataFrame
 ) -> Applied:
     """Recompute the scopes `changed` touches from `silver`; replace them in gold at `path`."""
-    scopes = view.scopes_of(changed, silver).localCheckpoint(eager=True)
-    # Where the scopes bound their events' time (an hour), read only those days of
-    # silver: the work then follows the change, not the size of history. (One row
-    # of bounds per scope, so the same Spark job counts them.)
-    bounds = view.time_bounds(scopes)
-    if bounds is None:
-        n_scopes = scopes.count()
+    gold = DeltaTable.forPath(spark, path)
+    if view.scope.gap is not None:
+        # Sessions: only the rows within the gap of a change can move, and gold
+        # says where they are. Read the events in their spans, from the days the
+        # spans cover: the work then follows the change, not the customer's history.
+        near = view.near(changed, gold.toDF()).localCheckpoint(eager=True)
+        spans = near.collect()
+        n_scopes = len({tuple(r[c] for c in view.scope_columns) for r in spans})
+        silver = view.narrowed(silver, merged_ranges((r["lo"], r["hi"] + 1) for r in spans))
+        deciding = view.restrict_near(silver, near)
+        replaced = view.rows_near(gold.toDF(), near)
     else:
-        rows = bounds.collect()
-        n_scopes = len(rows)
-        silver = view.narrowed(silver, merged_ranges((r[0], r[1]) for r in rows))
+        scopes = view.scopes_of(changed, silver).localCheckpoint(eager=True)
+        # Where the scopes bound their events' time (an hour), read only those days of
+        # silver: the work then follows the change, not the size of history. (One row
+        # of bounds per scope, so the same Spark job counts them.)
+        bounds = view.time_bounds(scopes)
+        if bounds is None:
+            n_scopes = scopes.count()
+        else:
+            rows = bounds.collect()
+            n_scopes = len(rows)
+            silver = view.narrowed(silver, merged_ranges((r[0], r[1]) for r in rows))
+        deciding = view.restrict(silver, scopes)
+        replaced = gold.toDF().join(F.broadcast(scopes), list(view.scope_columns), "left_semi")
     if not n_scopes:
         return Applied(0, silver)
-    scope_cols = list(view.scope_columns)
     key = list(view.key)
-    fresh = gold_rows(view, view.restrict(silver, scopes))
-    gold = DeltaTable.forPath(spark, path)
+    fresh = gold_rows(view, deciding)
     # Rows of a touched scope that the recompute no longer produces (e.g. two
     # sessions merged into one) are deleted; the rest are upserted.
-    gone = (
-        gold.toDF()
-        .join(F.broadcast(scopes), scope_cols, "left_semi")
-        .join(fresh.select(*key), key, "left_anti")
-    )
+    gone = replaced.join(fresh.select(*key), key, "left_anti")
     # Materialised once: a MERGE reads its source twice (to find the files it
     # touches, then to write them), and this source reads silver.
     source = (
@@ -160,7 +170,7 @@ def apply_changes(
             ),
             f"{view.table_name}: replacing {n_scopes} scopes",
         )
-    return Applied(n_scopes, silver)
+    return Applied(n_scopes, silver, source.where("_op = 'upsert'").drop("_op"))
 
 
 class Progress:
@@ -411,7 +421,7 @@ def stream(
                     view,
                     mine,
                     applied.silver,
-                    path,
+                    applied.rows,
                     int(first),
                     watermark,
                     txn=(app_id, batch_id),

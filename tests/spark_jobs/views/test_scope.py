@@ -5,6 +5,7 @@ of silver does, and an event's declared window is the window of the row it is in
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 from chispa import assert_df_equality
@@ -14,7 +15,7 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 from spark_jobs import views
 from spark_jobs.views import hourly, runner
 from spark_jobs.views.base import Scope, View, merged_ranges
-from tests.spark_jobs.conftest import at, order
+from tests.spark_jobs.conftest import at, cart, order
 from tests.spark_jobs.views.test_runner import LOG
 
 VERSIONS = sorted(views.discover())
@@ -160,3 +161,83 @@ def test_a_scope_column_named_like_a_silver_column_never_replaces_it(silver_df):
     kept = view.restrict(silver, eur)
     assert kept.columns == silver.columns
     assert [(r.order_id, r.currency) for r in kept.collect()] == [("o1", "EUR")]
+
+
+# Sessions (a scope with a gap): a customer's events at 0 and 30 min (one session),
+# 75 and 90 (another), 200, and two days later; another customer at 10.
+SESSION_LOG = [
+    cart("c1", at(0)),
+    cart("c1", at(30)),
+    cart("c1", at(75)),
+    cart("c1", at(90)),
+    cart("c1", at(200)),
+    cart("c1", at(hours=48)),
+    cart("c2", at(10)),
+]
+# (events added, indexes of SESSION_LOG taken out, the spans the change decides)
+SESSION_CHANGES = {
+    # 25 min after one session and 20 before the next: bridges them.
+    "bridging": ([cart("c1", at(55))], [], [("c1", 0, 90)]),
+    # The last event of a session: only that session is recomputed.
+    "taken out": ([], [1], [("c1", 0, 30)]),
+    # Two changes 50 min apart, each joining a session exactly 30 min away.
+    "two spans": (
+        [cart("c1", at(120)), cart("c1", at(170))],
+        [],
+        [("c1", 75, 120), ("c1", 170, 200)],
+    ),
+    # A new customer's events 20 min apart: one span, though gold has no row near them.
+    "new customer": ([cart("c3", at(0)), cart("c3", at(20))], [], [("c3", 0, 20)]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SESSION_CHANGES))
+def test_a_sessions_change_is_decided_by_the_events_near_it(silver_df, case):
+    """Rows of gold outside the spans near a change, with the rows recomputed from
+    the events inside them (read from only the days they cover), are the view of
+    silver after the change; and alike when gold already holds the change (a
+    micro-batch retried after its commit)."""
+    view = views.get("cart_sessions", 1)
+    added, taken, want = SESSION_CHANGES[case]
+    everything = silver_df([*SESSION_LOG, *added])
+    rows = everything.collect()
+    n = len(SESSION_LOG)
+    before_rows = rows[:n]
+    after_rows = [r for i, r in enumerate(rows) if i not in taken]
+    spark = everything.sparkSession
+    before = spark.createDataFrame(before_rows, everything.schema)
+    after = spark.createDataFrame(after_rows, everything.schema)
+    changed = spark.createDataFrame(
+        [r for i, r in enumerate(rows) if i >= n or i in taken], everything.schema
+    )
+    expected = runner.gold_rows(view, after)
+    t0 = at(0).timestamp()
+
+    for gold in (runner.gold_rows(view, before), expected):
+        near = view.near(changed, gold)
+        spans = sorted(
+            (r.customer_id, round((r.lo / 1e6 - t0) / 60), round((r.hi / 1e6 - t0) / 60))
+            for r in near.collect()
+        )
+        assert spans == want
+        narrow = view.narrowed(after, merged_ranges((r.lo, r.hi + 1) for r in near.collect()))
+        deciding = view.restrict_near(narrow, near)
+        # Nothing of the customer's other days is read.
+        assert deciding.where(F.col("event_time") >= at(hours=47)).count() == 0
+        fresh = runner.gold_rows(view, deciding)
+        kept = gold.join(view.rows_near(gold, near), list(view.key), "left_anti")
+        assert_df_equality(kept.unionByName(fresh), expected, ignore_row_order=True)
+
+
+def test_a_session_gap_needs_a_scope_of_its_own():
+    cols = {"customer_id": "customer_id"}
+    with pytest.raises(ValueError, match="gap"):
+        Scope(columns=cols, of=("cart_item_added",), gap=timedelta(0))
+    with pytest.raises(ValueError, match="no within and no linked"):
+        Scope(
+            columns=cols,
+            of=("order_placed",),
+            linked_by="order_id",
+            linked=("order_cancelled",),
+            gap=timedelta(minutes=30),
+        )
