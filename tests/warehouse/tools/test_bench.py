@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -274,3 +274,24 @@ def test_only_the_newest_event_logs_are_kept(tmp_path):
         "eventlog_v2_local-3",
         "notes.txt",
     ]
+
+
+def test_the_freshness_load_is_chaos_traffic_happening_as_it_is_sent():
+    now = datetime(2026, 11, 28, 6, 0, tzinfo=UTC)
+    load = latency.live_load(7, 3000, 200.0, now)
+    assert len(load) == 3000
+    kinds = {r.kind for r in load}
+    assert {"event", "resend", "very_late", "not_json"} <= kinds
+    times = {
+        r.event_id: (
+            r.content["event_type"],
+            datetime.fromisoformat(r.content["event_time"].replace("Z", "+00:00")),
+        )
+        for r in load
+        if r.kind == "event" and r.content
+    }
+    # After all of history, and within the 15 s it takes to send plus a session's
+    # length (a cancellation comes minutes to days after its order).
+    assert min(t for _, t in times.values()) >= now
+    shopping = [t for kind, t in times.values() if kind != "order_cancelled"]
+    assert max(shopping) <= now + timedelta(seconds=15, hours=1)
