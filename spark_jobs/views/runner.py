@@ -137,12 +137,15 @@ def apply_changes(
     if not n_scopes:
         return Applied(0, silver)
     key = list(view.key)
-    fresh = gold_rows(view, deciding)
+    # Materialised first: the source below uses it twice (its rows, and the keys
+    # that say which rows are gone), and Spark would otherwise read silver and
+    # recompute for each (profiled: two scans of 3.9 M rows in one cart batch).
+    fresh = gold_rows(view, deciding).localCheckpoint(eager=True)
     # Rows of a touched scope that the recompute no longer produces (e.g. two
     # sessions merged into one) are deleted; the rest are upserted.
     gone = replaced.join(fresh.select(*key), key, "left_anti")
     # Materialised once: a MERGE reads its source twice (to find the files it
-    # touches, then to write them), and this source reads silver.
+    # touches, then to write them), and `gone` reads the gold the MERGE changes.
     source = (
         fresh.withColumn("_op", F.lit("upsert"))
         .unionByName(gone.withColumn("_op", F.lit("delete")))
@@ -170,7 +173,7 @@ def apply_changes(
             ),
             f"{view.table_name}: replacing {n_scopes} scopes",
         )
-    return Applied(n_scopes, silver, source.where("_op = 'upsert'").drop("_op"))
+    return Applied(n_scopes, silver, fresh)
 
 
 class Progress:
