@@ -319,7 +319,11 @@ def record(
         .dropDuplicates(list(RESTATEMENT_KEY))
         .localCheckpoint(eager=True)
     )
-    n = found.count()
+    n, first, last = found.agg(
+        F.count(F.lit(1)),
+        F.unix_micros(F.min("window_start")),
+        F.unix_micros(F.max("window_start")),
+    ).first() or (0, None, None)
     if n and not summary.replaced:
         app_id, batch_id = txn
         # A repeat after a conflicting commit is skipped if the first try landed.
@@ -334,13 +338,21 @@ def record(
             f"restatements of {view.table_name}",
         )
     elif n:
-        # Insert-if-absent, so a retry after a concurrent commit is harmless.
+        # Insert-if-absent, so a retry after a concurrent commit is harmless. The
+        # conditions on the table alone let the MERGE read only this view
+        # version's rows in the windows found (and skip the files without any),
+        # not every restatement ever recorded.
+        condition = (
+            f"{lake.merge_condition(RESTATEMENT_KEY)} AND t.view = '{view.name}'"
+            f" AND t.version = {view.version} AND t.window_start BETWEEN"
+            f" timestamp_micros({first}) AND timestamp_micros({last})"
+        )
         with lake.source_checkpointed(spark):
             lake.retry_on_conflict(
                 lambda: (
                     DeltaTable.forPath(spark, RESTATEMENTS.path(settings))
                     .alias("t")
-                    .merge(found.alias("s"), lake.merge_condition(RESTATEMENT_KEY))
+                    .merge(found.alias("s"), condition)
                     .whenNotMatchedInsertAll()
                     .execute()
                 ),

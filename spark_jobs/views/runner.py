@@ -95,6 +95,10 @@ def live_session(spark: SparkSession) -> SparkSession:
     return session
 
 
+# Up to this many scopes, a batch's MERGE source is broadcast to gold's scan.
+BROADCAST_SCOPES = 20_000
+
+
 class Applied(NamedTuple):
     """What `apply_changes` did: how many scopes it recomputed, the part of silver it
     read them from, and the rows it recomputed (what placing the batch's
@@ -110,6 +114,10 @@ def apply_changes(
 ) -> Applied:
     """Recompute the scopes `changed` touches from `silver`; replace them in gold at `path`."""
     gold = DeltaTable.forPath(spark, path)
+    # The window starts (UTC microseconds, inclusive) every replaced row has, when
+    # the scopes say: a condition on gold alone, so the MERGE reads and joins only
+    # gold's rows in that time instead of all of it (and skips files outside it).
+    starts: tuple[int, int] | None = None
     if view.scope.gap is not None:
         # Sessions: only the rows within the gap of a change can move, and gold
         # says where they are. Read the events in their spans, from the days the
@@ -117,6 +125,8 @@ def apply_changes(
         near = view.near(changed, gold.toDF()).localCheckpoint(eager=True)
         spans = near.collect()
         n_scopes = len({tuple(r[c] for c in view.scope_columns) for r in spans})
+        if spans:
+            starts = (min(r["lo"] for r in spans), max(r["hi"] for r in spans))
         silver = view.narrowed(silver, merged_ranges((r["lo"], r["hi"] + 1) for r in spans))
         deciding = view.restrict_near(silver, near)
         replaced = view.rows_near(gold.toDF(), near)
@@ -131,6 +141,8 @@ def apply_changes(
         else:
             rows = bounds.collect()
             n_scopes = len(rows)
+            if rows and view.scope.within and view.scope.within[0] == view.window[0]:
+                starts = (min(r[0] for r in rows), max(r[0] for r in rows))
             silver = view.narrowed(silver, merged_ranges((r[0], r[1]) for r in rows))
         deciding = view.restrict(silver, scopes)
         replaced = gold.toDF().join(F.broadcast(scopes), list(view.scope_columns), "left_semi")
@@ -159,13 +171,23 @@ def apply_changes(
         f"NOT (t.`{f.name}` <=> s.`{f.name}`)" for f in view.schema.fields if f.name not in key
     )
     update_when = f"s._op = 'upsert' AND ({differs})" if differs else "false"
+    condition = lake.merge_condition(key)
+    if starts is not None:
+        condition += (
+            f" AND t.`{view.window[0]}` BETWEEN timestamp_micros({starts[0]})"
+            f" AND timestamp_micros({starts[1]})"
+        )
+    # A live batch's source is a few rows per scope: broadcast, gold's rows are
+    # joined where they are read instead of all shuffled (a sort-merge join of
+    # the whole table was most of a cart batch's MERGE).
+    merged = F.broadcast(source) if n_scopes <= BROADCAST_SCOPES else source
     # Replacing whole scopes is safe to repeat after a conflicting commit
     # (table maintenance, an operator's fix) aborted the first try.
     with lake.source_checkpointed(spark):
         lake.retry_on_conflict(
             lambda: (
                 gold.alias("t")
-                .merge(source.alias("s"), lake.merge_condition(key))
+                .merge(merged.alias("s"), condition)
                 .whenMatchedDelete(condition="s._op = 'delete'")
                 .whenMatchedUpdate(condition=update_when, set=values)
                 .whenNotMatchedInsert(condition="s._op = 'upsert'", values=values)
