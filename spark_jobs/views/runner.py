@@ -95,10 +95,6 @@ def live_session(spark: SparkSession) -> SparkSession:
     return session
 
 
-# Up to this many scopes, a batch's MERGE source is broadcast to gold's scan.
-BROADCAST_SCOPES = 20_000
-
-
 class Applied(NamedTuple):
     """What `apply_changes` did: how many scopes it recomputed, the part of silver it
     read them from, and the rows it recomputed (what placing the batch's
@@ -115,8 +111,8 @@ def apply_changes(
     """Recompute the scopes `changed` touches from `silver`; replace them in gold at `path`."""
     gold = DeltaTable.forPath(spark, path)
     # The window starts (UTC microseconds, inclusive) every replaced row has, when
-    # the scopes say: a condition on gold alone, so the MERGE reads and joins only
-    # gold's rows in that time instead of all of it (and skips files outside it).
+    # the scopes say: a condition on gold alone, which Delta uses to skip gold's
+    # files with no row in that time and to filter the rest before its join.
     starts: tuple[int, int] | None = None
     if view.scope.gap is not None:
         # Sessions: only the rows within the gap of a change can move, and gold
@@ -177,17 +173,13 @@ def apply_changes(
             f" AND t.`{view.window[0]}` BETWEEN timestamp_micros({starts[0]})"
             f" AND timestamp_micros({starts[1]})"
         )
-    # A live batch's source is a few rows per scope: broadcast, gold's rows are
-    # joined where they are read instead of all shuffled (a sort-merge join of
-    # the whole table was most of a cart batch's MERGE).
-    merged = F.broadcast(source) if n_scopes <= BROADCAST_SCOPES else source
     # Replacing whole scopes is safe to repeat after a conflicting commit
     # (table maintenance, an operator's fix) aborted the first try.
     with lake.source_checkpointed(spark):
         lake.retry_on_conflict(
             lambda: (
                 gold.alias("t")
-                .merge(merged.alias("s"), condition)
+                .merge(source.alias("s"), condition)
                 .whenMatchedDelete(condition="s._op = 'delete'")
                 .whenMatchedUpdate(condition=update_when, set=values)
                 .whenNotMatchedInsert(condition="s._op = 'upsert'", values=values)
