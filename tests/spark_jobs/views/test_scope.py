@@ -164,12 +164,13 @@ def test_a_scope_column_named_like_a_silver_column_never_replaces_it(silver_df):
 
 
 # Sessions (a scope with a gap): a customer's events at 0 and 30 min (one session),
-# 75 and 90 (another), 200, and two days later; another customer at 10.
+# 75, 100 and 125 (another), 200, and two days later; another customer at 10.
 SESSION_LOG = [
     cart("c1", at(0)),
     cart("c1", at(30)),
     cart("c1", at(75)),
-    cart("c1", at(90)),
+    cart("c1", at(100)),
+    cart("c1", at(125)),
     cart("c1", at(200)),
     cart("c1", at(hours=48)),
     cart("c2", at(10)),
@@ -177,36 +178,40 @@ SESSION_LOG = [
 # (events added, indexes of SESSION_LOG taken out, the spans the change decides)
 SESSION_CHANGES = {
     # 25 min after one session and 20 before the next: bridges them.
-    "bridging": ([cart("c1", at(55))], [], [("c1", 0, 90)]),
+    "bridging": ([cart("c1", at(55))], [], [("c1", 0, 125)]),
     # The last event of a session: only that session is recomputed.
     "taken out": ([], [1], [("c1", 0, 30)]),
-    # Two changes 50 min apart, each joining a session exactly 30 min away.
+    # The middle of a session, its neighbours 50 min apart: it splits.
+    "split": ([], [3], [("c1", 75, 125)]),
+    # Two changes, each joining a session exactly 30 min away; 45 min apart.
     "two spans": (
-        [cart("c1", at(120)), cart("c1", at(170))],
+        [cart("c1", at(155)), cart("c1", at(230))],
         [],
-        [("c1", 75, 120), ("c1", 170, 200)],
+        [("c1", 75, 155), ("c1", 200, 230)],
     ),
+    # Two changes whose spans are exactly 30 min apart: one span.
+    "spans meet": ([cart("c1", at(150)), cart("c1", at(180))], [], [("c1", 75, 200)]),
     # A new customer's events 20 min apart: one span, though gold has no row near them.
     "new customer": ([cart("c3", at(0)), cart("c3", at(20))], [], [("c3", 0, 20)]),
 }
 
 
 @pytest.mark.parametrize("case", sorted(SESSION_CHANGES))
-def test_a_sessions_change_is_decided_by_the_events_near_it(silver_df, case):
+def test_a_sessions_change_is_decided_by_the_events_near_it(silver_df, tmp_path, case):
     """Rows of gold outside the spans near a change, with the rows recomputed from
     the events inside them (read from only the days they cover), are the view of
-    silver after the change; and alike when gold already holds the change (a
-    micro-batch retried after its commit)."""
+    silver after the change; alike when gold already holds the change (a
+    micro-batch retried after its commit); and so is gold after `apply_changes`."""
     view = views.get("cart_sessions", 1)
     added, taken, want = SESSION_CHANGES[case]
     everything = silver_df([*SESSION_LOG, *added])
     rows = everything.collect()
     n = len(SESSION_LOG)
-    before_rows = rows[:n]
-    after_rows = [r for i, r in enumerate(rows) if i not in taken]
     spark = everything.sparkSession
-    before = spark.createDataFrame(before_rows, everything.schema)
-    after = spark.createDataFrame(after_rows, everything.schema)
+    before = spark.createDataFrame(rows[:n], everything.schema)
+    after = spark.createDataFrame(
+        [r for i, r in enumerate(rows) if i not in taken], everything.schema
+    )
     changed = spark.createDataFrame(
         [r for i, r in enumerate(rows) if i >= n or i in taken], everything.schema
     )
@@ -228,11 +233,38 @@ def test_a_sessions_change_is_decided_by_the_events_near_it(silver_df, case):
         kept = gold.join(view.rows_near(gold, near), list(view.key), "left_anti")
         assert_df_equality(kept.unionByName(fresh), expected, ignore_row_order=True)
 
+    # The runner's own path on a Delta table: the MERGE bounded by the spans'
+    # times, its deletes (a split or merged session's old rows), and the rows
+    # it recomputed, where restatements are placed.
+    path = str(tmp_path / "gold")
+    runner.ensure_gold(spark, path, view)
+    runner.apply_changes(spark, path, view, before, before)
+    applied = runner.apply_changes(spark, path, view, changed, after)
+    assert_df_equality(
+        spark.read.format("delta").load(path), expected, ignore_row_order=True, ignore_nullable=True
+    )
+    assert applied.rows is not None
+    assert_df_equality(
+        applied.rows,
+        expected.join(
+            view.rows_near(expected, view.near(changed, expected)), list(view.key), "left_semi"
+        ),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
 
 def test_a_session_gap_needs_a_scope_of_its_own():
     cols = {"customer_id": "customer_id"}
     with pytest.raises(ValueError, match="gap"):
         Scope(columns=cols, of=("cart_item_added",), gap=timedelta(0))
+    with pytest.raises(ValueError, match="no within and no linked"):
+        Scope(
+            columns={"a": "a", "b": "b"},
+            of=("cart_item_added",),
+            within=("a", "b"),
+            gap=timedelta(minutes=30),
+        )
     with pytest.raises(ValueError, match="no within and no linked"):
         Scope(
             columns=cols,
