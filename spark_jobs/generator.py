@@ -365,11 +365,27 @@ def skewed(seed: int, count: int, *, producer_clock: datetime, now: datetime) ->
     """Events of the three days before `now`, sent by a producer whose clock reads
     `producer_clock`: Kafka keeps the producer's timestamp (CreateTime), so an event
     more than 24 h after it is out of range, and every other one is valid, however late."""
-    stamp = int(producer_clock.timestamp() * 1000)
-    limit = producer_clock + timedelta(hours=contract.MAX_CLOCK_SKEW_HOURS)
+    return _stamped(seed, count, now - timedelta(days=3), 3.0, producer_clock, "clock_skew")
+
+
+def recent(seed: int, count: int, *, sent_at: datetime, span: timedelta) -> list[Record]:
+    """Clean events of the `span` before `sent_at`, all sent then (their Kafka
+    timestamp): a backlog of recent traffic arriving at once. A cancellation comes
+    minutes to days after its order, so one more than 24 h after `sent_at` is out
+    of range; every other event is valid."""
+    return _stamped(seed, count, sent_at - span, span / timedelta(days=1), sent_at, "recent")
+
+
+def _stamped(
+    seed: int, count: int, start: datetime, days: float, clock: datetime, kind: str
+) -> list[Record]:
+    """Traffic from `start` over `days`, each record stamped with `clock` (CreateTime),
+    and what the contract makes of an event more than 24 h after it."""
+    stamp = int(clock.timestamp() * 1000)
+    limit = clock + timedelta(hours=contract.MAX_CLOCK_SKEW_HOURS)
     out = []
-    for event in traffic(seed, count, now - timedelta(days=3), 3.0):
-        rec = _record(event, "clock_skew")
+    for event in traffic(seed, count, start, days):
+        rec = _record(event, kind)
         rec.timestamp_ms = stamp
         # event_time carries milliseconds; compare what silver will parse.
         t = datetime.fromisoformat(event["event_time"])

@@ -95,6 +95,14 @@ def live_session(spark: SparkSession) -> SparkSession:
     return session
 
 
+# Past this many changed rows in one batch (a catch-up after an outage, a replay
+# through the runner), sessions are recomputed whole, customer by customer: the
+# spans near each change are one broadcast row per changed event and one row per
+# span collected here, which a backlog of a million recent events made a 10 GiB
+# view host in `make bench`; and a backlog touches most of history anyway.
+MAX_NEAR_CHANGES = 20_000
+
+
 class Applied(NamedTuple):
     """What `apply_changes` did: how many scopes it recomputed, the part of silver it
     read them from, and the rows it recomputed (what placing the batch's
@@ -114,7 +122,10 @@ def apply_changes(
     # the scopes say: a condition on gold alone, which Delta uses to skip gold's
     # files with no row in that time and to filter the rest before its join.
     starts: tuple[int, int] | None = None
-    if view.scope.gap is not None:
+    near_changes = view.scope.gap is not None and (
+        changed.limit(MAX_NEAR_CHANGES + 1).count() <= MAX_NEAR_CHANGES
+    )
+    if near_changes:
         # Sessions: only the rows within the gap of a change can move, and gold
         # says where they are. Read the events in their spans, from the days the
         # spans cover: the work then follows the change, not the customer's history.

@@ -110,3 +110,23 @@ def test_a_skewed_producer_clock_labels_agree_with_the_contract(spark):
     }
     assert len(got) == len(recs)
     assert {i: r.expect for i, r in enumerate(recs)} == got
+
+
+def test_recent_traffic_is_sent_at_once_and_a_cancellation_a_day_ahead_is_out_of_range():
+    sent_at = datetime(2026, 11, 28, 7, tzinfo=UTC)
+    recs = generator.recent(9, 20_000, sent_at=sent_at, span=timedelta(hours=1))
+    assert len(recs) == 20_000
+    assert {r.timestamp_ms for r in recs} == {int(sent_at.timestamp() * 1000)}
+    limit = sent_at + timedelta(hours=24)
+    by_label: Counter[tuple[str, bool]] = Counter()
+    for r in recs:
+        assert r.content is not None
+        t = datetime.fromisoformat(r.content["event_time"].replace("Z", "+00:00"))
+        assert t >= sent_at - timedelta(hours=1)
+        if r.content["event_type"] != "order_cancelled":
+            # A session lasts minutes: every other event happened about when sent.
+            assert t <= sent_at + timedelta(hours=1)
+        by_label[(r.expect, t > limit)] += 1
+    # Out of range exactly when more than 24 h ahead; some of each.
+    assert set(by_label) == {(generator.VALID, False), ("event_time_out_of_range", True)}
+    assert by_label[("event_time_out_of_range", True)] > 0

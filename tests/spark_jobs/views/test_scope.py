@@ -254,6 +254,41 @@ def test_a_sessions_change_is_decided_by_the_events_near_it(silver_df, tmp_path,
     )
 
 
+@pytest.mark.parametrize("case", ["bridging", "split"])
+def test_a_batch_of_many_changes_recomputes_its_customers_whole(
+    silver_df, tmp_path, monkeypatch, case
+):
+    """Past MAX_NEAR_CHANGES changed rows the runner recomputes each touched customer
+    from all of their events instead: the same gold."""
+    monkeypatch.setattr(runner, "MAX_NEAR_CHANGES", 0)
+    view = views.get("cart_sessions", 1)
+    added, taken, _ = SESSION_CHANGES[case]
+    everything = silver_df([*SESSION_LOG, *added])
+    rows = everything.collect()
+    n = len(SESSION_LOG)
+    spark = everything.sparkSession
+    before = spark.createDataFrame(rows[:n], everything.schema)
+    after = spark.createDataFrame(
+        [r for i, r in enumerate(rows) if i not in taken], everything.schema
+    )
+    changed = spark.createDataFrame(
+        [r for i, r in enumerate(rows) if i >= n or i in taken], everything.schema
+    )
+    path = str(tmp_path / "gold")
+    runner.ensure_gold(spark, path, view)
+    runner.apply_changes(spark, path, view, before, before)
+    applied = runner.apply_changes(spark, path, view, changed, after)
+    assert_df_equality(
+        spark.read.format("delta").load(path),
+        runner.gold_rows(view, after),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+    # Whole customers: the rows recomputed include c1's session two days later.
+    assert applied.rows is not None
+    assert applied.rows.where(F.col("session_start") >= at(hours=47)).count() == 1
+
+
 def test_a_session_gap_needs_a_scope_of_its_own():
     cols = {"customer_id": "customer_id"}
     with pytest.raises(ValueError, match="gap"):
