@@ -196,6 +196,25 @@ SESSION_CHANGES = {
 }
 
 
+def _session_change(silver_df, added, taken):
+    """SESSION_LOG as (before, after, changed) for a change that adds `added` and
+    takes out the events at `taken`: silver before and after it, and the rows it
+    changed (added or taken out)."""
+    everything = silver_df([*SESSION_LOG, *added])
+    rows = everything.collect()
+    n = len(SESSION_LOG)
+    spark = everything.sparkSession
+
+    def frame(kept):
+        return spark.createDataFrame(kept, everything.schema)
+
+    return (
+        frame(rows[:n]),
+        frame([r for i, r in enumerate(rows) if i not in taken]),
+        frame([r for i, r in enumerate(rows) if i >= n or i in taken]),
+    )
+
+
 @pytest.mark.parametrize("case", sorted(SESSION_CHANGES))
 def test_a_sessions_change_is_decided_by_the_events_near_it(silver_df, tmp_path, case):
     """Rows of gold outside the spans near a change, with the rows recomputed from
@@ -204,17 +223,8 @@ def test_a_sessions_change_is_decided_by_the_events_near_it(silver_df, tmp_path,
     micro-batch retried after its commit); and so is gold after `apply_changes`."""
     view = views.get("cart_sessions", 1)
     added, taken, want = SESSION_CHANGES[case]
-    everything = silver_df([*SESSION_LOG, *added])
-    rows = everything.collect()
-    n = len(SESSION_LOG)
-    spark = everything.sparkSession
-    before = spark.createDataFrame(rows[:n], everything.schema)
-    after = spark.createDataFrame(
-        [r for i, r in enumerate(rows) if i not in taken], everything.schema
-    )
-    changed = spark.createDataFrame(
-        [r for i, r in enumerate(rows) if i >= n or i in taken], everything.schema
-    )
+    before, after, changed = _session_change(silver_df, added, taken)
+    spark = before.sparkSession
     expected = runner.gold_rows(view, after)
     t0 = at(0).timestamp()
 
@@ -263,17 +273,8 @@ def test_a_batch_of_many_changes_recomputes_its_customers_whole(
     monkeypatch.setattr(runner, "MAX_NEAR_CHANGES", 0)
     view = views.get("cart_sessions", 1)
     added, taken, _ = SESSION_CHANGES[case]
-    everything = silver_df([*SESSION_LOG, *added])
-    rows = everything.collect()
-    n = len(SESSION_LOG)
-    spark = everything.sparkSession
-    before = spark.createDataFrame(rows[:n], everything.schema)
-    after = spark.createDataFrame(
-        [r for i, r in enumerate(rows) if i not in taken], everything.schema
-    )
-    changed = spark.createDataFrame(
-        [r for i, r in enumerate(rows) if i >= n or i in taken], everything.schema
-    )
+    before, after, changed = _session_change(silver_df, added, taken)
+    spark = before.sparkSession
     path = str(tmp_path / "gold")
     runner.ensure_gold(spark, path, view)
     runner.apply_changes(spark, path, view, before, before)
