@@ -317,19 +317,26 @@ _MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 
 
 @contextlib.contextmanager
-def source_checkpointed(spark: SparkSession) -> Iterator[None]:
-    """For a MERGE whose source is already materialised (a localCheckpoint): Delta
-    copies a source it cannot prove unchanged between its two passes, which costs
-    a Spark job per MERGE; this one cannot change."""
-    before = spark.conf.get(_MATERIALIZE_SOURCE, None)
-    spark.conf.set(_MATERIALIZE_SOURCE, "none")
+def session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
+    """Session settings for the statements inside, as they were again on the way out."""
+    saved = {k: spark.conf.get(k, None) for k in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
     try:
         yield
     finally:
-        if before is None:
-            spark.conf.unset(_MATERIALIZE_SOURCE)
-        else:
-            spark.conf.set(_MATERIALIZE_SOURCE, before)
+        for key, before in saved.items():
+            if before is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, before)
+
+
+def source_checkpointed(spark: SparkSession) -> contextlib.AbstractContextManager[None]:
+    """For a MERGE whose source is already materialised (a localCheckpoint): Delta
+    copies a source it cannot prove unchanged between its two passes, which costs
+    a Spark job per MERGE; this one cannot change."""
+    return session_conf(spark, {_MATERIALIZE_SOURCE: "none"})
 
 
 # Delta refuses a VACUUM under 7 days unless this check is off: regauge turns it

@@ -3,9 +3,10 @@
 One-second triggers and MERGEs leave every table with many small files, a long
 log and files no version needs any more. `maintain` runs, per table:
 
-1. OPTIMIZE, which bin-packs small files into large ones. Its commit changes no
-   data (dataChange=false): streams reading the table, through its change feed
-   too, skip it. A writer's MERGE that conflicts with it is retried
+1. OPTIMIZE, which bin-packs small files into large ones, or lays a view
+   version's table out by its window start (`runner.GOLD_FILE_ROWS`). Its commit
+   changes no data (dataChange=false): streams reading the table, through its
+   change feed too, skip it. A writer's MERGE that conflicts with it is retried
    (`lake.retry_on_conflict`), and so is OPTIMIZE.
 2. A checkpoint of the log, so Trino and Spark read one Parquet file instead of
    the JSON commits since the last one. Delta's log cleanup also runs then: it
@@ -44,7 +45,7 @@ from dataclasses import dataclass, field
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from spark_jobs import lake
+from spark_jobs import lake, views
 from spark_jobs.views import runner
 from warehouse.base import registry
 from warehouse.base.settings import Settings
@@ -58,6 +59,8 @@ MARGIN_HOURS = 1.0
 # Never less: a write under way has written files it has not committed yet, and
 # VACUUM takes any file the log does not name that is older than the retention.
 MIN_RETENTION_HOURS = 1.0
+# OPTIMIZE's target file size (bytes), 1 GiB by default.
+_OPTIMIZE_FILE_SIZE = "spark.databricks.delta.optimize.maxFileSize"
 # Delta's default delta.logRetentionDuration.
 DEFAULT_LOG_RETENTION_HOURS = 30 * 24.0
 _LOG_RETENTION = "delta.logRetentionDuration"
@@ -111,6 +114,14 @@ def lake_tables(spark: SparkSession, settings: Settings) -> list[str]:
             if not name.startswith((".", "_")) and DeltaTable.isDeltaTable(spark, path):
                 found.append(path)
     return found
+
+
+def time_columns(settings: Settings) -> dict[str, str]:
+    """Each view version's table (path) -> its window start, which its files are
+    laid out by (runner.GOLD_FILE_ROWS)."""
+    return {
+        runner.gold_table(view).path(settings): view.window[0] for view in views.discover().values()
+    }
 
 
 # -- who reads what -----------------------------------------------------------------------
@@ -227,8 +238,11 @@ def maintain(
     path: str,
     retention_hours: float,
     held_by: Pin | None = None,
+    order_by: str | None = None,
 ) -> Result:
-    """OPTIMIZE, checkpoint and VACUUM one table (inside `lake.vacuum_session`)."""
+    """OPTIMIZE, checkpoint and VACUUM one table (inside `lake.vacuum_session`). With
+    `order_by` (a view version's window start, `time_columns`), OPTIMIZE lays the
+    table out by that column instead of bin-packing it."""
     if not lake.in_vacuum_session(spark):
         raise RuntimeError("maintain runs inside lake.vacuum_session(spark)")
     spark.conf.set(lake.VACUUM_LOGGING, "true")
@@ -237,10 +251,20 @@ def maintain(
     result.held_by = held_by.reader if held_by else None
     table = DeltaTable.forPath(spark, path)
 
-    metrics = lake.retry_on_conflict(
-        lambda: table.optimize().executeCompaction().select("metrics").first(),
-        f"OPTIMIZE {result.name}",
-    )
+    if order_by is None:
+        metrics = lake.retry_on_conflict(
+            lambda: table.optimize().executeCompaction().select("metrics").first(),
+            f"OPTIMIZE {result.name}",
+        )
+    else:
+        # Sorted by time into files of about GOLD_FILE_BYTES: a bin-packing would
+        # put a small table in one file of mixed times, which every live MERGE
+        # would then rewrite whole (runner.GOLD_FILE_ROWS says why).
+        with lake.session_conf(spark, {_OPTIMIZE_FILE_SIZE: str(runner.GOLD_FILE_BYTES)}):
+            metrics = lake.retry_on_conflict(
+                lambda: table.optimize().executeZOrderBy(order_by).select("metrics").first(),
+                f"OPTIMIZE {result.name} ZORDER BY ({order_by})",
+            )
     if metrics is not None:
         result.compacted = int(metrics["metrics"]["numFilesRemoved"] or 0)
 

@@ -277,6 +277,21 @@ class View:
             .drop("_span")
         )
 
+    def around(self, gold: DataFrame, lo: int, hi: int) -> DataFrame:
+        """(gold, the earliest and latest time of the changed events, UTC microseconds)
+        -> the rows of gold `near` can widen a change to: those within `gap` of a time
+        in [lo, hi]. Literal bounds on the window's start and end, so Delta reads only
+        the files of gold that can hold one (gold's files are laid out by time)."""
+        assert self.scope.gap is not None, f"{self.table_name}: its scope has no gap"
+        start, end = self.window
+        reach = _micros(hi + _micros_of(self.scope.gap))
+        return gold.where((F.col(start) <= reach) & (F.col(end) >= _micros(lo)))
+
+    def starting_in(self, gold: DataFrame, lo: int, hi: int) -> DataFrame:
+        """The rows of gold whose window starts in [lo, hi] (UTC microseconds): a
+        literal bound, so Delta reads only the files that can hold one."""
+        return gold.where(F.col(self.window[0]).between(_micros(lo), _micros(hi)))
+
     def _in_spans(
         self, rows: DataFrame, time: Column, scope: list[Column], near: DataFrame
     ) -> DataFrame:

@@ -58,6 +58,8 @@ def maintain(
         for pin in pins:
             log.info("%s v%d is needed by %s", jobs.table_name(pin.path), pin.version, pin.reader)
         now = time.time()
+        # View versions' tables are laid out by their window start, not bin-packed.
+        orders = jobs.time_columns(settings)
 
         def one(n: int, path: str) -> list[str]:
             hours, held = jobs.retention_for(spark, path, pins, floor, now)
@@ -66,7 +68,7 @@ def maintain(
             if dry_run:
                 return [name, str(jobs.files_in(spark, path)), f"{hours:g} h", why]
             log.info("[%d/%d] %s: retention %g h (%s)", n, len(paths), name, hours, why)
-            done = jobs.maintain(spark, path, hours, held)
+            done = jobs.maintain(spark, path, hours, held, orders.get(path))
             log.info(
                 "[%d/%d] %s: %d files -> %d (OPTIMIZE replaced %d), checkpoint at v%s, "
                 "VACUUM deleted %d files, %.1f s",

@@ -64,18 +64,11 @@ def test_shuffled_micro_batches_replay_and_batch_agree(spark, tmp_path, log_df, 
         changed = spark_live.createDataFrame([rows[i] for i in chunk], log_df.schema)
         silver = spark_live.createDataFrame([rows[i] for i in seen], log_df.schema)
         runner.apply_changes(spark_live, live, view, changed, silver)
-    # ...and a micro-batch replayed after a crash changes nothing: it commits,
-    # but its change feed (what a live version publishes) is empty.
+    # ...and a micro-batch replayed after a crash changes nothing: no row of gold
+    # differs, so there is no commit (and no change a live version publishes).
     before = lake.newest_version(spark_live, live)
-    runner.apply_changes(spark_live, live, view, changed, silver)
-    assert lake.newest_version(spark_live, live) == before + 1
-    replayed = (
-        spark_live.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", before + 1)
-        .load(live)
-    )
-    assert replayed.count() == 0
+    assert runner.apply_changes(spark_live, live, view, changed, silver).scopes > 0
+    assert lake.newest_version(spark_live, live) == before
 
     # (b) replay: all of history as one change.
     replay = str(tmp_path / "replay")

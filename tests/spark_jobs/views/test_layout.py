@@ -1,0 +1,112 @@
+"""Gold laid out by time: a replay writes a view version's table sorted by its window
+start, maintenance keeps it so, and a live change rewrites only the files of the
+hours it touches (a MERGE rewrites every file holding a row it changes)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+from chispa import assert_df_equality
+from delta.tables import DeltaTable
+from pyspark.sql import functions as F
+
+from spark_jobs import lake, maintenance, views
+from spark_jobs import silver as silver_mod
+from spark_jobs.views import runner
+from tests.spark_jobs.conftest import at, order
+from warehouse.base import registry
+
+# Eight hours of orders, two currencies in each: 16 rows of revenue_hourly v1.
+HOURS = 8
+ORDERS = [
+    order(f"o{h}{c}", at(hours=h, minutes=10), "10.00", currency=c)
+    for h in range(HOURS)
+    for c in ("EUR", "USD")
+]
+
+
+@pytest.fixture
+def temp_lake(settings, tmp_path):
+    return dataclasses.replace(settings, lake_root=str(tmp_path / "lake"))
+
+
+def _files(spark, path):
+    """Each data file of the table's newest version, in time order: (first and last
+    window start, rows)."""
+    found = (
+        spark.read.format("delta")
+        .load(path)
+        .groupBy(F.input_file_name())
+        .agg(F.count(F.lit(1)), F.min("window_start"), F.max("window_start"))
+        .collect()
+    )
+    return sorted((r[2], r[3], r[1]) for r in found)
+
+
+def _last_merge(spark, path):
+    history = DeltaTable.forPath(spark, path).history(1).collect()[0]
+    assert history["operation"] == "MERGE"
+    return history["operationMetrics"]
+
+
+def _write_silver(spark, settings, rows):
+    rows.write.format("delta").mode("append").partitionBy(*silver_mod.SILVER_PARTITIONS).save(
+        registry.SILVER_EVENTS.path(settings)
+    )
+
+
+def test_a_live_change_rewrites_only_the_files_of_its_hours(
+    spark, silver_df, temp_lake, monkeypatch
+):
+    monkeypatch.setattr(runner, "GOLD_FILE_ROWS", 4)
+    view = views.get("revenue_hourly", 1)
+    path = runner.gold_table(view).path(temp_lake)
+    silver = silver_df(ORDERS)
+    _write_silver(spark, temp_lake, silver)
+
+    runner.batch(spark, temp_lake, view)
+
+    # Sorted by time, at most 4 rows a file: each file holds its own hours.
+    files = _files(spark, path)
+    assert len(files) >= 4 and all(n <= 4 for _, _, n in files)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(files))
+
+    # One late order in hour 5: the MERGE rewrites the one file holding hour 5.
+    late = silver_df([order("late", at(hours=5, minutes=50), "2.50", currency="EUR")])
+    after = silver.unionByName(late)
+    runner.ensure_gold(spark, path, view)
+    applied = runner.apply_changes(spark, path, view, late, after)
+    metrics = _last_merge(spark, path)
+    assert applied.scopes == 1
+    assert (metrics["numTargetFilesRemoved"], metrics["numTargetRowsUpdated"]) == ("1", "1")
+    assert metrics["numTargetRowsInserted"] == "0"
+    assert_df_equality(
+        runner.read_gold(spark, temp_lake, view),
+        runner.gold_rows(view, after),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
+def test_maintenance_lays_a_view_version_s_table_out_by_time(
+    spark, silver_df, temp_lake, monkeypatch
+):
+    view = views.get("revenue_hourly", 1)
+    path = runner.gold_table(view).path(temp_lake)
+    # One file per row, in an order that mixes the hours, as MERGEs leave them.
+    rows = runner.gold_rows(view, silver_df(ORDERS)).collect()
+    for row in sorted(rows, key=lambda r: (r["currency"], -r["window_start"].timestamp())):
+        spark.createDataFrame([row], view.schema).write.format("delta").mode("append").save(path)
+    assert maintenance.time_columns(temp_lake)[path] == "window_start"
+
+    monkeypatch.setattr(runner, "GOLD_FILE_BYTES", 6_000)  # a file per few rows
+    with lake.vacuum_session(spark):
+        done = maintenance.maintain(spark, path, 0.0, order_by="window_start")
+
+    files = _files(spark, path)
+    assert done.compacted == len(rows) and 1 < len(files) < len(rows)
+    # Each hour in one file: no two files share an hour.
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(files))
+    assert sorted(spark.read.format("delta").load(path).collect()) == sorted(rows)
