@@ -36,8 +36,11 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 import time
 from dataclasses import dataclass, field
+from datetime import date
+from functools import reduce
 from typing import Any
 
 from delta.tables import DeltaTable
@@ -372,12 +375,17 @@ def _settle(
             batch_id,
         )
         if result.replaced_winners:
-            _merge_winners(
-                spark,
-                silver_path,
-                to_silver_rows(winners.where(~F.col("fresh"))),
-                f"silver batch {batch_id}: replacing winners",
-            )
+            replacing = to_silver_rows(winners.where(~F.col("fresh"))).localCheckpoint(eager=True)
+            try:
+                _merge_winners(
+                    spark,
+                    silver_path,
+                    replacing,
+                    f"silver batch {batch_id}: replacing winners",
+                    _replaced_partitions(spark, settings, state, replacing),
+                )
+            finally:
+                replacing.unpersist()
         # Earlier records change status only when their winner is replaced; so
         # without a replacement, the batch's own conflicts are all there is to add.
         if result.replaced_winners:
@@ -395,17 +403,85 @@ def _settle(
         state.unpersist()
 
 
-def _merge_winners(spark: SparkSession, silver_path: str, winners: DataFrame, what: str) -> None:
+# Past this many records looked up by position, bronze is joined instead: the
+# literal predicates that let Delta skip bronze's other files grow with them.
+MAX_POSITIONS = 2_000
+
+
+def bronze_at(spark: SparkSession, settings: Settings, positions: DataFrame) -> DataFrame:
+    """Bronze's records at `positions` (partition, offset). A few are named as literals,
+    so Delta reads only the files whose offsets can hold them (bronze is appended
+    in offset order), not all of history; more are joined."""
+    key = ["partition", "offset"]
+    bronze = spark.read.format("delta").load(registry.BRONZE_EVENTS.path(settings))
+    wanted = positions.select(*key).distinct().limit(MAX_POSITIONS + 1).collect()
+    if len(wanted) > MAX_POSITIONS:
+        return bronze.join(positions.select(*key).distinct(), key, "left_semi")
+    if not wanted:
+        return bronze.where(F.lit(False))
+    offsets: dict[int, list[int]] = {}
+    for row in wanted:
+        offsets.setdefault(row["partition"], []).append(row["offset"])
+    named = [
+        (F.col("partition") == p) & F.col("offset").isin(*sorted(o)) for p, o in offsets.items()
+    ]
+    return bronze.where(reduce(operator.or_, named))
+
+
+def _replaced_partitions(
+    spark: SparkSession, settings: Settings, state: DataFrame, replacing: DataFrame
+) -> list[tuple[str, date]] | None:
+    """The silver partitions (event_type, event_date) of the winners a batch replaces
+    (each id's first record in log order before the batch, which silver holds) and of
+    their replacements: where the MERGE must look, so it reads those and not all of
+    silver. None if there are too many to name."""
+    before = (
+        state.where(~F.col("in_batch"))
+        .join(replacing.select("event_id"), "event_id", "left_semi")
+        .groupBy("event_id")
+        .agg(F.min(F.struct("partition", "offset")).alias("p"))
+        .select("p.partition", "p.offset")
+    )
+    old = to_silver_rows(contract.validate(bronze_at(spark, settings, before)))
+    found = (
+        old.select("event_type", "event_date")
+        .unionByName(replacing.select("event_type", "event_date"))
+        .distinct()
+        .limit(MAX_POSITIONS + 1)
+        .collect()
+    )
+    if len(found) > MAX_POSITIONS:
+        return None
+    return [(r["event_type"], r["event_date"]) for r in found]
+
+
+def _merge_winners(
+    spark: SparkSession,
+    silver_path: str,
+    winners: DataFrame,
+    what: str,
+    partitions: list[tuple[str, date]] | None = None,
+) -> None:
     """Make these silver's rows for their event ids, replacing another winner if there is one.
+
+    `partitions`: every silver partition holding such a winner, if known (a literal
+    condition on silver's partition columns, so Delta reads only those).
 
     Safe to repeat: it writes the ledger's answer, and a conflicting commit
     (maintenance, an operator) aborted the first try whole.
     """
+    condition = "t.event_id = s.event_id"
+    if partitions is not None:
+        named = " OR ".join(
+            f"(t.event_type = '{t}' AND t.event_date = DATE'{d.isoformat()}')"
+            for t, d in sorted(set(partitions))
+        )
+        condition += f" AND ({named or 'false'})"
     lake.retry_on_conflict(
         lambda: (
             DeltaTable.forPath(spark, silver_path)
             .alias("t")
-            .merge(winners.alias("s"), "t.event_id = s.event_id")
+            .merge(winners.alias("s"), condition)
             .whenMatchedUpdateAll(condition="t.partition <> s.partition OR t.offset <> s.offset")
             .whenNotMatchedInsertAll()
             .execute()
@@ -431,16 +507,19 @@ def _settle_conflicts(
         .select(*key)
     )
     wanted = conflict_detail(state.where(F.col("status") == CONFLICT))
-    to_add = wanted.join(present, key, "left_anti")
+    # Materialised: the quarantine is read once, and the positions below are known.
+    to_add = wanted.join(present, key, "left_anti").localCheckpoint(eager=True)
     to_remove = present.join(wanted.select(*key), key, "left_anti")
     # A record that turns conflicting in a later batch (a former winner, or a
-    # duplicate of one) is no longer in hand: its raw value comes from bronze.
+    # duplicate of one) is no longer in hand: its raw value comes from bronze,
+    # read at those positions only.
     from_batch = to_add.join(checked.select(*_RAW), key)
     older = to_add.join(checked.select(*key), key, "left_anti")
-    bronze = spark.read.format("delta").load(registry.BRONZE_EVENTS.path(settings))
-    _quarantine_conflicts(
-        spark, settings, from_batch.unionByName(older.join(bronze.select(*_RAW), key)), to_remove
-    )
+    from_bronze = older.join(bronze_at(spark, settings, older).select(*_RAW), key)
+    try:
+        _quarantine_conflicts(spark, settings, from_batch.unionByName(from_bronze), to_remove)
+    finally:
+        to_add.unpersist()
 
 
 _RAW = ["partition", "offset", "kafka_timestamp", "value"]

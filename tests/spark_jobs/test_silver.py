@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
@@ -63,12 +64,14 @@ def test_conflict_detail_names_the_record_that_won(spark):
 
 
 # -- micro-batches through real Delta tables ------------------------------------------
-def _event(event_id: str, customer: str = "c1", quantity: int = 1) -> bytes:
+def _event(
+    event_id: str, customer: str = "c1", quantity: int = 1, day: str = "2026-01-01"
+) -> bytes:
     return json.dumps(
         {
             "event_id": event_id,
             "event_type": "cart_item_added",
-            "event_time": "2026-01-01T10:00:00.000Z",
+            "event_time": f"{day}T10:00:00.000Z",
             "customer_id": customer,
             "schema_version": 1,
             "payload": {"product_id": "p1", "quantity": quantity},
@@ -156,6 +159,42 @@ def test_an_earlier_record_arriving_later_takes_over_and_the_loser_is_quarantine
         (2, 0, silver.CONFLICT),
         (2, 1, silver.CONFLICT),
     ]
+
+
+def test_a_replaced_winner_is_found_in_its_own_partition_of_silver(spark, lake):
+    """The MERGE that replaces a winner reads the silver partitions of the old winner
+    (found in bronze by its position) and of the new one, not all of silver."""
+    days = ["2025-12-27", "2025-12-29", "2025-12-31"]
+    first = [(2, i, _event(f"e{i}", day=d)) for i, d in enumerate(days)]
+    silver.process_batch(spark, lake, _batch(spark, lake, first), 0, "app")
+    # e0's earlier record in log order, on another day: it moves partitions. The
+    # other days' files are moved away meanwhile: reading them would fail.
+    root = Path(silver.SILVER.path(lake), "event_type=cart_item_added")
+    away = {d: root / f"event_date={d}" for d in days[1:]}
+    for d, folder in away.items():
+        folder.rename(root.with_name(f"away-{d}"))
+    late = [(0, 7, _event("e0", customer="c9", day="2025-12-28"))]
+    result = silver.process_batch(spark, lake, _batch(spark, lake, late), 1, "app")
+    for d, folder in away.items():
+        root.with_name(f"away-{d}").rename(folder)
+    assert result.replaced_winners == 1
+
+    events, quarantine, _ = _tables(spark, lake)
+    assert sorted(
+        (r.event_id, r.partition, r.offset, str(r.event_date)) for r in events.collect()
+    ) == [
+        ("e0", 0, 7, "2025-12-28"),
+        ("e1", 2, 1, "2025-12-29"),
+        ("e2", 2, 2, "2025-12-31"),
+    ]
+    assert [(r.partition, r.offset) for r in quarantine.collect()] == [(2, 0)]
+
+    rows = silver.bronze_at(
+        spark, lake, spark.createDataFrame([(2, 1), (0, 7)], "partition int, offset long")
+    )
+    assert sorted((r.partition, r.offset) for r in rows.collect()) == [(0, 7), (2, 1)]
+    none = spark.createDataFrame([], "partition int, offset long")
+    assert silver.bronze_at(spark, lake, none).count() == 0
 
 
 def test_a_conflict_becomes_a_duplicate_when_a_matching_earlier_record_arrives(spark, lake):

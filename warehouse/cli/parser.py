@@ -453,7 +453,8 @@ def _checks(add: Add) -> None:
     p = add(
         "maintain",
         "checks:maintain",
-        "compact, checkpoint and VACUUM every Delta table regauge writes (the "
+        "compact (a view version's table: lay out by its window start), checkpoint "
+        "and VACUUM every Delta table regauge writes (the "
         "regauge_maintenance DAG runs it daily). Files a newer version replaced are kept "
         "REGAUGE_MAINTENANCE_RETENTION_HOURS (168) or longer, while a stream's checkpoint, "
         "a replay waiting for its stream or the audit still needs an older version; "
