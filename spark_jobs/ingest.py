@@ -28,6 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from spark_jobs import bronze, erasure, lake, silver
+from spark_jobs import session as session_mod
 from spark_jobs.testing import faults
 from warehouse.base import metrics, registry
 from warehouse.base.jsonfile import replace_json
@@ -240,6 +241,13 @@ def batch_range(
     return None if end is None or start is None else (start, end)
 
 
+# Fewer records than this in a batch: planned without generated code. Profiled in
+# the bench's freshness phase (200 events/s, batches of about 1,000 to 6,000
+# records), the JIT compiler took as much of the view host's CPU as Spark's
+# tasks, compiling each batch's classes.
+INTERPRETED_BELOW = 50_000
+
+
 def process_batch(
     spark: SparkSession,
     settings: Settings,
@@ -265,8 +273,13 @@ def process_batch(
         rows = bronze.ignoring_forgotten(bronze.to_bronze_rows(records), forgotten)
         rows = rows.localCheckpoint(eager=True)
     try:
-        bronze.append(rows, settings, txn_app, batch_id)  # skipped on a retry
-        return silver.process_batch(spark, settings, rows, batch_id, txn_app)
+        # A live batch's plans are evaluated without generated code, as the view
+        # queries' are (session.INTERPRETED_CONF); a catch-up's keep it. Both the
+        # query's session and the batch's (Spark's clone of it) plan this batch.
+        small = {} if rows.count() >= INTERPRETED_BELOW else session_mod.INTERPRETED_CONF
+        with lake.session_conf(spark, small), lake.session_conf(rows.sparkSession, small):
+            bronze.append(rows, settings, txn_app, batch_id)  # skipped on a retry
+            return silver.process_batch(spark, settings, rows, batch_id, txn_app)
     finally:
         rows.unpersist()
 

@@ -15,6 +15,15 @@ from warehouse.base.settings import get as get_settings
 LOG_CONFIG = REPO_ROOT / "infra" / "spark" / "log4j2.properties"
 
 
+# Plans evaluated without generated code: for small, frequent batches, whose
+# literals (time ranges, positions) would otherwise make every batch compile
+# (Janino) and JIT-compile classes of its own (`runner.LIVE_SESSION_CONF`).
+INTERPRETED_CONF = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+
+
 def build_session(
     app_name: str = "regauge",
     settings: Settings | None = None,

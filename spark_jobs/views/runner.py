@@ -59,16 +59,18 @@ GOLD_PROPERTIES = {changes.CDF_PROPERTY: "true", "delta.autoOptimize.autoCompact
 
 
 # Gold's files are laid out by time: a replay writes them sorted by the window
-# start, at most this many rows each (about 1 MiB of cart_sessions), and
+# start, at most this many rows each (about 250 KiB of cart_sessions), and
 # maintenance Z-orders them by it into files of about GOLD_FILE_BYTES. A live
 # MERGE then rewrites only the files whose hours its rows start in, which a live
 # batch's recent rows keep to the newest few: Delta rewrites every file holding a
 # row a MERGE changes. Profiled in `make bench`, with gold in 3 files of mixed
 # times, each cart_sessions batch rewrote all 546,000 rows (12-15 s of task time);
 # alone, a 2,200-row MERGE into 581,000 rows took 3.3-4.6 s in 3 such files and
-# 1.1-1.3 s in 13 files by time.
-GOLD_FILE_ROWS = 50_000
-GOLD_FILE_BYTES = 1 << 20
+# 1.1-1.3 s in 13 files by time. Small, since the newest file takes every new
+# row until the next maintenance, and a live batch rewrites it whole: with
+# 1 MiB files that was 45,000 rows of older sessions in each cart batch.
+GOLD_FILE_ROWS = 10_000
+GOLD_FILE_BYTES = 256 << 10
 
 
 def ensure_gold(spark: SparkSession, path: str, view: View) -> None:
@@ -93,13 +95,11 @@ def gold_rows(view: View, silver: DataFrame) -> DataFrame:
 # of its own. Profiled in the bench's freshness phase with three live streams,
 # the JIT's threads were the host's busiest; without code generation in the
 # view queries, freshness went from p50 100 s / p95 116 s to 88 s / 102 s (81 s /
-# 91 s with ingest's session interpreted too, left compiled for its large
-# batches). Replays and validation run in sessions of their own and keep code
-# generation: they read all of history, where compiled code pays.
-LIVE_SESSION_CONF = {
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-}
+# 91 s with ingest's session interpreted too: ingest now plans its small
+# batches so, `ingest.INTERPRETED_BELOW`). Replays and validation run in
+# sessions of their own and keep code generation: they read all of history,
+# where compiled code pays.
+LIVE_SESSION_CONF = session_mod.INTERPRETED_CONF
 
 
 def live_session(spark: SparkSession) -> SparkSession:

@@ -91,3 +91,15 @@ def test_files_beside_the_tables_are_reached_through_hadoops_filesystem(spark, t
     assert lake.list_names(spark, root) == []
     with pytest.raises(FileNotFoundError, match="does not exist"):
         lake.move(spark, f"{root}/nope", f"{root}/elsewhere")
+
+
+def test_session_settings_hold_inside_and_are_as_before_outside(spark):
+    set_before, unset = "spark.sql.shuffle.partitions", "spark.sql.codegen.factoryMode"
+    before = spark.conf.get(set_before)
+    assert spark.conf.get(unset, None) is None
+    settings = {set_before: "7", unset: "NO_CODEGEN"}
+    with pytest.raises(RuntimeError, match="inside"), lake.session_conf(spark, settings):
+        assert (spark.conf.get(set_before), spark.conf.get(unset)) == ("7", "NO_CODEGEN")
+        raise RuntimeError("inside")
+    assert spark.conf.get(set_before) == before
+    assert spark.conf.get(unset, None) is None
