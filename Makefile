@@ -66,7 +66,7 @@ format:  ## rewrite the code as `make lint` wants it (ruff format and import ord
 	@.venv/bin/ruff format --quiet spark_jobs warehouse tests dags
 	@.venv/bin/sqlfluff fix dbt/models
 
-bench: up  ## speed and memory, each beside a baseline from the same run (15-18 min); BENCH_ARGS="--events N ..."
+bench: up  ## speed and memory, each beside a baseline from the same run (15-17 min); BENCH_ARGS="--events N ..."
 	@$(REGAUGE) bench $(BENCH_ARGS)
 
 soak: up  ## two hours of steady traffic with maintenance every 10 minutes: do file counts and latencies stay flat? SOAK_ARGS="--minutes N ..."

@@ -62,7 +62,12 @@ def test_the_dag_compacts_every_table_and_trino_reads_each_the_same(stack, setti
         assert f"] {table}: retention " in log, table
     assert _counts(settings, versions) == before
     after = {t: maintenance.files_in(spark, p) for t, p in paths.items()}
-    assert all(after[t] <= files[t] for t in paths), (files, after)
+    # Bin-packed, but a view version's table is laid out by time in files of a
+    # fixed size: a table written in one big file can come out in several.
+    by_time = set(maintenance.time_columns(settings))
+    packed = [t for t, p in paths.items() if p not in by_time]
+    assert len(packed) < len(paths)
+    assert all(after[t] <= files[t] for t in packed), (files, after)
     for written in (registry.BRONZE_EVENTS, registry.SILVER_EVENTS, registry.SILVER_LEDGER):
         assert after[written.key] < files[written.key], (written.key, files, after)
     # The newest version reads too, after the cache Trino keeps of it was flushed.
