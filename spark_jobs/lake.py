@@ -308,6 +308,22 @@ def ensure_table(
             time.sleep(0.5 * attempt + random.random())
 
 
+def ensure_properties(spark: SparkSession, path: str, properties: dict[str, str]) -> None:
+    """Set those of `properties` the table at `path` does not have as given."""
+    found = table_properties(spark, path)
+    wrong = {k: v for k, v in properties.items() if found.get(k) != v}
+    if wrong:
+        pairs = ", ".join(f"'{k}' = '{v}'" for k, v in sorted(wrong.items()))
+        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({pairs})")
+        log.info("%s: set %s", path, pairs)
+
+
+def table_properties(spark: SparkSession, path: str) -> dict[str, str]:
+    """The table's properties (its metadata's configuration)."""
+    row = DeltaTable.forPath(spark, path).detail().select("properties").first()
+    return dict(row["properties"] or {}) if row is not None else {}
+
+
 def merge_condition(key: tuple[str, ...] | list[str]) -> str:
     """`t.a = s.a AND t.b = s.b`: a MERGE's match on key columns, target `t`, source `s`."""
     return " AND ".join(f"t.{k} = s.{k}" for k in key)

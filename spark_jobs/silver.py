@@ -431,16 +431,13 @@ def bronze_at(spark: SparkSession, settings: Settings, positions: DataFrame) -> 
 def _replaced_partitions(
     spark: SparkSession, settings: Settings, state: DataFrame, replacing: DataFrame
 ) -> list[tuple[str, date]] | None:
-    """The silver partitions (event_type, event_date) of the winners a batch replaces
-    (each id's first record in log order before the batch, which silver holds) and of
-    their replacements: where the MERGE must look, so it reads those and not all of
+    """The silver partitions (event_type, event_date) of every earlier record of the
+    ids a batch replaces the winner of (silver holds one of them: the first in log
+    order, or another while recovery has yet to reconcile) and of their
+    replacements: where the MERGE must look, so it reads those and not all of
     silver. None if there are too many to name."""
-    before = (
-        state.where(~F.col("in_batch"))
-        .join(replacing.select("event_id"), "event_id", "left_semi")
-        .groupBy("event_id")
-        .agg(F.min(F.struct("partition", "offset")).alias("p"))
-        .select("p.partition", "p.offset")
+    before = state.where(~F.col("in_batch")).join(
+        replacing.select("event_id"), "event_id", "left_semi"
     )
     old = to_silver_rows(contract.validate(bronze_at(spark, settings, before)))
     found = (

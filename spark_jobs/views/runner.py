@@ -49,13 +49,15 @@ SOURCES = ("bronze", "kafka")
 
 
 # Every view version's table: with its change feed on, since a live version
-# publishes its commits from it; and compacted after a write that leaves 50 small
-# files or more (Delta's auto compaction, in the writer's own thread), since a
-# stream's one-second commits each add one. Without it, Trino's p50 over a table
-# after 200 one-row commits was 2.8 times its p50 after maintenance (`make bench`,
-# small_files). The compaction's commit changes no data: the change feed and the
-# publisher skip it.
-GOLD_PROPERTIES = {changes.CDF_PROPERTY: "true", "delta.autoOptimize.autoCompact": "true"}
+# publishes its commits from it; and without Delta's auto compaction, which
+# bin-packs a table's small files (under 64 MiB: every file of a view's table)
+# into one as soon as the writer has seen 50 of them, mixing the times that
+# gold's layout keeps apart (GOLD_FILE_ROWS). Tried: the first live MERGE after
+# a replay of 60 files compacted them into one. A live MERGE replaces the files
+# it touches rather than adding one per commit, and maintenance lays the table
+# out again daily.
+AUTO_COMPACT = "delta.autoOptimize.autoCompact"
+GOLD_PROPERTIES = {changes.CDF_PROPERTY: "true", AUTO_COMPACT: "false"}
 
 
 # Gold's files are laid out by time: a replay writes them sorted by the window
@@ -74,7 +76,10 @@ GOLD_FILE_BYTES = 256 << 10
 
 
 def ensure_gold(spark: SparkSession, path: str, view: View) -> None:
+    """Create the view version's table if it is new; set GOLD_PROPERTIES on one made
+    before they were what they are (auto compaction was on)."""
     lake.ensure_table(spark, path, view.schema, GOLD_PROPERTIES)
+    lake.ensure_properties(spark, path, GOLD_PROPERTIES)
 
 
 def gold_rows(view: View, silver: DataFrame) -> DataFrame:
@@ -420,7 +425,9 @@ def batch(
         raise ValueError(f"unknown replay source {source!r}: use {' or '.join(SOURCES)}")
     events = silver.where(F.col("event_type").isin(*view.event_types)).count()
     # Laid out by time (see GOLD_FILE_ROWS): sorted by the window start, each task's
-    # run cut into files of at most that many rows.
+    # run cut into files of at most that many rows. Into a table with the
+    # properties every view version's has (an overwrite keeps them).
+    ensure_gold(spark, table.path(settings), view)
     answer = gold_rows(view, silver).orderBy(view.window[0])
     with Progress(spark, f"replay {view.table_name}", events) as progress:
         (

@@ -110,3 +110,26 @@ def test_maintenance_lays_a_view_version_s_table_out_by_time(
     # Each hour in one file: no two files share an hour.
     assert all(a[1] < b[0] for a, b in itertools.pairwise(files))
     assert sorted(spark.read.format("delta").load(path).collect()) == sorted(rows)
+
+
+def test_no_compaction_undoes_the_layout(spark, silver_df, temp_lake, monkeypatch):
+    """Delta's auto compaction would bin-pack a replay's 60 small files into one at
+    the next write; a view version's table has it off, also one made with it on."""
+    monkeypatch.setattr(runner, "GOLD_FILE_ROWS", 1)
+    view = views.get("revenue_hourly", 1)
+    path = runner.gold_table(view).path(temp_lake)
+    lake.ensure_table(
+        spark, path, view.schema, {**runner.GOLD_PROPERTIES, runner.AUTO_COMPACT: "true"}
+    )
+    hours = [order(f"o{h}", at(hours=h, minutes=5), "1.00") for h in range(60)]
+    silver = silver_df(hours)
+    _write_silver(spark, temp_lake, silver)
+
+    runner.batch(spark, temp_lake, view)
+    assert lake.table_properties(spark, path)[runner.AUTO_COMPACT] == "false"
+    late = silver_df([order("late", at(hours=30, minutes=50), "2.50")])
+    runner.apply_changes(spark, path, view, late, silver.unionByName(late))
+
+    operations = [r["operation"] for r in DeltaTable.forPath(spark, path).history().collect()]
+    assert "OPTIMIZE" not in operations and operations[0] == "MERGE"
+    assert len(_files(spark, path)) == 60
