@@ -319,8 +319,9 @@ def ensure_properties(spark: SparkSession, path: str, properties: dict[str, str]
 
 
 def table_properties(spark: SparkSession, path: str) -> dict[str, str]:
-    """The table's properties (its metadata's configuration)."""
-    row = DeltaTable.forPath(spark, path).detail().select("properties").first()
+    """The table's properties (its metadata's configuration), in SQL, which works
+    over Spark Connect too."""
+    row = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").select("properties").first()
     return dict(row["properties"] or {}) if row is not None else {}
 
 

@@ -425,9 +425,9 @@ def batch(
         raise ValueError(f"unknown replay source {source!r}: use {' or '.join(SOURCES)}")
     events = silver.where(F.col("event_type").isin(*view.event_types)).count()
     # Laid out by time (see GOLD_FILE_ROWS): sorted by the window start, each task's
-    # run cut into files of at most that many rows. Into a table with the
-    # properties every view version's has (an overwrite keeps them).
-    ensure_gold(spark, table.path(settings), view)
+    # run cut into files of at most that many rows. A new table gets
+    # GOLD_PROPERTIES when its stream starts (`ensure_gold`; this may run over
+    # Spark Connect, where Delta's table API does not), and an overwrite keeps them.
     answer = gold_rows(view, silver).orderBy(view.window[0])
     with Progress(spark, f"replay {view.table_name}", events) as progress:
         (

@@ -114,7 +114,8 @@ def test_maintenance_lays_a_view_version_s_table_out_by_time(
 
 def test_no_compaction_undoes_the_layout(spark, silver_df, temp_lake, monkeypatch):
     """Delta's auto compaction would bin-pack a replay's 60 small files into one at
-    the next write; a view version's table has it off, also one made with it on."""
+    the next write; a view version's table has it off, also one made with it on
+    (turned off when its stream starts)."""
     monkeypatch.setattr(runner, "GOLD_FILE_ROWS", 1)
     view = views.get("revenue_hourly", 1)
     path = runner.gold_table(view).path(temp_lake)
@@ -125,8 +126,10 @@ def test_no_compaction_undoes_the_layout(spark, silver_df, temp_lake, monkeypatc
     silver = silver_df(hours)
     _write_silver(spark, temp_lake, silver)
 
-    runner.batch(spark, temp_lake, view)
+    # As a stream's start does (a replay may run over Spark Connect, without it).
+    runner.ensure_gold(spark, path, view)
     assert lake.table_properties(spark, path)[runner.AUTO_COMPACT] == "false"
+    runner.batch(spark, temp_lake, view)
     late = silver_df([order("late", at(hours=30, minutes=50), "2.50")])
     runner.apply_changes(spark, path, view, late, silver.unionByName(late))
 
