@@ -33,7 +33,6 @@ from collections.abc import Iterable, Iterator
 from itertools import chain, groupby
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -317,8 +316,4 @@ def _produce(producer: Producer, topic: str, key: str, value: str | None, header
 
 def enable_change_feed(spark: SparkSession, path: str) -> None:
     """Turn the gold table's change feed on (publishing reads it), once."""
-    properties = DeltaTable.forPath(spark, path).detail().first()
-    if properties is not None and (properties["properties"] or {}).get(CDF_PROPERTY) == "true":
-        return
-    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({CDF_PROPERTY} = true)")
-    log.info("%s: change data feed enabled, for publishing its changes", path)
+    lake.ensure_properties(spark, path, {CDF_PROPERTY: "true"})
