@@ -27,7 +27,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from spark_jobs import bronze, erasure, lake, silver
+from spark_jobs import bronze, erasure, lake, ledger_index, silver
 from spark_jobs import session as session_mod
 from spark_jobs.testing import faults
 from warehouse.base import metrics, registry
@@ -256,9 +256,11 @@ def process_batch(
     txn_app: str,
     forgotten: DataFrame | None,
     checkpoint: str,
+    index: ledger_index.LedgerIndex | None = None,
 ) -> silver.BatchResult:
     """One micro-batch of Kafka records into bronze, then into silver, the ledger and
-    the quarantine. Retried after a crash, it skips what it committed (txn ids)."""
+    the quarantine. Retried after a crash, it skips what it committed (txn ids).
+    `index`: the query's ledger index (`silver.process_batch`)."""
     span = None
     if bronze.holds_batch(spark, settings, txn_app, batch_id):
         span = batch_range(spark, checkpoint, batch_id)
@@ -279,7 +281,7 @@ def process_batch(
         small = {} if rows.count() >= INTERPRETED_BELOW else session_mod.INTERPRETED_CONF
         with lake.session_conf(spark, small), lake.session_conf(rows.sparkSession, small):
             bronze.append(rows, settings, txn_app, batch_id)  # skipped on a retry
-            return silver.process_batch(spark, settings, rows, batch_id, txn_app)
+            return silver.process_batch(spark, settings, rows, batch_id, txn_app, index)
     finally:
         rows.unpersist()
 
@@ -317,13 +319,18 @@ def start(
     _retire_two_query_checkpoints(spark, settings)
     forgotten = bronze.forgotten_positions(spark, settings)
     starting = bronze.starting_offsets(spark, settings)
+    # Built now, so the first batch does not wait for it; it follows the ledger from here.
+    index = ledger_index.LedgerIndex(registry.SILVER_LEDGER.path(settings))
+    index.rebuild(spark, "ingest starting")
     if not lake.checkpoint_has_progress(spark, checkpoint):
         # Where batch 0 begins, for its retry (`batch_range`); Spark keeps it in a
         # form of its own.
         lake.write_text(spark, f"{checkpoint}/{START_FILE}", starting + "\n")
 
     def each_batch(records: DataFrame, batch_id: int) -> None:
-        result = process_batch(spark, settings, records, batch_id, txn_app, forgotten, checkpoint)
+        result = process_batch(
+            spark, settings, records, batch_id, txn_app, forgotten, checkpoint, index
+        )
         log.info("%s", result.record().describe())
         faults.maybe_crash("silver_after_commit", batch_id)
 

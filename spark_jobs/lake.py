@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 import os
 import random
 import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from functools import reduce
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlparse
@@ -24,6 +26,7 @@ from delta.exceptions import (
 )
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.sql.types import StructType
 
@@ -328,6 +331,47 @@ def table_properties(spark: SparkSession, path: str) -> dict[str, str]:
 def merge_condition(key: tuple[str, ...] | list[str]) -> str:
     """`t.a = s.a AND t.b = s.b`: a MERGE's match on key columns, target `t`, source `s`."""
     return " AND ".join(f"t.{k} = s.{k}" for k in key)
+
+
+# Ranges of offsets per partition in `at_positions`: Delta checks each against
+# every file's statistics, so their count bounds the planning cost.
+MAX_RANGES = 64
+
+
+def at_positions(table: DataFrame, positions: list[tuple[int, int]]) -> DataFrame:
+    """The rows of a table with `partition` and `offset` (bronze, the ledger) at these
+    positions. Both are appended in log order, so each file holds narrow offset
+    ranges; the filter names the positions' offsets as ranges, which Delta's data
+    skipping compares with each file's minimum and maximum, so only files that can
+    hold them are read. (An IN list alone would skip by its one minimum and maximum.)"""
+    if not positions:
+        return table.where(F.lit(False))
+    offsets: dict[int, list[int]] = {}
+    for partition, offset in positions:
+        offsets.setdefault(partition, []).append(offset)
+    named = []
+    for partition, offs in sorted(offsets.items()):
+        ranges = reduce(
+            operator.or_,
+            [F.col("offset").between(lo, hi) for lo, hi in offset_ranges(offs, MAX_RANGES)],
+        )
+        named.append((F.col("partition") == partition) & ranges & F.col("offset").isin(*offs))
+    return table.where(reduce(operator.or_, named))
+
+
+def offset_ranges(offsets: list[int], most: int) -> list[tuple[int, int]]:
+    """At most `most` ranges covering every offset, split at the largest gaps (runs of
+    consecutive offsets stay one range)."""
+    ordered = sorted(set(offsets))
+    gaps = sorted(
+        (i for i in range(1, len(ordered)) if ordered[i] - ordered[i - 1] > 1),
+        key=lambda i: ordered[i] - ordered[i - 1],
+    )
+    keep = min(most - 1, len(gaps))
+    cuts = sorted(gaps[len(gaps) - keep :]) if keep > 0 else []
+    starts = [0, *cuts]
+    ends = [*cuts, len(ordered)]
+    return [(ordered[a], ordered[b - 1]) for a, b in zip(starts, ends, strict=True)]
 
 
 _MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"

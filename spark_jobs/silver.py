@@ -36,11 +36,9 @@ from __future__ import annotations
 
 import json
 import logging
-import operator
 import time
 from dataclasses import dataclass, field
 from datetime import date
-from functools import reduce
 from typing import Any
 
 from delta.tables import DeltaTable
@@ -57,7 +55,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs import contract, lake
+from spark_jobs import contract, lake, ledger_index
 from spark_jobs.testing import faults
 from warehouse.base import metrics, registry
 from warehouse.base.settings import Settings
@@ -295,9 +293,18 @@ class BatchResult:
 
 
 def process_batch(
-    spark: SparkSession, settings: Settings, batch: DataFrame, batch_id: int, app_id: str
+    spark: SparkSession,
+    settings: Settings,
+    batch: DataFrame,
+    batch_id: int,
+    app_id: str,
+    index: ledger_index.LedgerIndex | None = None,
 ) -> BatchResult:
-    """One micro-batch of bronze rows into silver, the ledger and the quarantine."""
+    """One micro-batch of bronze rows into silver, the ledger and the quarantine.
+
+    With `index` (ingest's, kept across its batches), the earlier records of the
+    batch's ids are read from the ledger at the positions the index names;
+    without, the ledger is joined whole (recovery, one-off batches)."""
     started = time.monotonic()
     result = BatchResult(batch_id)
     # Materialised once with its lineage cut: the validation plan is large, and
@@ -324,11 +331,49 @@ def process_batch(
                 batch_id,
             )
             faults.maybe_crash("silver_after_ledger", batch_id)
-            _settle(spark, settings, checked, accepted, batch_id, app_id, result)
+            history = _history(spark, settings, accepted, batch_id, app_id, index)
+            _settle(spark, settings, checked, accepted, history, batch_id, app_id, result)
     finally:
         checked.unpersist()
     result.seconds = time.monotonic() - started
     return result
+
+
+def _history(
+    spark: SparkSession,
+    settings: Settings,
+    accepted: DataFrame,
+    batch_id: int,
+    app_id: str,
+    index: ledger_index.LedgerIndex | None,
+) -> DataFrame:
+    """Every accepted record ever seen of the batch's event ids, `in_batch` or not:
+    what `classify` decides them from. The ledger holds the batch's own by now."""
+    ledger = spark.read.format("delta").load(LEDGER.path(settings))
+    touched = accepted.select("event_id").distinct()
+    if index is not None:
+        keys = ledger_index.Keys.of(accepted)
+        index.follow(spark, (f"{app_id}/ledger", batch_id), keys)
+        earlier = index.earlier(keys)
+        if len(earlier) <= MAX_POSITIONS:
+            columns = [f.name for f in LEDGER_SCHEMA.fields]
+            return (
+                lake.at_positions(ledger, earlier)
+                .join(F.broadcast(touched), "event_id", "left_semi")
+                .select(*columns, F.lit(False).alias("in_batch"))
+                .unionByName(accepted.select(*columns, F.lit(True).alias("in_batch")))
+            )
+        log.info(
+            "silver batch %d: %d earlier records of its ids; joining the whole ledger",
+            batch_id,
+            len(earlier),
+        )
+    in_batch = accepted.select("partition", "offset", F.lit(True).alias("in_batch"))
+    return (
+        ledger.join(F.broadcast(touched), "event_id", "left_semi")
+        .join(F.broadcast(in_batch), ["partition", "offset"], "left")
+        .fillna(False, ["in_batch"])
+    )
 
 
 def _settle(
@@ -336,20 +381,13 @@ def _settle(
     settings: Settings,
     checked: DataFrame,
     accepted: DataFrame,
+    history: DataFrame,
     batch_id: int,
     app_id: str,
     result: BatchResult,
 ) -> None:
     """Bring silver and the conflict quarantine to the ledger's answer for the batch's ids."""
     touched = accepted.select("event_id").distinct()
-    in_batch = accepted.select("partition", "offset", F.lit(True).alias("in_batch"))
-    history = (
-        spark.read.format("delta")
-        .load(LEDGER.path(settings))
-        .join(F.broadcast(touched), "event_id", "left_semi")
-        .join(F.broadcast(in_batch), ["partition", "offset"], "left")
-        .fillna(False, ["in_batch"])
-    )
     state = classify(history).localCheckpoint(eager=True)
     try:
         tally = {
@@ -409,23 +447,15 @@ MAX_POSITIONS = 2_000
 
 
 def bronze_at(spark: SparkSession, settings: Settings, positions: DataFrame) -> DataFrame:
-    """Bronze's records at `positions` (partition, offset). A few are named as literals,
-    so Delta reads only the files whose offsets can hold them (bronze is appended
-    in offset order), not all of history; more are joined."""
+    """Bronze's records at `positions` (partition, offset). A few are named as literals
+    (`lake.at_positions`), so Delta reads only the files whose offsets can hold them,
+    not all of history; more are joined."""
     key = ["partition", "offset"]
     bronze = spark.read.format("delta").load(registry.BRONZE_EVENTS.path(settings))
     wanted = positions.select(*key).distinct().limit(MAX_POSITIONS + 1).collect()
     if len(wanted) > MAX_POSITIONS:
         return bronze.join(positions.select(*key).distinct(), key, "left_semi")
-    if not wanted:
-        return bronze.where(F.lit(False))
-    offsets: dict[int, list[int]] = {}
-    for row in wanted:
-        offsets.setdefault(row["partition"], []).append(row["offset"])
-    named = [
-        (F.col("partition") == p) & F.col("offset").isin(*sorted(o)) for p, o in offsets.items()
-    ]
-    return bronze.where(reduce(operator.or_, named))
+    return lake.at_positions(bronze, [(r["partition"], r["offset"]) for r in wanted])
 
 
 def _replaced_partitions(

@@ -103,3 +103,34 @@ def test_session_settings_hold_inside_and_are_as_before_outside(spark):
         raise RuntimeError("inside")
     assert spark.conf.get(set_before) == before
     assert spark.conf.get(unset, None) is None
+
+
+def test_offset_ranges_split_at_the_largest_gaps():
+    offsets = [50, 1, 2, 3, 10, 11, 2]
+    assert lake.offset_ranges(offsets, 3) == [(1, 3), (10, 11), (50, 50)]
+    assert lake.offset_ranges(offsets, 2) == [(1, 11), (50, 50)]
+    assert lake.offset_ranges(offsets, 1) == [(1, 50)]
+    assert lake.offset_ranges(offsets, 64) == [(1, 3), (10, 11), (50, 50)]
+
+
+def test_at_positions_reads_only_the_files_that_can_hold_them(spark, tmp_path):
+    path = tmp_path / "t"
+    files = []
+    for first in (0, 100, 200):  # three appends: three files of narrow offset ranges
+        spark.createDataFrame(
+            [(p, o) for p in (0, 1) for o in range(first, first + 50)], "partition int, offset long"
+        ).coalesce(1).write.format("delta").mode("append").save(str(path))
+        files.append(next(f for f in path.glob("*.parquet") if f not in files))
+    table = spark.read.format("delta").load(str(path))
+    # The middle file is moved away: reading it would fail.
+    files[1].rename(files[1].with_suffix(".away"))
+    got = lake.at_positions(table, [(0, 3), (1, 7), (0, 220), (1, 40)])
+    assert sorted((r.partition, r.offset) for r in got.collect()) == [
+        (0, 3),
+        (0, 220),
+        (1, 7),
+        (1, 40),
+    ]
+    assert lake.at_positions(table, []).count() == 0
+    files[1].with_suffix(".away").rename(files[1])
+    assert lake.at_positions(table, [(1, 120)]).count() == 1

@@ -12,7 +12,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StructField, StructType
 
-from spark_jobs import contract, silver
+from spark_jobs import contract, ledger_index, silver
 from spark_jobs.bronze import BRONZE_SCHEMA
 from warehouse.base import registry
 
@@ -86,6 +86,20 @@ def lake(spark, settings, tmp_path):
     return s
 
 
+@pytest.fixture(params=["ledger joined", "ledger indexed"])
+def run(request, spark, lake):
+    """A micro-batch through `silver.process_batch`, with the whole ledger joined, or
+    with one ledger index kept across the test's batches, as ingest keeps one."""
+    index = None
+    if request.param == "ledger indexed":
+        index = ledger_index.LedgerIndex(silver.LEDGER.path(lake))
+
+    def process(batch, batch_id):
+        return silver.process_batch(spark, lake, batch, batch_id, "app", index)
+
+    return process
+
+
 def _batch(spark, lake, rows):
     """Bronze rows for a micro-batch, landed in the lake's bronze first as ingest would."""
     batch = spark.createDataFrame(
@@ -136,19 +150,11 @@ def test_a_batch_splits_records_into_silver_quarantine_and_duplicates(spark, lak
     assert ledger.count() == 4  # every accepted record, winner or not
 
 
-def test_an_earlier_record_arriving_later_takes_over_and_the_loser_is_quarantined(spark, lake):
+def test_an_earlier_record_arriving_later_takes_over_and_the_loser_is_quarantined(spark, lake, run):
     # Partition 2 is read first; its record of e1 (and a re-send) lands in silver.
-    silver.process_batch(
-        spark,
-        lake,
-        _batch(spark, lake, [(2, 0, _event("e1")), (2, 1, _event("e1"))]),
-        0,
-        "app",
-    )
+    run(_batch(spark, lake, [(2, 0, _event("e1")), (2, 1, _event("e1"))]), 0)
     # Then partition 0's record of e1 with other content: first in log order, so it wins.
-    result = silver.process_batch(
-        spark, lake, _batch(spark, lake, [(0, 7, _event("e1", customer="c9"))]), 1, "app"
-    )
+    result = run(_batch(spark, lake, [(0, 7, _event("e1", customer="c9"))]), 1)
     assert result.replaced_winners == 1
 
     events, quarantine, _ = _tables(spark, lake)
@@ -197,17 +203,9 @@ def test_a_replaced_winner_is_found_in_its_own_partition_of_silver(spark, lake):
     assert silver.bronze_at(spark, lake, none).count() == 0
 
 
-def test_a_conflict_becomes_a_duplicate_when_a_matching_earlier_record_arrives(spark, lake):
-    silver.process_batch(
-        spark,
-        lake,
-        _batch(spark, lake, [(2, 0, _event("e1")), (2, 1, _event("e1", quantity=3))]),
-        0,
-        "app",
-    )
-    silver.process_batch(
-        spark, lake, _batch(spark, lake, [(0, 0, _event("e1", quantity=3))]), 1, "app"
-    )
+def test_a_conflict_becomes_a_duplicate_when_a_matching_earlier_record_arrives(spark, lake, run):
+    run(_batch(spark, lake, [(2, 0, _event("e1")), (2, 1, _event("e1", quantity=3))]), 0)
+    run(_batch(spark, lake, [(0, 0, _event("e1", quantity=3))]), 1)
 
     events, quarantine, _ = _tables(spark, lake)
     assert [(r.partition, r.offset, r.quantity) for r in events.collect()] == [(0, 0, 3)]
@@ -215,12 +213,12 @@ def test_a_conflict_becomes_a_duplicate_when_a_matching_earlier_record_arrives(s
     assert [(r.partition, r.offset) for r in quarantine.collect()] == [(2, 0)]
 
 
-def test_replaying_a_committed_batch_changes_nothing(spark, lake):
+def test_replaying_a_committed_batch_changes_nothing(spark, lake, run):
     rows = [(0, 0, _event("e1")), (0, 1, b"[1,2]"), (1, 0, _event("e1", quantity=2))]
-    silver.process_batch(spark, lake, _batch(spark, lake, rows), 0, "app")
+    run(_batch(spark, lake, rows), 0)
     before = [t.orderBy("partition", "offset").collect() for t in _tables(spark, lake)]
 
-    silver.process_batch(spark, lake, _batch(spark, lake, rows), 0, "app")  # crash, then replay
+    run(_batch(spark, lake, rows), 0)  # crash, then replay
 
     after = [t.orderBy("partition", "offset").collect() for t in _tables(spark, lake)]
     strip = [
@@ -231,6 +229,72 @@ def test_replaying_a_committed_batch_changes_nothing(spark, lake):
         [{k: v for k, v in r.asDict().items() if k != "quarantined_at"} for r in rows_]
         for rows_ in after
     ]
+
+
+def test_an_indexed_batch_reads_no_ledger_file_its_ids_are_not_in(spark, lake):
+    """Only the ledger files holding earlier records of a batch's ids are read: the
+    first batch's files are moved away while a batch of new ids runs."""
+    index = ledger_index.LedgerIndex(silver.LEDGER.path(lake))
+    ledger = Path(silver.LEDGER.path(lake))
+    silver.process_batch(
+        spark,
+        lake,
+        _batch(spark, lake, [(0, 0, _event("e0")), (0, 1, _event("e1"))]),
+        0,
+        "app",
+        index,
+    )
+    first = sorted(ledger.glob("*.parquet"))
+    for f in first:
+        f.rename(f.with_suffix(".away"))
+    result = silver.process_batch(
+        spark, lake, _batch(spark, lake, [(0, 2, _event("e2"))]), 1, "app", index
+    )
+    for f in first:
+        f.with_suffix(".away").rename(f)
+    assert (result.accepted, result.duplicates) == (1, 0)
+    # A re-send of e1 and e1 with other content: found through the index.
+    result = silver.process_batch(
+        spark,
+        lake,
+        _batch(spark, lake, [(1, 0, _event("e1")), (1, 1, _event("e1", quantity=5))]),
+        2,
+        "app",
+        index,
+    )
+    assert (result.accepted, result.duplicates, result.conflicts) == (0, 1, 1)
+    events, quarantine, _ = _tables(spark, lake)
+    assert sorted((r.event_id, r.partition, r.offset) for r in events.collect()) == [
+        ("e0", 0, 0),
+        ("e1", 0, 1),
+        ("e2", 0, 2),
+    ]
+    assert [(r.partition, r.offset, r.reason) for r in quarantine.collect()] == [
+        (1, 1, silver.CONFLICT)
+    ]
+    assert len(index) == 5
+
+
+def test_the_ledger_index_rebuilds_after_another_writer(spark, lake):
+    """A ledger row the index did not add (here: appended by hand) is found: any commit
+    but ingest's own appends and data-free ones (OPTIMIZE) rebuilds the index."""
+    index = ledger_index.LedgerIndex(silver.LEDGER.path(lake))
+    silver.process_batch(spark, lake, _batch(spark, lake, [(2, 0, _event("e1"))]), 0, "app", index)
+    stray = _batch(spark, lake, [(0, 7, _event("e1", customer="c9"))])
+    contract.validate(stray).select(*[f.name for f in silver.LEDGER_SCHEMA.fields]).write.format(
+        "delta"
+    ).mode("append").save(silver.LEDGER.path(lake))
+    spark.sql(f"OPTIMIZE delta.`{silver.LEDGER.path(lake)}`")  # data-free: changes nothing
+
+    resend = _batch(spark, lake, [(2, 1, _event("e1"))])
+    keys = ledger_index.Keys.of(
+        contract.validate(resend).select(*[f.name for f in silver.LEDGER_SCHEMA.fields])
+    )
+    index.follow(spark, ("app/ledger", 1), keys)
+    assert sorted(index.earlier(keys)) == [(0, 7), (2, 0)]
+    assert index.version == int(
+        spark.sql(f"DESCRIBE HISTORY delta.`{silver.LEDGER.path(lake)}`").first()["version"]
+    )
 
 
 def test_silver_rows_have_the_contract_types(spark, lake):
@@ -247,7 +311,7 @@ def test_silver_rows_have_the_contract_types(spark, lake):
     assert events.where(F.col("content_hash").isNull()).count() == 0
 
 
-def test_from_records_settles_like_the_streaming_path(spark, lake):
+def test_from_records_settles_like_the_streaming_path(spark, lake, run):
     rows = [
         (2, 0, _event("e1")),
         (2, 1, _event("e1")),
@@ -256,8 +320,8 @@ def test_from_records_settles_like_the_streaming_path(spark, lake):
         (1, 4, _event("e2", quantity=2)),
     ]
     # Streaming: in two micro-batches, partition 2 first.
-    silver.process_batch(spark, lake, _batch(spark, lake, rows[:2]), 0, "app")
-    silver.process_batch(spark, lake, _batch(spark, lake, rows[2:]), 1, "app")
+    run(_batch(spark, lake, rows[:2]), 0)
+    run(_batch(spark, lake, rows[2:]), 1)
     streamed, quarantined, ledger = _tables(spark, lake)
 
     records = _batch(spark, lake, rows)

@@ -1,0 +1,177 @@
+"""Which event ids the ledger has seen, and where, kept on ingest's driver.
+
+Exact dedup needs, for each event id of a micro-batch, every record of that id
+ever accepted: the ledger. Joining the batch's ids against the ledger reads all
+of it, every batch, so the batch's cost grows with history (8.8 M rows, 670 MB,
+read for a batch of 2,000 records on the developer's lake).
+
+The index holds, for every ledger row, the 64-bit hash of its event id and its
+position (partition, offset), sorted by hash: 16 bytes a row, built once from the
+ledger when ingest's query starts. A batch looks its ids' hashes up; only ids
+found there have earlier records, and their positions name the ledger rows to
+read (`lake.at_positions`, whose ranges let Delta skip every other file). An id
+whose hash another id shares only adds a row to read, which the join on the
+event id then drops: the answer still comes from the ledger, not from the hash.
+
+It follows the ledger commit by commit, through Delta's log (`getChanges`): ingest's
+own append of a batch adds the batch's rows; a commit that changes no data
+(OPTIMIZE) leaves it as it is; anything else (an erasure, another writer) rebuilds
+it. An index that lists a position the ledger no longer holds is harmless (that
+read finds no row); one that misses a position would not be, hence the rebuild.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs import lake
+
+log = logging.getLogger(__name__)
+
+# A position as one 64-bit number: partition in the high 16 bits, offset below.
+# Kafka offsets stay far below 2**47.
+_OFFSET_BITS = 48
+_OFFSET_MASK = (1 << _OFFSET_BITS) - 1
+
+
+def keyed(rows: DataFrame) -> DataFrame:
+    """Rows with `event_id`, `partition`, `offset` -> (`id_hash`, `position`), as kept."""
+    return rows.select(
+        F.xxhash64("event_id").alias("id_hash"),
+        F.shiftleft(F.col("partition").cast("long"), _OFFSET_BITS)
+        .bitwiseOR(F.col("offset"))
+        .alias("position"),
+    )
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Id hashes and positions of some ledger-shaped rows, on the driver."""
+
+    hashes: np.ndarray
+    positions: np.ndarray
+
+    @classmethod
+    def of(cls, rows: DataFrame) -> Keys:
+        """Collected through Arrow: 16 bytes a row."""
+        table = keyed(rows).toArrow()
+        return cls(
+            table.column("id_hash").to_numpy().astype(np.int64, copy=False),
+            table.column("position").to_numpy().astype(np.int64, copy=False),
+        )
+
+
+class LedgerIndex:
+    """The ledger's event-id hashes and positions; see the module's doc."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.version: int | None = None
+        self._hashes = np.empty(0, np.int64)
+        self._positions = np.empty(0, np.int64)
+
+    def __len__(self) -> int:
+        return len(self._hashes)
+
+    # -- keeping up with the ledger ---------------------------------------------------------
+    def rebuild(self, spark: SparkSession, why: str) -> None:
+        started = time.monotonic()
+        version = int(lake.snapshot(spark, self.path).version())
+        keys = Keys.of(lake.read_version(spark, self.path, version))
+        order = np.argsort(keys.hashes, kind="stable")
+        self._hashes, self._positions = keys.hashes[order], keys.positions[order]
+        self.version = version
+        log.info(
+            "ledger index: %s rows of ledger version %d in %.1f s (%s)",
+            f"{len(self):,}",
+            version,
+            time.monotonic() - started,
+            why,
+        )
+
+    def follow(self, spark: SparkSession, ours: tuple[str, int], batch: Keys) -> None:
+        """Bring the index to the ledger's newest version. `ours` (txnAppId, txnVersion)
+        names the ledger append of the batch whose accepted records are `batch`."""
+        if self.version is None:
+            self.rebuild(spark, "first batch")
+            return
+        newest = int(lake.snapshot(spark, self.path).version())
+        if newest == self.version:
+            return
+        commits = _commits(spark, self.path, self.version + 1, newest)
+        if commits is None:
+            self.rebuild(spark, f"the ledger's log from version {self.version + 1} is gone")
+            return
+        for version, (txn, adds_data) in commits:
+            if txn == ours:
+                self.add(batch)
+            elif adds_data:
+                self.rebuild(spark, f"ledger version {version} was written by another writer")
+                return
+        self.version = newest
+
+    def add(self, keys: Keys) -> None:
+        if not len(keys.hashes):
+            return
+        order = np.argsort(keys.hashes, kind="stable")
+        # Two sorted runs: the stable sort (Timsort) merges them in linear time.
+        merged_hashes = np.concatenate([self._hashes, keys.hashes[order]])
+        merged_positions = np.concatenate([self._positions, keys.positions[order]])
+        order = np.argsort(merged_hashes, kind="stable")
+        self._hashes, self._positions = merged_hashes[order], merged_positions[order]
+
+    # -- lookups ----------------------------------------------------------------------------
+    def positions_of(self, hashes: np.ndarray) -> list[tuple[int, int]]:
+        """Every (partition, offset) the index holds for any of these id hashes."""
+        wanted = np.unique(hashes)
+        lo = np.searchsorted(self._hashes, wanted, "left")
+        hi = np.searchsorted(self._hashes, wanted, "right")
+        hit = hi > lo
+        if not hit.any():
+            return []
+        found = np.unique(
+            np.concatenate([self._positions[a:b] for a, b in zip(lo[hit], hi[hit], strict=True)])
+        )
+        return [(int(p >> _OFFSET_BITS), int(p & _OFFSET_MASK)) for p in found]
+
+    def earlier(self, batch: Keys) -> list[tuple[int, int]]:
+        """The positions of every earlier record of the batch's event ids (the batch's
+        own left out): where the ledger holds them, if it does."""
+        mine = set(batch.positions.tolist())
+        return [
+            p for p in self.positions_of(batch.hashes) if (p[0] << _OFFSET_BITS) | p[1] not in mine
+        ]
+
+
+def _commits(
+    spark: SparkSession, path: str, first: int, last: int
+) -> list[tuple[int, tuple[tuple[str, int] | None, bool]]] | None:
+    """For each ledger commit from `first` to `last`: its transaction id (appId,
+    version) if it has one, and whether it adds data. None if the log no longer has them."""
+    jvm: Any = spark._jvm
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    out = []
+    changes = delta_log.getChanges(first, last, jvm.scala.Option.empty(), False)
+    while changes.hasNext():
+        pair = changes.next()
+        txn: tuple[str, int] | None = None
+        adds_data = False
+        actions = pair._2()
+        for i in range(actions.size()):
+            action = actions.apply(i)
+            kind = action.getClass().getSimpleName()
+            if kind == "SetTransaction":
+                txn = (str(action.appId()), int(action.version()))
+            elif kind == "AddFile" and action.dataChange():
+                adds_data = True
+        out.append((int(pair._1()), (txn, adds_data)))
+    if [v for v, _ in out] != list(range(first, last + 1)):
+        return None
+    return out
