@@ -346,17 +346,38 @@ def at_positions(table: DataFrame, positions: list[tuple[int, int]]) -> DataFram
     hold them are read. (An IN list alone would skip by its one minimum and maximum.)"""
     if not positions:
         return table.where(F.lit(False))
-    offsets: dict[int, list[int]] = {}
-    for partition, offset in positions:
-        offsets.setdefault(partition, []).append(offset)
-    named = []
-    for partition, offs in sorted(offsets.items()):
-        ranges = reduce(
-            operator.or_,
-            [F.col("offset").between(lo, hi) for lo, hi in offset_ranges(offs, MAX_RANGES)],
+    exact = reduce(
+        operator.or_,
+        [
+            (F.col("partition") == partition) & F.col("offset").isin(*offsets)
+            for partition, offsets in _by_partition(positions).items()
+        ],
+    )
+    return table.where(F.expr(positions_condition(positions)) & exact)
+
+
+def positions_condition(positions: list[tuple[int, int]], alias: str = "") -> str:
+    """SQL that holds for every one of these positions and few others (`at_positions`):
+    per partition, at most MAX_RANGES ranges of offsets. In a MERGE's condition, on
+    the target (`alias`), Delta skips the target's files outside them too."""
+    if not positions:
+        return "false"
+    prefix = f"{alias}." if alias else ""
+    return " OR ".join(
+        f"({prefix}partition = {partition} AND ("
+        + " OR ".join(
+            f"{prefix}offset BETWEEN {lo} AND {hi}" for lo, hi in offset_ranges(offsets, MAX_RANGES)
         )
-        named.append((F.col("partition") == partition) & ranges & F.col("offset").isin(*offs))
-    return table.where(reduce(operator.or_, named))
+        + "))"
+        for partition, offsets in _by_partition(positions).items()
+    )
+
+
+def _by_partition(positions: list[tuple[int, int]]) -> dict[int, list[int]]:
+    offsets: dict[int, list[int]] = {}
+    for partition, offset in sorted(positions):
+        offsets.setdefault(partition, []).append(offset)
+    return offsets
 
 
 def offset_ranges(offsets: list[int], most: int) -> list[tuple[int, int]]:

@@ -420,7 +420,7 @@ def _settle(
                     silver_path,
                     replacing,
                     f"silver batch {batch_id}: replacing winners",
-                    _replaced_partitions(spark, settings, state, replacing),
+                    _where_held(spark, settings, state, replacing),
                 )
             finally:
                 replacing.unpersist()
@@ -458,28 +458,47 @@ def bronze_at(spark: SparkSession, settings: Settings, positions: DataFrame) -> 
     return lake.at_positions(bronze, [(r["partition"], r["offset"]) for r in wanted])
 
 
-def _replaced_partitions(
+@dataclass(frozen=True)
+class Held:
+    """Where silver can hold the row of some event ids: it holds one of their
+    records, so one of their positions, in one of those records' partitions."""
+
+    partitions: list[tuple[str, date]]
+    positions: list[tuple[int, int]]
+
+    def condition(self) -> str:
+        """A MERGE condition on the target `t` naming only those: Delta reads the named
+        partitions, and of them only the files whose offsets can hold the positions."""
+        named = " OR ".join(
+            f"(t.event_type = '{t}' AND t.event_date = DATE'{d.isoformat()}')"
+            for t, d in sorted(set(self.partitions))
+        )
+        return f"({named or 'false'}) AND ({lake.positions_condition(self.positions, 't')})"
+
+
+def _where_held(
     spark: SparkSession, settings: Settings, state: DataFrame, replacing: DataFrame
-) -> list[tuple[str, date]] | None:
-    """The silver partitions (event_type, event_date) of every earlier record of the
-    ids a batch replaces the winner of (silver holds one of them: the first in log
-    order, or another while recovery has yet to reconcile) and of their
-    replacements: where the MERGE must look, so it reads those and not all of
-    silver. None if there are too many to name."""
-    before = state.where(~F.col("in_batch")).join(
-        replacing.select("event_id"), "event_id", "left_semi"
-    )
+) -> Held | None:
+    """Where silver holds the rows a batch replaces (`Held`): every record ever seen of
+    those ids is in `state`, and silver holds one of them (the first in log order,
+    or another while recovery has yet to reconcile, or the new winner when the
+    batch is retried after its MERGE). None if there are too many to name."""
+    of_ids = state.join(replacing.select("event_id"), "event_id", "left_semi")
+    positions = of_ids.select("partition", "offset").limit(MAX_POSITIONS + 1).collect()
+    if len(positions) > MAX_POSITIONS:
+        return None
+    before = of_ids.where(~F.col("in_batch"))
     old = to_silver_rows(contract.validate(bronze_at(spark, settings, before)))
     found = (
         old.select("event_type", "event_date")
         .unionByName(replacing.select("event_type", "event_date"))
         .distinct()
-        .limit(MAX_POSITIONS + 1)
         .collect()
     )
-    if len(found) > MAX_POSITIONS:
-        return None
-    return [(r["event_type"], r["event_date"]) for r in found]
+    return Held(
+        [(r["event_type"], r["event_date"]) for r in found],
+        [(r["partition"], r["offset"]) for r in positions],
+    )
 
 
 def _merge_winners(
@@ -487,23 +506,19 @@ def _merge_winners(
     silver_path: str,
     winners: DataFrame,
     what: str,
-    partitions: list[tuple[str, date]] | None = None,
+    held: Held | None = None,
 ) -> None:
     """Make these silver's rows for their event ids, replacing another winner if there is one.
 
-    `partitions`: every silver partition holding such a winner, if known (a literal
-    condition on silver's partition columns, so Delta reads only those).
+    `held`: where silver holds a row of those ids, if known (a literal condition
+    on the target, so Delta reads only the files that can hold them).
 
     Safe to repeat: it writes the ledger's answer, and a conflicting commit
     (maintenance, an operator) aborted the first try whole.
     """
     condition = "t.event_id = s.event_id"
-    if partitions is not None:
-        named = " OR ".join(
-            f"(t.event_type = '{t}' AND t.event_date = DATE'{d.isoformat()}')"
-            for t, d in sorted(set(partitions))
-        )
-        condition += f" AND ({named or 'false'})"
+    if held is not None:
+        condition += f" AND {held.condition()}"
     lake.retry_on_conflict(
         lambda: (
             DeltaTable.forPath(spark, silver_path)

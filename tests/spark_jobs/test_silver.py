@@ -203,6 +203,27 @@ def test_a_replaced_winner_is_found_in_its_own_partition_of_silver(spark, lake):
     assert silver.bronze_at(spark, lake, none).count() == 0
 
 
+def test_a_replaced_winner_is_found_among_its_partitions_files_by_position(spark, lake, run):
+    """Within the old winner's partition, the MERGE reads only the files whose offsets
+    can hold a record of the id: another batch's file of that day is moved away."""
+    run(_batch(spark, lake, [(2, 0, _event("e0"))]), 0)
+    day = Path(silver.SILVER.path(lake), "event_type=cart_item_added", "event_date=2026-01-01")
+    before = set(day.glob("*.parquet"))
+    run(_batch(spark, lake, [(2, 500, _event("e5")), (3, 400, _event("e6"))]), 1)
+    (other,) = set(day.glob("*.parquet")) - before
+    other.rename(other.with_suffix(".away"))
+    result = run(_batch(spark, lake, [(0, 7, _event("e0", customer="c9"))]), 2)
+    other.with_suffix(".away").rename(other)
+    assert result.replaced_winners == 1
+    events, quarantine, _ = _tables(spark, lake)
+    assert sorted((r.event_id, r.partition, r.offset, r.customer_id) for r in events.collect()) == [
+        ("e0", 0, 7, "c9"),
+        ("e5", 2, 500, "c1"),
+        ("e6", 3, 400, "c1"),
+    ]
+    assert [(r.partition, r.offset) for r in quarantine.collect()] == [(2, 0)]
+
+
 def test_a_conflict_becomes_a_duplicate_when_a_matching_earlier_record_arrives(spark, lake, run):
     run(_batch(spark, lake, [(2, 0, _event("e1")), (2, 1, _event("e1", quantity=3))]), 0)
     run(_batch(spark, lake, [(0, 0, _event("e1", quantity=3))]), 1)
