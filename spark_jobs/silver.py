@@ -541,13 +541,19 @@ def _settle_conflicts(
 ) -> None:
     """Quarantine exactly the conflicting records of the touched ids, no more, no fewer."""
     key = ["partition", "offset"]
-    quarantine = DeltaTable.forPath(spark, QUARANTINE.path(settings))
-    present = (
-        quarantine.toDF()
+    conflicts = (
+        spark.read.format("delta")
+        .load(QUARANTINE.path(settings))
         .where(F.col("reason") == CONFLICT)
-        .join(F.broadcast(touched), "event_id", "left_semi")
-        .select(*key)
     )
+    # What may have to leave the quarantine is a conflict of an earlier record (its
+    # winner changed): read at their positions only, if few. A batch's own conflicts
+    # already there (a retry) need no look: the MERGE is keyed by position.
+    earlier = state.where(~F.col("in_batch")).select(*key)
+    named = earlier.limit(MAX_POSITIONS + 1).collect()
+    if len(named) <= MAX_POSITIONS:
+        conflicts = lake.at_positions(conflicts, [(r["partition"], r["offset"]) for r in named])
+    present = conflicts.join(F.broadcast(touched), "event_id", "left_semi").select(*key)
     wanted = conflict_detail(state.where(F.col("status") == CONFLICT))
     # Materialised: the quarantine is read once, and the positions below are known.
     to_add = wanted.join(present, key, "left_anti").localCheckpoint(eager=True)
@@ -590,13 +596,17 @@ def _quarantine_conflicts(
                 F.lit("remove").alias("_op"),
             )
         )
+    condition = "t.partition = s.partition AND t.offset = s.offset"
+    # Named as literals too, if few: Delta then reads only the quarantine's files
+    # that can hold them, not all of it.
+    positions = source.select(*key).limit(MAX_POSITIONS + 1).collect()
+    if len(positions) <= MAX_POSITIONS:
+        named = [(r["partition"], r["offset"]) for r in positions]
+        condition += f" AND ({lake.positions_condition(named, 't')})"
     lake.retry_on_conflict(
         lambda: (
             quarantine.alias("t")
-            .merge(
-                source.alias("s"),
-                "t.partition = s.partition AND t.offset = s.offset",
-            )
+            .merge(source.alias("s"), condition)
             .whenMatchedDelete(condition="s._op = 'remove' AND t.reason = 'conflicting_duplicate'")
             .whenNotMatchedInsert(
                 condition="s._op = 'add'",

@@ -224,6 +224,29 @@ def test_a_replaced_winner_is_found_among_its_partitions_files_by_position(spark
     assert [(r.partition, r.offset) for r in quarantine.collect()] == [(2, 0)]
 
 
+def test_settling_conflicts_reads_only_the_quarantines_files_of_those_positions(spark, lake, run):
+    """A replaced winner's conflicts are settled reading only the quarantine's files
+    that can hold the ids' positions: a file of other records is moved away."""
+    quarantine = Path(silver.QUARANTINE.path(lake))
+    run(_batch(spark, lake, [(2, 0, _event("e1")), (1, 900, b"{oops")]), 0)
+    unrelated = list(quarantine.glob("*.parquet"))
+    assert unrelated
+    run(_batch(spark, lake, [(2, 1, _event("e1", quantity=4))]), 1)
+    for f in unrelated:
+        f.rename(f.with_suffix(".away"))
+    result = run(_batch(spark, lake, [(0, 7, _event("e1", customer="c9"))]), 2)
+    for f in unrelated:
+        f.with_suffix(".away").rename(f)
+    assert result.replaced_winners == 1
+    events, quarantined, _ = _tables(spark, lake)
+    assert [(r.partition, r.offset) for r in events.collect()] == [(0, 7)]
+    assert sorted((r.partition, r.offset, r.reason) for r in quarantined.collect()) == [
+        (1, 900, "malformed_json"),
+        (2, 0, silver.CONFLICT),
+        (2, 1, silver.CONFLICT),
+    ]
+
+
 def test_a_conflict_becomes_a_duplicate_when_a_matching_earlier_record_arrives(spark, lake, run):
     run(_batch(spark, lake, [(2, 0, _event("e1")), (2, 1, _event("e1", quantity=3))]), 0)
     run(_batch(spark, lake, [(0, 0, _event("e1", quantity=3))]), 1)
