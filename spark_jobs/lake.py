@@ -362,11 +362,14 @@ def positions_condition(positions: list[tuple[int, int]], alias: str = "") -> st
     the target (`alias`), Delta skips the target's files outside them too."""
     if not positions:
         return "false"
+    # Quoted: both are SQL keywords, parsed as names only while Spark does not
+    # enforce reserved words.
     prefix = f"{alias}." if alias else ""
     return " OR ".join(
-        f"({prefix}partition = {partition} AND ("
+        f"({prefix}`partition` = {int(partition)} AND ("
         + " OR ".join(
-            f"{prefix}offset BETWEEN {lo} AND {hi}" for lo, hi in offset_ranges(offsets, MAX_RANGES)
+            f"{prefix}`offset` BETWEEN {int(lo)} AND {int(hi)}"
+            for lo, hi in offset_ranges(offsets, MAX_RANGES)
         )
         + "))"
         for partition, offsets in _by_partition(positions).items()

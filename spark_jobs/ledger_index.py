@@ -15,9 +15,11 @@ event id then drops: the answer still comes from the ledger, not from the hash.
 
 It follows the ledger commit by commit, through Delta's log (`getChanges`): ingest's
 own append of a batch adds the batch's rows; a commit that changes no data
-(OPTIMIZE) leaves it as it is; anything else (an erasure, another writer) rebuilds
-it. An index that lists a position the ledger no longer holds is harmless (that
-read finds no row); one that misses a position would not be, hence the rebuild.
+(OPTIMIZE) leaves it as it is; anything else (an erasure, another writer, a
+ledger made again, a log cleaned past it) rebuilds it. An index that lists a
+position the ledger no longer holds is harmless (that read finds no row); one
+that misses a position would not be, hence the rebuild. A commit that only
+removes files (a DELETE of whole files) leaves such positions.
 """
 
 from __future__ import annotations
@@ -41,12 +43,28 @@ _OFFSET_BITS = 48
 _OFFSET_MASK = (1 << _OFFSET_BITS) - 1
 
 
+_MAX_PARTITION = (1 << 15) - 1
+
+
 def keyed(rows: DataFrame) -> DataFrame:
-    """Rows with `event_id`, `partition`, `offset` -> (`id_hash`, `position`), as kept."""
+    """Rows with `event_id`, `partition`, `offset` -> (`id_hash`, `position`), as kept.
+    A position that does not fit fails the query: packed wrong, it would be missed."""
+    fits = F.col("partition").between(0, _MAX_PARTITION) & F.col("offset").between(0, _OFFSET_MASK)
+    packed = F.shiftleft(F.col("partition").cast("long"), _OFFSET_BITS).bitwiseOR(F.col("offset"))
     return rows.select(
         F.xxhash64("event_id").alias("id_hash"),
-        F.shiftleft(F.col("partition").cast("long"), _OFFSET_BITS)
-        .bitwiseOR(F.col("offset"))
+        F.when(fits, packed)
+        .otherwise(
+            F.raise_error(
+                F.format_string(
+                    "ledger index: position (%d, %d) is outside partitions 0-%d and offsets 0-%d",
+                    "partition",
+                    "offset",
+                    F.lit(_MAX_PARTITION),
+                    F.lit(_OFFSET_MASK),
+                )
+            )
+        )
         .alias("position"),
     )
 
@@ -74,6 +92,7 @@ class LedgerIndex:
     def __init__(self, path: str) -> None:
         self.path = path
         self.version: int | None = None
+        self.table_id: str | None = None
         self._hashes = np.empty(0, np.int64)
         self._positions = np.empty(0, np.int64)
 
@@ -83,7 +102,9 @@ class LedgerIndex:
     # -- keeping up with the ledger ---------------------------------------------------------
     def rebuild(self, spark: SparkSession, why: str) -> None:
         started = time.monotonic()
-        version = int(lake.snapshot(spark, self.path).version())
+        snapshot = lake.snapshot(spark, self.path)
+        version = int(snapshot.version())
+        self.table_id = str(snapshot.metadata().id())
         keys = Keys.of(lake.read_version(spark, self.path, version))
         order = np.argsort(keys.hashes, kind="stable")
         self._hashes, self._positions = keys.hashes[order], keys.positions[order]
@@ -102,7 +123,11 @@ class LedgerIndex:
         if self.version is None:
             self.rebuild(spark, "first batch")
             return
-        newest = int(lake.snapshot(spark, self.path).version())
+        snapshot = lake.snapshot(spark, self.path)
+        newest = int(snapshot.version())
+        if str(snapshot.metadata().id()) != self.table_id or newest < self.version:
+            self.rebuild(spark, "the ledger was made again")
+            return
         if newest == self.version:
             return
         commits = _commits(spark, self.path, self.version + 1, newest)

@@ -464,7 +464,7 @@ class Held:
     records, so one of their positions, in one of those records' partitions."""
 
     partitions: list[tuple[str, date]]
-    positions: list[tuple[int, int]]
+    positions: list[tuple[int, int]] | None  # None: too many to name
 
     def condition(self) -> str:
         """A MERGE condition on the target `t` naming only those: Delta reads the named
@@ -473,6 +473,8 @@ class Held:
             f"(t.event_type = '{t}' AND t.event_date = DATE'{d.isoformat()}')"
             for t, d in sorted(set(self.partitions))
         )
+        if self.positions is None:
+            return f"({named or 'false'})"
         return f"({named or 'false'}) AND ({lake.positions_condition(self.positions, 't')})"
 
 
@@ -485,19 +487,22 @@ def _where_held(
     batch is retried after its MERGE). None if there are too many to name."""
     of_ids = state.join(replacing.select("event_id"), "event_id", "left_semi")
     positions = of_ids.select("partition", "offset").limit(MAX_POSITIONS + 1).collect()
-    if len(positions) > MAX_POSITIONS:
-        return None
     before = of_ids.where(~F.col("in_batch"))
     old = to_silver_rows(contract.validate(bronze_at(spark, settings, before)))
     found = (
         old.select("event_type", "event_date")
         .unionByName(replacing.select("event_type", "event_date"))
         .distinct()
+        .limit(MAX_POSITIONS + 1)
         .collect()
     )
+    if len(found) > MAX_POSITIONS:
+        return None
     return Held(
         [(r["event_type"], r["event_date"]) for r in found],
-        [(r["partition"], r["offset"]) for r in positions],
+        None
+        if len(positions) > MAX_POSITIONS
+        else [(r["partition"], r["offset"]) for r in positions],
     )
 
 
@@ -538,8 +543,13 @@ def _settle_conflicts(
     checked: DataFrame,
     touched: DataFrame,
     state: DataFrame,
+    narrow: bool = True,
 ) -> None:
-    """Quarantine exactly the conflicting records of the touched ids, no more, no fewer."""
+    """Quarantine exactly the conflicting records of the touched ids, no more, no fewer.
+
+    `narrow`: read the quarantine only at the positions of the ids' earlier records
+    (a batch). Recovery reads all of it: a conflict left at a position the ledger no
+    longer holds (an erasure stopped halfway) is there for it to remove."""
     key = ["partition", "offset"]
     conflicts = (
         spark.read.format("delta")
@@ -550,8 +560,8 @@ def _settle_conflicts(
     # winner changed): read at their positions only, if few. A batch's own conflicts
     # already there (a retry) need no look: the MERGE is keyed by position.
     earlier = state.where(~F.col("in_batch")).select(*key)
-    named = earlier.limit(MAX_POSITIONS + 1).collect()
-    if len(named) <= MAX_POSITIONS:
+    named = earlier.limit(MAX_POSITIONS + 1).collect() if narrow else []
+    if narrow and len(named) <= MAX_POSITIONS:
         conflicts = lake.at_positions(conflicts, [(r["partition"], r["offset"]) for r in named])
     present = conflicts.join(F.broadcast(touched), "event_id", "left_semi").select(*key)
     wanted = conflict_detail(state.where(F.col("status") == CONFLICT))
@@ -597,25 +607,33 @@ def _quarantine_conflicts(
             )
         )
     condition = "t.partition = s.partition AND t.offset = s.offset"
-    # Named as literals too, if few: Delta then reads only the quarantine's files
-    # that can hold them, not all of it.
-    positions = source.select(*key).limit(MAX_POSITIONS + 1).collect()
-    if len(positions) <= MAX_POSITIONS:
-        named = [(r["partition"], r["offset"]) for r in positions]
-        condition += f" AND ({lake.positions_condition(named, 't')})"
-    lake.retry_on_conflict(
-        lambda: (
-            quarantine.alias("t")
-            .merge(source.alias("s"), condition)
-            .whenMatchedDelete(condition="s._op = 'remove' AND t.reason = 'conflicting_duplicate'")
-            .whenNotMatchedInsert(
-                condition="s._op = 'add'",
-                values={f.name: F.col(f"s.{f.name}") for f in QUARANTINE_SCHEMA.fields},
-            )
-            .execute()
-        ),
-        "quarantine: conflicting duplicates",
-    )
+    # Materialised: its positions are collected first, and it reads bronze and the
+    # quarantine the MERGE changes.
+    source = source.localCheckpoint(eager=True)
+    try:
+        # Named as literals too, if few: Delta then reads only the quarantine's files
+        # that can hold them, not all of it.
+        positions = source.select(*key).limit(MAX_POSITIONS + 1).collect()
+        if len(positions) <= MAX_POSITIONS:
+            named = [(r["partition"], r["offset"]) for r in positions]
+            condition += f" AND ({lake.positions_condition(named, 't')})"
+        lake.retry_on_conflict(
+            lambda: (
+                quarantine.alias("t")
+                .merge(source.alias("s"), condition)
+                .whenMatchedDelete(
+                    condition="s._op = 'remove' AND t.reason = 'conflicting_duplicate'"
+                )
+                .whenNotMatchedInsert(
+                    condition="s._op = 'add'",
+                    values={f.name: F.col(f"s.{f.name}") for f in QUARANTINE_SCHEMA.fields},
+                )
+                .execute()
+            ),
+            "quarantine: conflicting duplicates",
+        )
+    finally:
+        source.unpersist()
 
 
 # -- recovery ------------------------------------------------------------------------
@@ -753,7 +771,7 @@ def reconcile(spark: SparkSession, settings: Settings) -> int:
             ),
             "recovery: winners",
         )
-        _settle_conflicts(spark, settings, checked, ids, of_ids)
+        _settle_conflicts(spark, settings, checked, ids, of_ids, narrow=False)
         return fixed
     finally:
         ids.unpersist()

@@ -341,6 +341,84 @@ def test_the_ledger_index_rebuilds_after_another_writer(spark, lake):
     )
 
 
+def test_the_ledger_index_follows_layout_commits_and_rebuilds_after_a_delete(
+    spark, lake, monkeypatch
+):
+    path = silver.LEDGER.path(lake)
+    index = ledger_index.LedgerIndex(path)
+    silver.process_batch(spark, lake, _batch(spark, lake, [(2, 0, _event("e1"))]), 0, "app", index)
+    spark.sql(f"OPTIMIZE delta.`{path}`")
+    rebuilds = []
+    monkeypatch.setattr(index, "rebuild", lambda spark, why: rebuilds.append(why))
+    result = silver.process_batch(
+        spark,
+        lake,
+        _batch(spark, lake, [(2, 1, _event("e1")), (2, 2, _event("e2"))]).coalesce(1),
+        1,
+        "app",
+        index,
+    )
+    assert result.duplicates == 1
+    assert rebuilds == []  # its own append and a data-free OPTIMIZE: followed, not rebuilt
+    # As an erasure would: one row of a file, so Delta rewrites the rest of it. (A
+    # whole file removed needs nothing: a position the ledger lost reads no row.)
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE `offset` = 1")
+    index.follow(
+        spark, ("app/ledger", 2), ledger_index.Keys.of(spark.read.format("delta").load(path))
+    )
+    assert len(rebuilds) == 1
+
+
+def test_a_batch_stopped_after_its_ledger_append_settles_with_a_rebuilt_index(spark, lake):
+    """A crash after the ledger append: the restarted query builds its index from a
+    ledger that holds the batch already, and the batch's rerun is not its own earlier record."""
+    silver.process_batch(spark, lake, _batch(spark, lake, [(2, 0, _event("e1"))]), 0, "app")
+    stopped = _batch(spark, lake, [(0, 7, _event("e1", customer="c9")), (1, 4, _event("e2"))])
+    lake_ledger = silver.LEDGER.path(lake)
+    contract.validate(stopped).where(F.col("reject_reason").isNull()).select(
+        *[f.name for f in silver.LEDGER_SCHEMA.fields]
+    ).write.format("delta").mode("append").option("txnAppId", "app/ledger").option(
+        "txnVersion", 1
+    ).save(lake_ledger)
+    index = ledger_index.LedgerIndex(lake_ledger)
+    index.rebuild(spark, "restart")
+
+    result = silver.process_batch(spark, lake, stopped, 1, "app", index)
+
+    assert (result.accepted, result.replaced_winners, result.duplicates) == (2, 1, 0)
+    events, quarantine, ledger = _tables(spark, lake)
+    assert sorted((r.event_id, r.partition, r.offset) for r in events.collect()) == [
+        ("e1", 0, 7),
+        ("e2", 1, 4),
+    ]
+    assert [(r.partition, r.offset) for r in quarantine.collect()] == [(2, 0)]
+    assert ledger.count() == 3  # the rerun's append was skipped
+
+
+def test_reconcile_removes_a_conflict_the_ledger_does_not_hold(spark, lake):
+    """A conflict row at a position the ledger no longer holds for its id (an erasure
+    stopped between the two tables) is found by recovery, which reads the whole quarantine."""
+    silver.process_batch(
+        spark,
+        lake,
+        _batch(spark, lake, [(2, 0, _event("e1")), (2, 1, _event("e1", quantity=2))]),
+        0,
+        "app",
+    )
+    stray = (
+        spark.read.format("delta")
+        .load(silver.QUARANTINE.path(lake))
+        .withColumn("offset", F.lit(99).cast("long"))
+    )
+    stray.write.format("delta").mode("append").save(silver.QUARANTINE.path(lake))
+
+    assert silver.reconcile(spark, lake) == 1
+
+    _, quarantine, _ = _tables(spark, lake)
+    assert [(r.partition, r.offset) for r in quarantine.collect()] == [(2, 1)]
+    assert silver.reconcile(spark, lake) == 0
+
+
 def test_silver_rows_have_the_contract_types(spark, lake):
     silver.process_batch(spark, lake, _batch(spark, lake, [(0, 0, _event("e1"))]), 0, "app")
     events, _, _ = _tables(spark, lake)
