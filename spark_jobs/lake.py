@@ -227,8 +227,14 @@ def snapshot(spark: SparkSession, path: str) -> Any:
     properties without a Spark job (DESCRIBE DETAIL takes a second)."""
     jvm = spark._jvm
     assert jvm is not None
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-    return delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+    return delta_log(spark, path).update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+
+
+def delta_log(spark: SparkSession, path: str) -> Any:
+    """The table's DeltaLog, through Delta's JVM API (in the driver's JVM only)."""
+    jvm = spark._jvm
+    assert jvm is not None
+    return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
 
 
 def start_stream(writer: DataStreamWriter, available_now: bool, trigger: str) -> StreamingQuery:

@@ -41,8 +41,6 @@ log = logging.getLogger(__name__)
 # Kafka offsets stay far below 2**47.
 _OFFSET_BITS = 48
 _OFFSET_MASK = (1 << _OFFSET_BITS) - 1
-
-
 _MAX_PARTITION = (1 << 15) - 1
 
 
@@ -153,8 +151,11 @@ class LedgerIndex:
         self._positions = np.insert(self._positions, at, positions)
 
     # -- lookups ----------------------------------------------------------------------------
-    def positions_of(self, hashes: np.ndarray) -> list[tuple[int, int]]:
-        """Every (partition, offset) the index holds for any of these id hashes."""
+    def positions_of(
+        self, hashes: np.ndarray, leaving_out: np.ndarray | None = None
+    ) -> list[tuple[int, int]]:
+        """Every (partition, offset) the index holds for any of these id hashes, but
+        the packed positions `leaving_out`."""
         wanted = np.unique(hashes)
         lo = np.searchsorted(self._hashes, wanted, "left")
         hi = np.searchsorted(self._hashes, wanted, "right")
@@ -164,15 +165,14 @@ class LedgerIndex:
         found = np.unique(
             np.concatenate([self._positions[a:b] for a, b in zip(lo[hit], hi[hit], strict=True)])
         )
+        if leaving_out is not None:
+            found = found[~np.isin(found, leaving_out)]
         return [(int(p >> _OFFSET_BITS), int(p & _OFFSET_MASK)) for p in found]
 
     def earlier(self, batch: Keys) -> list[tuple[int, int]]:
         """The positions of every earlier record of the batch's event ids (the batch's
         own left out): where the ledger holds them, if it does."""
-        mine = set(batch.positions.tolist())
-        return [
-            p for p in self.positions_of(batch.hashes) if (p[0] << _OFFSET_BITS) | p[1] not in mine
-        ]
+        return self.positions_of(batch.hashes, leaving_out=batch.positions)
 
 
 def _commits(
@@ -181,9 +181,8 @@ def _commits(
     """For each ledger commit from `first` to `last`: its transaction id (appId,
     version) if it has one, and whether it adds data. None if the log no longer has them."""
     jvm: Any = spark._jvm
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
     out = []
-    changes = delta_log.getChanges(first, last, jvm.scala.Option.empty(), False)
+    changes = lake.delta_log(spark, path).getChanges(first, last, jvm.scala.Option.empty(), False)
     while changes.hasNext():
         pair = changes.next()
         txn: tuple[str, int] | None = None

@@ -446,16 +446,25 @@ def _settle(
 MAX_POSITIONS = 2_000
 
 
+def _named_positions(rows: DataFrame) -> list[tuple[int, int]] | None:
+    """The distinct (partition, offset) of `rows` on the driver, to name as literals
+    (`lake.at_positions`, `lake.positions_condition`); None past MAX_POSITIONS."""
+    found = rows.select("partition", "offset").distinct().limit(MAX_POSITIONS + 1).collect()
+    if len(found) > MAX_POSITIONS:
+        return None
+    return [(r["partition"], r["offset"]) for r in found]
+
+
 def bronze_at(spark: SparkSession, settings: Settings, positions: DataFrame) -> DataFrame:
     """Bronze's records at `positions` (partition, offset). A few are named as literals
     (`lake.at_positions`), so Delta reads only the files whose offsets can hold them,
     not all of history; more are joined."""
     key = ["partition", "offset"]
     bronze = spark.read.format("delta").load(registry.BRONZE_EVENTS.path(settings))
-    wanted = positions.select(*key).distinct().limit(MAX_POSITIONS + 1).collect()
-    if len(wanted) > MAX_POSITIONS:
+    wanted = _named_positions(positions)
+    if wanted is None:
         return bronze.join(positions.select(*key).distinct(), key, "left_semi")
-    return lake.at_positions(bronze, [(r["partition"], r["offset"]) for r in wanted])
+    return lake.at_positions(bronze, wanted)
 
 
 @dataclass(frozen=True)
@@ -486,7 +495,7 @@ def _where_held(
     or another while recovery has yet to reconcile, or the new winner when the
     batch is retried after its MERGE). None if there are too many to name."""
     of_ids = state.join(replacing.select("event_id"), "event_id", "left_semi")
-    positions = of_ids.select("partition", "offset").limit(MAX_POSITIONS + 1).collect()
+    positions = _named_positions(of_ids)
     before = of_ids.where(~F.col("in_batch"))
     old = to_silver_rows(contract.validate(bronze_at(spark, settings, before)))
     found = (
@@ -498,12 +507,7 @@ def _where_held(
     )
     if len(found) > MAX_POSITIONS:
         return None
-    return Held(
-        [(r["event_type"], r["event_date"]) for r in found],
-        None
-        if len(positions) > MAX_POSITIONS
-        else [(r["partition"], r["offset"]) for r in positions],
-    )
+    return Held([(r["event_type"], r["event_date"]) for r in found], positions)
 
 
 def _merge_winners(
@@ -559,10 +563,9 @@ def _settle_conflicts(
     # What may have to leave the quarantine is a conflict of an earlier record (its
     # winner changed): read at their positions only, if few. A batch's own conflicts
     # already there (a retry) need no look: the MERGE is keyed by position.
-    earlier = state.where(~F.col("in_batch")).select(*key)
-    named = earlier.limit(MAX_POSITIONS + 1).collect() if narrow else []
-    if narrow and len(named) <= MAX_POSITIONS:
-        conflicts = lake.at_positions(conflicts, [(r["partition"], r["offset"]) for r in named])
+    named = _named_positions(state.where(~F.col("in_batch"))) if narrow else None
+    if named is not None:
+        conflicts = lake.at_positions(conflicts, named)
     present = conflicts.join(F.broadcast(touched), "event_id", "left_semi").select(*key)
     wanted = conflict_detail(state.where(F.col("status") == CONFLICT))
     # Materialised: the quarantine is read once, and the positions below are known.
@@ -613,9 +616,8 @@ def _quarantine_conflicts(
     try:
         # Named as literals too, if few: Delta then reads only the quarantine's files
         # that can hold them, not all of it.
-        positions = source.select(*key).limit(MAX_POSITIONS + 1).collect()
-        if len(positions) <= MAX_POSITIONS:
-            named = [(r["partition"], r["offset"]) for r in positions]
+        named = _named_positions(source)
+        if named is not None:
             condition += f" AND ({lake.positions_condition(named, 't')})"
         lake.retry_on_conflict(
             lambda: (
