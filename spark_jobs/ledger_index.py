@@ -34,6 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs import lake
+from spark_jobs.sorted_pairs import SortedPairs
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +92,11 @@ class LedgerIndex:
         self.path = path
         self.version: int | None = None
         self.table_id: str | None = None
-        self._hashes = np.empty(0, np.int64)
-        self._positions = np.empty(0, np.int64)
+        # Id hash -> packed position.
+        self._pairs = SortedPairs()
 
     def __len__(self) -> int:
-        return len(self._hashes)
+        return len(self._pairs)
 
     # -- keeping up with the ledger ---------------------------------------------------------
     def rebuild(self, spark: SparkSession, why: str) -> None:
@@ -104,8 +105,7 @@ class LedgerIndex:
         version = int(snapshot.version())
         self.table_id = str(snapshot.metadata().id())
         keys = Keys.of(lake.read_version(spark, self.path, version))
-        order = np.argsort(keys.hashes, kind="stable")
-        self._hashes, self._positions = keys.hashes[order], keys.positions[order]
+        self._pairs.reset(keys.hashes, keys.positions)
         self.version = version
         log.info(
             "ledger index: %s rows of ledger version %d in %.1f s (%s)",
@@ -141,14 +141,7 @@ class LedgerIndex:
         self.version = newest
 
     def add(self, keys: Keys) -> None:
-        if not len(keys.hashes):
-            return
-        order = np.argsort(keys.hashes)
-        hashes, positions = keys.hashes[order], keys.positions[order]
-        # Inserted in place of a re-sort: 30 ms into 8.8 M rows, against 0.9 s.
-        at = np.searchsorted(self._hashes, hashes, "right")
-        self._hashes = np.insert(self._hashes, at, hashes)
-        self._positions = np.insert(self._positions, at, positions)
+        self._pairs.add(keys.hashes, keys.positions)
 
     # -- lookups ----------------------------------------------------------------------------
     def positions_of(
@@ -156,15 +149,7 @@ class LedgerIndex:
     ) -> list[tuple[int, int]]:
         """Every (partition, offset) the index holds for any of these id hashes, but
         the packed positions `leaving_out`."""
-        wanted = np.unique(hashes)
-        lo = np.searchsorted(self._hashes, wanted, "left")
-        hi = np.searchsorted(self._hashes, wanted, "right")
-        hit = hi > lo
-        if not hit.any():
-            return []
-        found = np.unique(
-            np.concatenate([self._positions[a:b] for a, b in zip(lo[hit], hi[hit], strict=True)])
-        )
+        found = self._pairs.values_of(hashes)
         if leaving_out is not None:
             found = found[~np.isin(found, leaving_out)]
         return [(int(p >> _OFFSET_BITS), int(p & _OFFSET_MASK)) for p in found]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import date, timedelta
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, Window
@@ -115,6 +115,27 @@ def time_filter(ranges: Sequence[tuple[int, int]]) -> tuple[Column, Column]:
         (F.col("event_time") >= _micros(a)) & (F.col("event_time") < _micros(b)) for a, b in ranges
     ]
     return reduce(operator.or_, days), reduce(operator.or_, times)
+
+
+_EPOCH = date(1970, 1, 1)
+
+
+def day_filter(days: Iterable[int]) -> Column:
+    """Silver's partition column event_date on any of these days (days since
+    1970-01-01), as literal dates so that Delta prunes partitions by it; no days,
+    no rows. Past MAX_RANGES runs of days, one range from the first to the last."""
+    ranges = merged_ranges((d, d + 1) for d in days)
+    if not ranges:
+        return F.lit(False)
+    return reduce(
+        operator.or_,
+        [
+            F.col("event_date").between(
+                F.lit(_EPOCH + timedelta(days=a)), F.lit(_EPOCH + timedelta(days=b - 1))
+            )
+            for a, b in ranges
+        ],
+    )
 
 
 @dataclass(frozen=True)
@@ -216,11 +237,18 @@ class View:
         start, end = self.scope.within
         return scopes.select(F.unix_micros(start).alias("start"), F.unix_micros(end).alias("end"))
 
-    def narrowed(self, silver: DataFrame, ranges: Sequence[tuple[int, int]]) -> DataFrame:
+    def narrowed(
+        self,
+        silver: DataFrame,
+        ranges: Sequence[tuple[int, int]],
+        linked_days: Iterable[int] | None = None,
+    ) -> DataFrame:
         """Silver without the `of` events outside `ranges` (the scopes' time bounds,
         merged): what `restrict` and `lands_in` need of it for those scopes, and
-        no more. Linked events are kept whatever their time: a cancellation can
-        come days after its order."""
+        no more. Linked events are kept whatever their time (a cancellation can
+        come days after its order), or, given `linked_days`, those on these days
+        only: the days that hold every linked event of the `of` events in `ranges`
+        (`links.LinkIndex.linked_days`)."""
         if not ranges:
             return silver
         days, times = time_filter(ranges)
@@ -228,8 +256,15 @@ class View:
         if not self.scope.linked:
             return silver.where(of & days).where(times)
         other = F.col("event_type").isin(*self.scope.linked)
+        on_their_days = other if linked_days is None else other & day_filter(linked_days)
         # Two filters, so the first holds partition columns only and prunes directories.
-        return silver.where(other | (of & days)).where(other | (of & times))
+        return silver.where(on_their_days | (of & days)).where(other | (of & times))
+
+    def of_on_days(self, silver: DataFrame, days: Iterable[int]) -> DataFrame:
+        """Silver's `of` events on these days (since 1970-01-01) only: all `scopes_of`
+        reads of silver, given the days that hold the `of` events of a batch's
+        linked events (`links.LinkIndex.of_days`)."""
+        return self._of(silver).where(day_filter(days))
 
     # -- sessions (a scope with a gap) -----------------------------------------------
     def near(self, changed: DataFrame, gold: DataFrame) -> DataFrame:

@@ -33,6 +33,7 @@ from spark_jobs import silver as silver_mod
 from spark_jobs.testing import faults
 from spark_jobs.views import changes, restatements
 from spark_jobs.views.base import View, merged_ranges
+from spark_jobs.views.links import LinkIndex
 from warehouse.base import metrics, registry
 from warehouse.base.settings import Settings
 from warehouse.base.text import first_line
@@ -134,9 +135,18 @@ class Applied(NamedTuple):
 
 
 def apply_changes(
-    spark: SparkSession, path: str, view: View, changed: DataFrame, silver: DataFrame
+    spark: SparkSession,
+    path: str,
+    view: View,
+    changed: DataFrame,
+    silver: DataFrame,
+    links: LinkIndex | None = None,
 ) -> Applied:
-    """Recompute the scopes `changed` touches from `silver`; replace them in gold at `path`."""
+    """Recompute the scopes `changed` touches from `silver`; replace them in gold at `path`.
+
+    With `links` (a view with linked events, run batch after batch by a live
+    stream), linked events and the `of` events they link to are read from the
+    days of silver the index names, not from all of history."""
     gold = DeltaTable.forPath(spark, path)
     target = gold.toDF()
     # The changed rows' times (UTC microseconds), for sessions when the batch is
@@ -165,7 +175,11 @@ def apply_changes(
         deciding = view.restrict_near(silver, near)
         replaced = view.rows_near(target, near)
     else:
-        scopes = view.scopes_of(changed, silver).localCheckpoint(eager=True)
+        of_silver = silver
+        if links is not None:
+            taken = links.follow(changed, silver)
+            of_silver = view.of_on_days(silver, links.of_days(taken.linked_hashes))
+        scopes = view.scopes_of(changed, of_silver).localCheckpoint(eager=True)
         # Where the scopes bound their events' time (an hour), read only those days of
         # silver: the work then follows the change, not the size of history. (One row
         # of bounds per scope, so the same Spark job counts them.)
@@ -177,7 +191,9 @@ def apply_changes(
             n_scopes = len(rows)
             if rows and view.scope.within and view.scope.within[0] == view.window[0]:
                 target = view.starting_in(target, min(r[0] for r in rows), max(r[0] for r in rows))
-            silver = view.narrowed(silver, merged_ranges((r[0], r[1]) for r in rows))
+            ranges = merged_ranges((r[0], r[1]) for r in rows)
+            linked_days = None if links is None else links.linked_days(ranges)
+            silver = view.narrowed(silver, ranges, linked_days)
         deciding = view.restrict(silver, scopes)
         replaced = target.join(F.broadcast(scopes), list(view.scope_columns), "left_semi")
     if not n_scopes:
@@ -491,6 +507,8 @@ def stream(
     # The newest event time the view has seen, read from silver once and then
     # carried from batch to batch: what decides whether a window was final.
     watermark = restatements.Watermark()
+    # Built at the first batch, then carried from batch to batch like the watermark.
+    links = LinkIndex(view) if view.scope.linked else None
     publisher = changes.Publisher(spark, settings, view, path) if publish else None
     if publisher is not None:
         _publish(publisher, renew=True)
@@ -520,7 +538,7 @@ def stream(
         spark.conf.set(TAG_CONF, tag(int(last), "stream"))
         try:
             # Pre-images matter too: a replaced winner may leave a scope it was in.
-            applied = apply_changes(spark, path, view, mine.drop(*lake.CDF_COLUMNS), silver)
+            applied = apply_changes(spark, path, view, mine.drop(*lake.CDF_COLUMNS), silver, links)
             if applied.scopes:
                 restated = restatements.record(
                     spark,

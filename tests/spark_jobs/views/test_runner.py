@@ -9,6 +9,7 @@ from chispa import assert_df_equality
 
 from spark_jobs import lake, views
 from spark_jobs.views import runner
+from spark_jobs.views.links import LinkIndex
 from tests.spark_jobs.conftest import at, cancel, cart, order
 from warehouse.ops.stack.process import wait_until
 
@@ -39,9 +40,19 @@ def log_df(silver_df):
     return silver_df(LOG)
 
 
-@pytest.mark.parametrize("name,version", sorted(views.discover()))
-def test_shuffled_micro_batches_replay_and_batch_agree(spark, tmp_path, log_df, name, version):
+# Each view version; those with linked events also as a live stream runs them,
+# reading linked events by their link index (`links.LinkIndex`).
+RUNS = [(*v, False) for v in sorted(views.discover())] + [
+    (*v, True) for v in sorted(views.discover()) if views.get(*v).scope.linked
+]
+
+
+@pytest.mark.parametrize("name,version,indexed", RUNS)
+def test_shuffled_micro_batches_replay_and_batch_agree(
+    spark, tmp_path, log_df, name, version, indexed
+):
     view = views.get(name, version)
+    links = LinkIndex(view) if indexed else None
     rows = log_df.collect()
     batch_answer = view.compute(log_df)
 
@@ -63,11 +74,11 @@ def test_shuffled_micro_batches_replay_and_batch_agree(spark, tmp_path, log_df, 
         seen += chunk
         changed = spark_live.createDataFrame([rows[i] for i in chunk], log_df.schema)
         silver = spark_live.createDataFrame([rows[i] for i in seen], log_df.schema)
-        runner.apply_changes(spark_live, live, view, changed, silver)
+        runner.apply_changes(spark_live, live, view, changed, silver, links)
     # ...and a micro-batch replayed after a crash changes nothing: no row of gold
     # differs, so there is no commit (and no change a live version publishes).
     before = lake.newest_version(spark_live, live)
-    assert runner.apply_changes(spark_live, live, view, changed, silver).scopes > 0
+    assert runner.apply_changes(spark_live, live, view, changed, silver, links).scopes > 0
     assert lake.newest_version(spark_live, live) == before
 
     # (b) replay: all of history as one change.
