@@ -22,6 +22,8 @@ class SortedPairs:
     def __init__(self, keys: np.ndarray | None = None, values: np.ndarray | None = None) -> None:
         self.keys = np.empty(0, np.int64)
         self.values = np.empty(0, np.int64)
+        if (keys is None) != (values is None):
+            raise ValueError("pairs need keys and values, or neither")
         if keys is not None and values is not None:
             self.reset(keys, values)
 

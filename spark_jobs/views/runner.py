@@ -507,7 +507,8 @@ def stream(
     # The newest event time the view has seen, read from silver once and then
     # carried from batch to batch: what decides whether a window was final.
     watermark = restatements.Watermark()
-    # Built at the first batch, then carried from batch to batch like the watermark.
+    # Built at the first batch with changes of the view's event types, from the
+    # whole snapshot of silver it reads; then grown by each later batch's changes.
     links = LinkIndex(view) if view.scope.linked else None
     publisher = changes.Publisher(spark, settings, view, path) if publish else None
     if publisher is not None:
