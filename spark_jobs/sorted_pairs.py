@@ -19,13 +19,9 @@ def _int64(values: np.ndarray) -> np.ndarray:
 class SortedPairs:
     """(key, value) pairs kept sorted by key; a key may have many values."""
 
-    def __init__(self, keys: np.ndarray | None = None, values: np.ndarray | None = None) -> None:
+    def __init__(self) -> None:
         self.keys = np.empty(0, np.int64)
         self.values = np.empty(0, np.int64)
-        if (keys is None) != (values is None):
-            raise ValueError("pairs need keys and values, or neither")
-        if keys is not None and values is not None:
-            self.reset(keys, values)
 
     def __len__(self) -> int:
         return len(self.keys)

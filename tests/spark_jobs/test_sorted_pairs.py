@@ -7,9 +7,15 @@ import numpy as np
 from spark_jobs.sorted_pairs import SortedPairs
 
 
+def _built(keys: np.ndarray, values: np.ndarray) -> SortedPairs:
+    pairs = SortedPairs()
+    pairs.reset(keys, values)
+    return pairs
+
+
 def _pairs(pairs: list[tuple[int, int]]) -> SortedPairs:
     keys, values = zip(*pairs, strict=True)
-    return SortedPairs(np.array(keys), np.array(values))
+    return _built(np.array(keys), np.array(values))
 
 
 def test_values_of_gives_every_value_of_each_key_once():
@@ -23,8 +29,8 @@ def test_values_of_gives_every_value_of_each_key_once():
 def test_added_pairs_are_found_as_if_built_with_them():
     rng = np.random.default_rng(7)
     keys, values = rng.integers(-50, 50, 400), rng.integers(0, 10**12, 400)
-    built = SortedPairs(keys, values)
-    grown = SortedPairs(keys[:150], values[:150])
+    built = _built(keys, values)
+    grown = _built(keys[:150], values[:150])
     grown.add(keys[150:300], values[150:300])
     grown.add(keys[300:], values[300:])
     grown.add(np.array([], np.int64), np.array([], np.int64))
