@@ -94,12 +94,12 @@ def test_files_beside_the_tables_are_reached_through_hadoops_filesystem(spark, t
 
 
 def test_session_settings_hold_inside_and_are_as_before_outside(spark):
-    set_before, unset = "spark.sql.shuffle.partitions", "spark.sql.codegen.factoryMode"
+    set_before, unset = "spark.sql.shuffle.partitions", "spark.sql.codegen.maxFields"
     before = spark.conf.get(set_before)
     assert spark.conf.get(unset, None) is None
-    settings = {set_before: "7", unset: "NO_CODEGEN"}
+    settings = {set_before: "7", unset: "42"}
     with pytest.raises(RuntimeError, match="inside"), lake.session_conf(spark, settings):
-        assert (spark.conf.get(set_before), spark.conf.get(unset)) == ("7", "NO_CODEGEN")
+        assert (spark.conf.get(set_before), spark.conf.get(unset)) == ("7", "42")
         raise RuntimeError("inside")
     assert spark.conf.get(set_before) == before
     assert spark.conf.get(unset, None) is None

@@ -7,7 +7,7 @@ import random
 import pytest
 from chispa import assert_df_equality
 
-from spark_jobs import lake, views
+from spark_jobs import lake, session, views
 from spark_jobs.views import runner
 from spark_jobs.views.links import LinkIndex
 from tests.spark_jobs.conftest import at, cancel, cart, order
@@ -40,6 +40,13 @@ def log_df(silver_df):
     return silver_df(LOG)
 
 
+def _compiles(spark) -> bool:
+    """Whether `spark` plans with whole-stage generated code."""
+    plan = spark.range(3).selectExpr("id + 1")._jdf.queryExecution().executedPlan()
+    # A whole-stage codegen plan is rooted in WholeStageCodegenExec and prints "*(1)".
+    return "WholeStageCodegen" in plan.getClass().getName() and "*(" in plan.toString()
+
+
 # Each view version; those with linked events also as a live stream runs them,
 # reading linked events by their link index (`links.LinkIndex`).
 RUNS = [(*v, False) for v in sorted(views.discover())] + [
@@ -54,15 +61,19 @@ def test_shuffled_micro_batches_replay_and_batch_agree(
     view = views.get(name, version)
     links = LinkIndex(view) if indexed else None
     rows = log_df.collect()
+    # The batch and the replay compile their plans, as a replay does on the host
+    # (the tests' own session does not: tests/conftest.py).
+    compiled = spark.newSession()
+    for key in session.INTERPRETED_CONF:
+        compiled.conf.unset(key)
+    assert _compiles(compiled)
+    log_df = compiled.createDataFrame(rows, log_df.schema)
     batch_answer = view.compute(log_df)
 
     # (a) live: small micro-batches in a shuffled arrival order; silver grows with each.
-    # In a live query's session, as the view host runs them: without generated
-    # code, where the replay and the batch below compile theirs.
+    # In a live query's session, as the view host runs them: without generated code.
     spark_live = runner.live_session(spark)
-    plan = spark_live.range(3).selectExpr("id + 1")._jdf.queryExecution().executedPlan()
-    # A whole-stage codegen plan is rooted in WholeStageCodegenExec and prints "*(1)".
-    assert "WholeStageCodegen" not in plan.getClass().getName() and "*(" not in plan.toString()
+    assert not _compiles(spark_live)
     assert spark_live.conf.get("spark.sql.codegen.factoryMode") == "NO_CODEGEN"
     live = str(tmp_path / "live")
     runner.ensure_gold(spark_live, live, view)
@@ -83,10 +94,10 @@ def test_shuffled_micro_batches_replay_and_batch_agree(
 
     # (b) replay: all of history as one change.
     replay = str(tmp_path / "replay")
-    runner.ensure_gold(spark, replay, view)
-    runner.apply_changes(spark, replay, view, log_df, log_df)
+    runner.ensure_gold(compiled, replay, view)
+    runner.apply_changes(compiled, replay, view, log_df, log_df)
 
-    read = spark.read.format("delta").load
+    read = compiled.read.format("delta").load
     for got in (read(live), read(replay)):
         assert_df_equality(
             got, batch_answer, ignore_row_order=True, ignore_nullable=True, ignore_column_order=True
