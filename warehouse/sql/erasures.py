@@ -98,8 +98,10 @@ def mentions(settings: Settings, customer_id: str) -> dict[str, int]:
         name = f"{lake_catalog}.{schema}.{table}"
         quoted = f"{quote_identifier(schema, 'schema')}.{quote_identifier(table, 'table')}"
         checks[name] = f"SELECT count(*) FROM {lake_catalog}.{quoted} WHERE customer_id = ?"
-    found = {}
-    for name, sql in checks.items():
-        rows = trino_client.query(settings, sql, [customer_id] * sql.count("?")).rows
-        found[name] = int(rows[0][0])
-    return found
+    # One query for every table: each of Trino's queries costs a round of planning
+    # and scheduling (some 50 tables on a lake with views, marts and serving views).
+    union = " UNION ALL ".join(f"SELECT ? AS name, ({sql}) AS n" for sql in checks.values())
+    params = [p for name, sql in checks.items() for p in (name, *[customer_id] * sql.count("?"))]
+    rows = trino_client.query(settings, union, params).rows
+    found = {str(name): int(n) for name, n in rows}
+    return {name: found[name] for name in checks}
