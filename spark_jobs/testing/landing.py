@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pyspark.sql import SparkSession
 
@@ -55,15 +55,17 @@ class Score:
         return not self.problems
 
 
-def landing(spark: SparkSession, settings: Settings, run: GeneratedRun) -> Landing:
-    """The run's records as the lake holds them now, found by their Kafka positions."""
+def landing(
+    spark: SparkSession, settings: Settings, run: GeneratedRun, totals: bool = True
+) -> Landing:
+    """The run's records as the lake holds them now, found by their Kafka positions;
+    with silver's row and id counts unless `totals` is false (a pass over silver)."""
     positions = spark.createDataFrame(
         [p for p in run.positions if p is not None], "partition int, offset bigint"
     ).cache()
     read = spark.read.format("delta").load
     silver = read(registry.SILVER_EVENTS.path(settings))
-    totals = silver.selectExpr("count(*) AS n", "count(DISTINCT event_id) AS ids").first()
-    assert totals is not None
+    rows, ids = _silver_totals(spark, settings) if totals else (0, 0)
     try:
         bronze = (
             read(registry.BRONZE_EVENTS.path(settings))
@@ -87,11 +89,19 @@ def landing(spark: SparkSession, settings: Settings, run: GeneratedRun) -> Landi
                 .select("partition", "offset", "reason")
                 .collect()
             },
-            silver_total_rows=totals["n"],
-            silver_distinct_ids=totals["ids"],
+            silver_total_rows=rows,
+            silver_distinct_ids=ids,
         )
     finally:
         positions.unpersist()
+
+
+def _silver_totals(spark: SparkSession, settings: Settings) -> tuple[int, int]:
+    """Silver's rows and distinct event ids: equal unless an event is there twice."""
+    silver = spark.read.format("delta").load(registry.SILVER_EVENTS.path(settings))
+    totals = silver.selectExpr("count(*) AS n", "count(DISTINCT event_id) AS ids").first()
+    assert totals is not None
+    return int(totals["n"]), int(totals["ids"])
 
 
 def score(run: GeneratedRun, got: Landing) -> Score:
@@ -148,11 +158,12 @@ def wait_until_settled(
     want = len(expected.silver) + len(expected.quarantine)
     deadline = time.monotonic() + timeout
     while True:
-        now = landing(spark, settings, run)
-        if sum(now.bronze.values()) >= run.summary.produced and now.settled >= want:
-            return now
-        if time.monotonic() > deadline:
-            return now  # the caller's score says what is missing
+        # Silver's totals (a count of distinct ids over all of it) once, at the end.
+        now = landing(spark, settings, run, totals=False)
+        settled = sum(now.bronze.values()) >= run.summary.produced and now.settled >= want
+        if settled or time.monotonic() > deadline:  # else the caller's score says what is missing
+            rows, ids = _silver_totals(spark, settings)
+            return replace(now, silver_total_rows=rows, silver_distinct_ids=ids)
         time.sleep(3)
 
 
