@@ -24,7 +24,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
-HOURLY_AUDIT = "regauge_audit"
+# Paused while the tests run. The hourly audit: the tests run the audit themselves,
+# and a scheduled run (144 s of Spark alone, docs/SCALING.md) would take the 2 cores
+# at whatever point of the suite the hour struck. The watchdog: a task and a CLI
+# process every minute; the tests that need it (test_versions.py) unpause it.
+QUIET_DAGS = ("regauge_audit", "regauge_watchdog")
 # Lines of the view host's log shown under a failed test.
 HOST_LOG_TAIL = 40
 
@@ -64,20 +68,17 @@ def pytest_runtest_makereport(
 def stack(settings: Settings) -> Iterator[list[services.Service]]:
     all_services = services.services(settings)
     already = {svc.name for svc in all_services if svc.running()}
-    audit_was_paused: dict[str, bool] = {}
+    was_paused: dict[str, bool] = {}
     try:
         for svc in all_services:
             svc.start()
-        # The hourly audit is paused while the tests run: they run the audit
-        # themselves, and a scheduled run (144 s of Spark alone, docs/SCALING.md)
-        # would take the 2 cores at whatever point of the suite the hour struck.
         airflow = airflow_client.Client(settings)
-        audit_was_paused = airflow.quiet([HOURLY_AUDIT])
+        was_paused = airflow.quiet(QUIET_DAGS)
         yield all_services
     finally:
-        if audit_was_paused:
+        if was_paused:
             # The stack's state outlives the tests: a developer's stack keeps its audit.
-            airflow.restore(audit_was_paused)
+            airflow.restore(was_paused)
         if not already:
             # A stack the tests started leaves nothing running: the watchdog may
             # have started the view host, and it would outlive Kafka.

@@ -8,6 +8,7 @@ Trino, while ingest keeps taking new events (CONTRACT.md §4-§5).
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import os
 import re
 import signal
@@ -37,8 +38,24 @@ from warehouse.sql import catalog, versions
 from warehouse.sql.trino_client import query
 
 VIEW = "revenue_hourly"
-# Enough users that 10 % routes some of them and not others.
-USERS = [f"analyst.user{i:02d}" for i in range(30)]
+
+
+def _users(below: int, above: int) -> list[str]:
+    """Analysts of whom `below` are under the rollout's 10 % cut and `above` over it
+    (CONTRACT.md §4's cohorts), so that 10 % routes some of them and not others.
+    Few: each routing check is a query per user through Trino."""
+    users: dict[bool, list[str]] = {True: [], False: []}
+    for i in itertools.count():
+        user = f"analyst.user{i:02d}"
+        side = users[versions.cohort(user) < 10]
+        if len(side) < (below if side is users[True] else above):
+            side.append(user)
+        if (len(users[True]), len(users[False])) == (below, above):
+            return sorted(users[True] + users[False])
+    raise AssertionError("unreachable")
+
+
+USERS = _users(below=3, above=5)
 
 
 @pytest.fixture(scope="module")
@@ -98,20 +115,26 @@ def assert_routing(settings: Settings, users: list[str]) -> dict[str, int]:
     return seen
 
 
+SILVER_STILL_S = 15
+
+
 def wait_caught_up(spark: SparkSession, settings: Settings, view: Any, timeout: float = 600) -> int:
     """Wait until silver has stopped moving and the view's newest tagged gold commit
     is silver's newest commit."""
     path = runner.gold_table(view).path(settings)
     deadline = time.monotonic() + timeout
-    last = -1
+    last, since = -1, time.monotonic()
     while True:
         newest = runner.silver_version(spark, settings)
+        if newest != last:
+            last, since = newest, time.monotonic()
         found = runner.latest_tag(spark, path)
-        if newest == last and found is not None and found[1] >= newest:
+        # Stopped moving: no commit for longer than ingest's batches take here.
+        still = time.monotonic() - since >= SILVER_STILL_S
+        if still and found is not None and found[1] >= newest:
             return newest
         assert time.monotonic() < deadline, f"{view.table_name} is behind silver {newest}: {found}"
-        last = newest
-        time.sleep(20)
+        time.sleep(5)
 
 
 def test_bad_params_are_refused_before_a_run_exists(airflow: airflow_client.Client) -> None:
