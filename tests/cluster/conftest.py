@@ -32,11 +32,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def cluster_settings(request: pytest.FixtureRequest) -> Iterator[Settings]:
     s = cluster.settings()
     already = {m.name for m in cluster.members(s) if m.running()}
-    # Only the DAGs' test needs the cluster's Airflow; `make test`'s smoke test runs
-    # without it, and without its four processes competing for the two cores.
-    dags = any(item.get_closest_marker("full_cluster") for item in request.session.items)
+    # Only the DAGs' and the kill test need the cluster's Airflow and its second
+    # worker; `make test`'s smoke test runs one application at a time, without
+    # their processes competing for the two cores.
+    full = any(item.get_closest_marker("full_cluster") for item in request.session.items)
     try:
-        cluster.up(s, skip=() if dags else ("airflow",))
+        cluster.up(s, skip=() if full else ("airflow", "spark-worker-2"))
         yield s
     finally:
         # Whatever this fixture started goes, even half-started: the local
