@@ -161,7 +161,8 @@ def wait_until_settled(
         # Silver's totals (a count of distinct ids over all of it) once, at the end.
         now = landing(spark, settings, run, totals=False)
         settled = sum(now.bronze.values()) >= run.summary.produced and now.settled >= want
-        if settled or time.monotonic() > deadline:  # else the caller's score says what is missing
+        # Out of time, the caller's score says what is missing.
+        if settled or time.monotonic() > deadline:
             rows, ids = _silver_totals(spark, settings)
             return replace(now, silver_total_rows=rows, silver_distinct_ids=ids)
         time.sleep(3)

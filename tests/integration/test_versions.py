@@ -44,18 +44,21 @@ def _users(below: int, above: int) -> list[str]:
     """Analysts of whom `below` are under the rollout's 10 % cut and `above` over it
     (CONTRACT.md §4's cohorts), so that 10 % routes some of them and not others.
     Few: each routing check is a query per user through Trino."""
-    users: dict[bool, list[str]] = {True: [], False: []}
+    under: list[str] = []
+    over: list[str] = []
     for i in itertools.count():
         user = f"analyst.user{i:02d}"
-        side = users[versions.cohort(user) < 10]
-        if len(side) < (below if side is users[True] else above):
+        side, room = (under, below) if versions.cohort(user) < 10 else (over, above)
+        if len(side) < room:
             side.append(user)
-        if (len(users[True]), len(users[False])) == (below, above):
-            return sorted(users[True] + users[False])
-    raise AssertionError("unreachable")
+        if (len(under), len(over)) == (below, above):
+            break
+    return sorted(under + over)
 
 
 USERS = _users(below=3, above=5)
+# wait_caught_up: silver holds still this long (longer than an ingest batch here).
+SILVER_STILL_S = 15
 
 
 @pytest.fixture(scope="module")
@@ -115,9 +118,6 @@ def assert_routing(settings: Settings, users: list[str]) -> dict[str, int]:
     return seen
 
 
-SILVER_STILL_S = 15
-
-
 def wait_caught_up(spark: SparkSession, settings: Settings, view: Any, timeout: float = 600) -> int:
     """Wait until silver has stopped moving and the view's newest tagged gold commit
     is silver's newest commit."""
@@ -129,7 +129,6 @@ def wait_caught_up(spark: SparkSession, settings: Settings, view: Any, timeout: 
         if newest != last:
             last, since = newest, time.monotonic()
         found = runner.latest_tag(spark, path)
-        # Stopped moving: no commit for longer than ingest's batches take here.
         still = time.monotonic() - since >= SILVER_STILL_S
         if still and found is not None and found[1] >= newest:
             return newest
