@@ -241,6 +241,12 @@ def batch_range(
     return None if end is None or start is None else (start, end)
 
 
+def span_size(start: dict[int, int], end: dict[int, int]) -> int:
+    """How many offsets [start, end) spans (a partition missing from `start`: none;
+    it is only new, and its first offset is not known here)."""
+    return sum(stop - start.get(p, stop) for p, stop in end.items())
+
+
 # Fewer records than this in a batch: planned without generated code. Profiled in
 # the bench's freshness phase (200 events/s, batches of about 1,000 to 6,000
 # records), the JIT compiler took as much of the view host's CPU as Spark's
@@ -261,10 +267,8 @@ def process_batch(
     """One micro-batch of Kafka records into bronze, then into silver, the ledger and
     the quarantine. Retried after a crash, it skips what it committed (txn ids).
     `index`: the query's ledger index (`silver.process_batch`)."""
-    span = None
-    if bronze.holds_batch(spark, settings, txn_app, batch_id):
-        span = batch_range(spark, checkpoint, batch_id)
-    if span is not None:
+    span = batch_range(spark, checkpoint, batch_id)
+    if span is not None and bronze.holds_batch(spark, settings, txn_app, batch_id):
         # A retry after bronze's append: settle what bronze holds of the batch,
         # not what Kafka still holds (its retention may have passed meanwhile).
         rows = bronze.between(spark, settings, *span).localCheckpoint(eager=True)
@@ -278,7 +282,10 @@ def process_batch(
         # A live batch's plans are evaluated without generated code, as the view
         # queries' are (session.INTERPRETED_CONF); a catch-up's keep it. Both the
         # query's session and the batch's (Spark's clone of it) plan this batch.
-        small = {} if rows.count() >= INTERPRETED_BELOW else session_mod.INTERPRETED_CONF
+        # The size is taken from the batch's offset range, which costs no Spark
+        # job; counting the rows cost two, every batch.
+        size = rows.count() if span is None else span_size(*span)
+        small = {} if size >= INTERPRETED_BELOW else session_mod.INTERPRETED_CONF
         with lake.session_conf(spark, small), lake.session_conf(rows.sparkSession, small):
             bronze.append(rows, settings, txn_app, batch_id)  # skipped on a retry
             return silver.process_batch(spark, settings, rows, batch_id, txn_app, index)

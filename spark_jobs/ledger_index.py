@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -45,12 +46,14 @@ _OFFSET_MASK = (1 << _OFFSET_BITS) - 1
 _MAX_PARTITION = (1 << 15) - 1
 
 
-def keyed(rows: DataFrame) -> DataFrame:
-    """Rows with `event_id`, `partition`, `offset` -> (`id_hash`, `position`), as kept.
-    A position that does not fit fails the query: packed wrong, it would be missed."""
+def keyed(rows: DataFrame, *keep: str) -> DataFrame:
+    """Rows with `event_id`, `partition`, `offset` -> (`id_hash`, `position`), as kept,
+    after the columns `keep`. A position that does not fit fails the query: packed
+    wrong, it would be missed."""
     fits = F.col("partition").between(0, _MAX_PARTITION) & F.col("offset").between(0, _OFFSET_MASK)
     packed = F.shiftleft(F.col("partition").cast("long"), _OFFSET_BITS).bitwiseOR(F.col("offset"))
     return rows.select(
+        *keep,
         F.xxhash64("event_id").alias("id_hash"),
         F.when(fits, packed)
         .otherwise(
@@ -78,7 +81,11 @@ class Keys:
     @classmethod
     def of(cls, rows: DataFrame) -> Keys:
         """Collected through Arrow: 16 bytes a row."""
-        table = keyed(rows).toArrow()
+        return cls.from_arrow(keyed(rows).toArrow())
+
+    @classmethod
+    def from_arrow(cls, table: pa.Table) -> Keys:
+        """From a collected `keyed` table (its `id_hash` and `position` columns)."""
         return cls(
             table.column("id_hash").to_numpy().astype(np.int64, copy=False),
             table.column("position").to_numpy().astype(np.int64, copy=False),

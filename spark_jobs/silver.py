@@ -34,6 +34,7 @@ that exactly-once argument readable in one place.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
+import pyarrow.compute as pc
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -311,18 +313,11 @@ def process_batch(
     # every later action would otherwise analyse and optimise it again.
     checked = contract.validate(batch).localCheckpoint(eager=True)
     try:
+        keys = _tally(checked, result, keyed=index is not None)
         accepted = checked.where(F.col("reject_reason").isNull())
-        rejected = checked.where(F.col("reject_reason").isNotNull())
-        counts = checked.groupBy("reject_reason").count().collect()
-        result.rows_in = sum(r["count"] for r in counts)
-        result.rejected = {r["reject_reason"]: r["count"] for r in counts if r["reject_reason"]}
+        rejected = None
         if result.rejected:
-            lake.append_once(
-                to_quarantine_rows(rejected),
-                QUARANTINE.path(settings),
-                f"{app_id}/rejected",
-                batch_id,
-            )
+            rejected = to_quarantine_rows(checked.where(F.col("reject_reason").isNotNull()))
         if result.rows_in > sum(result.rejected.values()):
             lake.append_once(
                 accepted.select(*[f.name for f in LEDGER_SCHEMA.fields]),
@@ -331,12 +326,38 @@ def process_batch(
                 batch_id,
             )
             faults.maybe_crash("silver_after_ledger", batch_id)
-            history = _history(spark, settings, accepted, batch_id, app_id, index)
-            _settle(spark, settings, checked, accepted, history, batch_id, app_id, result)
+            history = _history(spark, settings, accepted, batch_id, app_id, index, keys)
+            _settle(spark, settings, checked, accepted, history, rejected, batch_id, app_id, result)
+        elif rejected is not None:
+            _quarantine_once(settings, rejected, batch_id, app_id)
     finally:
         checked.unpersist()
     result.seconds = time.monotonic() - started
     return result
+
+
+def _tally(checked: DataFrame, result: BatchResult, *, keyed: bool) -> ledger_index.Keys | None:
+    """Count the batch's records and rejections into `result`; with `keyed`, also the
+    accepted records' index keys (`ledger_index.Keys`). One Arrow collect of a few
+    bytes a record, where a count and a key collect were two Spark jobs each."""
+    if not keyed:
+        counts = checked.groupBy("reject_reason").count().collect()
+        result.rows_in = sum(r["count"] for r in counts)
+        result.rejected = {r["reject_reason"]: r["count"] for r in counts if r["reject_reason"]}
+        return None
+    table = ledger_index.keyed(checked, "reject_reason").toArrow()
+    reasons = table.column("reject_reason")
+    result.rows_in = table.num_rows
+    result.rejected = {
+        str(row["values"]): int(row["counts"])
+        for row in pc.value_counts(reasons.drop_null()).to_pylist()
+    }
+    return ledger_index.Keys.from_arrow(table.filter(pc.is_null(reasons)))
+
+
+def _quarantine_once(settings: Settings, rows: DataFrame, batch_id: int, app_id: str) -> None:
+    """The batch's own quarantine rows, in one append under its transaction id."""
+    lake.append_once(rows, QUARANTINE.path(settings), f"{app_id}/rejected", batch_id)
 
 
 def _history(
@@ -346,13 +367,16 @@ def _history(
     batch_id: int,
     app_id: str,
     index: ledger_index.LedgerIndex | None,
+    keys: ledger_index.Keys | None,
 ) -> DataFrame:
     """Every accepted record ever seen of the batch's event ids, `in_batch` or not:
-    what `classify` decides them from. The ledger holds the batch's own by now."""
+    what `classify` decides them from. The ledger holds the batch's own by now.
+    `keys`: the accepted records' (`_tally`), with `index`."""
     ledger = spark.read.format("delta").load(LEDGER.path(settings))
     touched = accepted.select("event_id").distinct()
     if index is not None:
-        keys = ledger_index.Keys.of(accepted)
+        if keys is None:
+            keys = ledger_index.Keys.of(accepted)
         index.follow(spark, (f"{app_id}/ledger", batch_id), keys)
         earlier = index.earlier(keys)
         if len(earlier) <= MAX_POSITIONS:
@@ -382,11 +406,13 @@ def _settle(
     checked: DataFrame,
     accepted: DataFrame,
     history: DataFrame,
+    rejected: DataFrame | None,
     batch_id: int,
     app_id: str,
     result: BatchResult,
 ) -> None:
-    """Bring silver and the conflict quarantine to the ledger's answer for the batch's ids."""
+    """Bring silver and the conflict quarantine to the ledger's answer for the batch's ids,
+    and quarantine the batch's `rejected` rows."""
     touched = accepted.select("event_id").distinct()
     state = classify(history).localCheckpoint(eager=True)
     try:
@@ -406,36 +432,48 @@ def _settle(
             ["partition", "offset"],
         )
         silver_path = SILVER.path(settings)
-        lake.append_once(
-            to_silver_rows(winners.where("fresh")),
-            silver_path,
-            f"{app_id}/silver-new",
-            batch_id,
-        )
+        # A batch with no new id (all duplicates, conflicts or replacements) has
+        # nothing to append: a retry computes the same tally and skips it again.
+        if tally.get((ACCEPTED, True, True), 0):
+            lake.append_once(
+                to_silver_rows(winners.where("fresh")),
+                silver_path,
+                f"{app_id}/silver-new",
+                batch_id,
+            )
         if result.replaced_winners:
             replacing = to_silver_rows(winners.where(~F.col("fresh"))).localCheckpoint(eager=True)
             try:
-                _merge_winners(
-                    spark,
-                    silver_path,
-                    replacing,
-                    f"silver batch {batch_id}: replacing winners",
-                    _where_held(spark, settings, state, replacing),
-                )
+                with lake.source_checkpointed(spark):
+                    _merge_winners(
+                        spark,
+                        silver_path,
+                        replacing,
+                        f"silver batch {batch_id}: replacing winners",
+                        _where_held(spark, settings, state, replacing),
+                    )
             finally:
                 replacing.unpersist()
-        # Earlier records change status only when their winner is replaced; so
-        # without a replacement, the batch's own conflicts are all there is to add.
-        if result.replaced_winners:
+            # Earlier records change status when their winner is replaced: the
+            # quarantine's conflicts of these ids are MERGEd to the new answer.
+            if rejected is not None:
+                _quarantine_once(settings, rejected, batch_id, app_id)
             _settle_conflicts(spark, settings, checked, touched, state)
-        elif result.conflicts:
-            _quarantine_conflicts(
-                spark,
-                settings,
-                conflict_detail(
-                    state.where((F.col("status") == CONFLICT) & F.col("in_batch"))
-                ).join(checked.select(*_RAW), ["partition", "offset"]),
-                None,
+            return
+        # Without a replacement, earlier records keep their status, so the batch's
+        # own conflicts are all the quarantine gains: one append with its rejected
+        # records, under the batch's transaction id (a retry skips it whole).
+        rows = [] if rejected is None else [rejected]
+        if result.conflicts:
+            ours = state.where((F.col("status") == CONFLICT) & F.col("in_batch"))
+            rows.append(
+                to_conflict_rows(
+                    conflict_detail(ours).join(checked.select(*_RAW), ["partition", "offset"])
+                )
+            )
+        if rows:
+            _quarantine_once(
+                settings, functools.reduce(DataFrame.unionByName, rows), batch_id, app_id
             )
     finally:
         state.unpersist()
@@ -587,7 +625,7 @@ _RAW = ["partition", "offset", "kafka_timestamp", "value"]
 
 
 def _quarantine_conflicts(
-    spark: SparkSession, settings: Settings, to_add: DataFrame, to_remove: DataFrame | None
+    spark: SparkSession, settings: Settings, to_add: DataFrame, to_remove: DataFrame
 ) -> None:
     """MERGE conflicting records (with detail and raw value) in, and stale ones out.
 
@@ -595,10 +633,10 @@ def _quarantine_conflicts(
     """
     key = ["partition", "offset"]
     quarantine = DeltaTable.forPath(spark, QUARANTINE.path(settings))
-    additions = to_conflict_rows(to_add).withColumn("_op", F.lit("add"))
-    source = additions
-    if to_remove is not None:
-        source = source.unionByName(
+    source = (
+        to_conflict_rows(to_add)
+        .withColumn("_op", F.lit("add"))
+        .unionByName(
             to_remove.select(
                 *key,
                 *[
@@ -609,6 +647,7 @@ def _quarantine_conflicts(
                 F.lit("remove").alias("_op"),
             )
         )
+    )
     condition = "t.partition = s.partition AND t.offset = s.offset"
     # Materialised: its positions are collected first, and it reads bronze and the
     # quarantine the MERGE changes.
@@ -619,21 +658,22 @@ def _quarantine_conflicts(
         named = _named_positions(source)
         if named is not None:
             condition += f" AND ({lake.positions_condition(named, 't')})"
-        lake.retry_on_conflict(
-            lambda: (
-                quarantine.alias("t")
-                .merge(source.alias("s"), condition)
-                .whenMatchedDelete(
-                    condition="s._op = 'remove' AND t.reason = 'conflicting_duplicate'"
-                )
-                .whenNotMatchedInsert(
-                    condition="s._op = 'add'",
-                    values={f.name: F.col(f"s.{f.name}") for f in QUARANTINE_SCHEMA.fields},
-                )
-                .execute()
-            ),
-            "quarantine: conflicting duplicates",
-        )
+        with lake.source_checkpointed(spark):
+            lake.retry_on_conflict(
+                lambda: (
+                    quarantine.alias("t")
+                    .merge(source.alias("s"), condition)
+                    .whenMatchedDelete(
+                        condition="s._op = 'remove' AND t.reason = 'conflicting_duplicate'"
+                    )
+                    .whenNotMatchedInsert(
+                        condition="s._op = 'add'",
+                        values={f.name: F.col(f"s.{f.name}") for f in QUARANTINE_SCHEMA.fields},
+                    )
+                    .execute()
+                ),
+                "quarantine: conflicting duplicates",
+            )
     finally:
         source.unpersist()
 

@@ -158,5 +158,11 @@ def test_offsets_are_read_from_spark_s_offsets_file_and_from_a_start():
     assert ingest.kafka_positions("") is None
 
 
+def test_a_batch_s_size_is_its_offset_span_without_a_new_partition():
+    # Partition 2 is new since the batch began: its first offset is not known.
+    assert ingest.span_size({0: 100, 1: 40}, {0: 150, 1: 40, 2: 7}) == 50
+    assert ingest.span_size({}, {}) == 0
+
+
 def test_an_empty_bronze_needs_no_recovery(spark, lake_settings):
     assert silver.recover(spark, lake_settings, "new") is False

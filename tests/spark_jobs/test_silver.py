@@ -118,10 +118,14 @@ def _tables(spark, s):
     )
 
 
-def test_a_batch_splits_records_into_silver_quarantine_and_duplicates(spark, lake):
-    result = silver.process_batch(
-        spark,
-        lake,
+def _commits(spark, path):
+    """The operations of a table's commits after it was made, oldest first."""
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").where("version > 0")
+    return [r.operation for r in history.orderBy("version").collect()]
+
+
+def test_a_batch_splits_records_into_silver_quarantine_and_duplicates(spark, lake, run):
+    result = run(
         _batch(
             spark,
             lake,
@@ -134,7 +138,6 @@ def test_a_batch_splits_records_into_silver_quarantine_and_duplicates(spark, lak
             ],
         ),
         0,
-        "app",
     )
     assert (result.rows_in, result.accepted, result.duplicates, result.conflicts) == (5, 2, 1, 1)
     assert result.rejected == {"malformed_json": 1}
@@ -148,6 +151,22 @@ def test_a_batch_splits_records_into_silver_quarantine_and_duplicates(spark, lak
     (bad,) = quarantine.where("offset = 3").collect()
     assert bytes(bad.raw_value) == b"not json"
     assert ledger.count() == 4  # every accepted record, winner or not
+    # No winner was replaced: the rejected record and the conflict are one append.
+    assert _commits(spark, silver.QUARANTINE.path(lake)) == ["WRITE"]
+    assert _commits(spark, silver.SILVER.path(lake)) == ["WRITE"]
+
+
+def test_a_batch_of_only_duplicates_commits_nothing_to_silver(spark, lake, run):
+    run(_batch(spark, lake, [(0, 0, _event("e1")), (0, 1, _event("e2"))]), 0)
+    result = run(_batch(spark, lake, [(1, 0, _event("e1")), (1, 1, _event("e2"))]), 1)
+
+    assert (result.rows_in, result.accepted, result.duplicates) == (2, 0, 2)
+    events, quarantine, ledger = _tables(spark, lake)
+    assert sorted((r.partition, r.offset) for r in events.collect()) == [(0, 0), (0, 1)]
+    assert quarantine.count() == 0
+    assert ledger.count() == 4
+    assert _commits(spark, silver.SILVER.path(lake)) == ["WRITE"]  # the first batch's
+    assert _commits(spark, silver.QUARANTINE.path(lake)) == []
 
 
 def test_an_earlier_record_arriving_later_takes_over_and_the_loser_is_quarantined(spark, lake, run):
