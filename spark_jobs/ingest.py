@@ -241,10 +241,13 @@ def batch_range(
     return None if end is None or start is None else (start, end)
 
 
-def span_size(start: dict[int, int], end: dict[int, int]) -> int:
-    """How many offsets [start, end) spans (a partition missing from `start`: none;
-    it is only new, and its first offset is not known here)."""
-    return sum(stop - start.get(p, stop) for p, stop in end.items())
+def span_size(start: dict[int, int], end: dict[int, int]) -> int | None:
+    """How many offsets [start, end) spans; None when a partition of `end` is not in
+    `start` (a query's first batch from "earliest", a partition added to the topic):
+    where it began is not written down."""
+    if not end.keys() <= start.keys():
+        return None
+    return sum(stop - start[p] for p, stop in end.items())
 
 
 # Fewer records than this in a batch: planned without generated code. Profiled in
@@ -283,8 +286,10 @@ def process_batch(
         # queries' are (session.INTERPRETED_CONF); a catch-up's keep it. Both the
         # query's session and the batch's (Spark's clone of it) plan this batch.
         # The size is taken from the batch's offset range, which costs no Spark
-        # job; counting the rows cost two, every batch.
-        size = rows.count() if span is None else span_size(*span)
+        # job; counting the rows costs two, so only where the range cannot say.
+        size = None if span is None else span_size(*span)
+        if size is None:
+            size = rows.count()
         small = {} if size >= INTERPRETED_BELOW else session_mod.INTERPRETED_CONF
         with lake.session_conf(spark, small), lake.session_conf(rows.sparkSession, small):
             bronze.append(rows, settings, txn_app, batch_id)  # skipped on a retry

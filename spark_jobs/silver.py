@@ -768,10 +768,13 @@ def _settle_unsettled(
 def reconcile(spark: SparkSession, settings: Settings) -> int:
     """Bring silver and the conflict quarantine to the ledger's answer wherever they differ.
 
-    A batch that stopped between its commits (the ledger appended, silver not
-    yet) is finished by its rerun from the checkpoint. Without the checkpoint,
-    this finishes it: it reads the whole ledger, silver and the quarantine, so
-    it is for recovery, not for every batch. Returns the event ids it fixed.
+    A batch that stopped between its commits (the ledger appended, silver and
+    the quarantine not yet) is finished by its rerun from the checkpoint.
+    Without the checkpoint, `recover` finishes it: `_settle_unsettled` settles
+    its rejected records (in neither the ledger nor the quarantine), and this
+    brings its winners and conflicts to the ledger's answer. It reads the whole
+    ledger, silver and the quarantine, so it is for recovery, not for every
+    batch. Returns the event ids it fixed.
     """
     id_pos = ["event_id", "partition", "offset"]
     state = classify(

@@ -10,8 +10,9 @@ from datetime import datetime
 
 import pytest
 from chispa import assert_df_equality
+from pyspark.sql import functions as F
 
-from spark_jobs import bronze, ingest, lake, silver
+from spark_jobs import bronze, contract, ingest, lake, silver
 from warehouse.base import registry
 
 KAFKA_TS = datetime(2026, 1, 1, 12, 0, 0)
@@ -158,10 +159,36 @@ def test_offsets_are_read_from_spark_s_offsets_file_and_from_a_start():
     assert ingest.kafka_positions("") is None
 
 
-def test_a_batch_s_size_is_its_offset_span_without_a_new_partition():
-    # Partition 2 is new since the batch began: its first offset is not known.
-    assert ingest.span_size({0: 100, 1: 40}, {0: 150, 1: 40, 2: 7}) == 50
-    assert ingest.span_size({}, {}) == 0
+def test_a_batch_s_size_is_its_offset_span_unless_a_start_is_unknown():
+    assert ingest.span_size({0: 100, 1: 40}, {0: 150, 1: 40}) == 50
+    # Partition 2 is new since the batch began, or the query began at "earliest".
+    assert ingest.span_size({0: 100, 1: 40}, {0: 150, 1: 40, 2: 7}) is None
+    assert ingest.span_size({}, {0: 250_000}) is None
+
+
+def test_without_a_checkpoint_a_batch_stopped_after_its_ledger_append_is_settled_whole(
+    spark, lake_settings
+):
+    """A batch quarantines its rejected records after its ledger append: stopped in
+    between, with its checkpoint lost, they are in neither table."""
+    s = lake_settings
+    bronze.append(bronze.to_bronze_rows(_kafka(spark, RECORDS)), s, "old", 0)
+    checked = contract.validate(_read(spark, registry.BRONZE_EVENTS, s))
+    lake.append_once(
+        checked.where(F.col("reject_reason").isNull()).select(
+            *[f.name for f in silver.LEDGER_SCHEMA.fields]
+        ),
+        silver.LEDGER.path(s),
+        "old/ledger",
+        0,
+    )
+
+    assert silver.recover(spark, s, "new") is True
+    settled = silver.settle(_read(spark, registry.BRONZE_EVENTS, s))
+    assert _positions(_read(spark, registry.SILVER_EVENTS, s)) == [(0, 0), (0, 1)]
+    assert _positions(_read(spark, registry.SILVER_QUARANTINE, s)) == [(1, 1), (1, 2)]
+    assert _positions(_read(spark, registry.SILVER_QUARANTINE, s)) == _positions(settled.quarantine)
+    assert _positions(_read(spark, registry.SILVER_LEDGER, s)) == _positions(settled.ledger)
 
 
 def test_an_empty_bronze_needs_no_recovery(spark, lake_settings):
