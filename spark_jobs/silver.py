@@ -34,7 +34,6 @@ that exactly-once argument readable in one place.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import time
@@ -340,19 +339,17 @@ def _tally(checked: DataFrame, result: BatchResult, *, keyed: bool) -> ledger_in
     """Count the batch's records and rejections into `result`; with `keyed`, also the
     accepted records' index keys (`ledger_index.Keys`). One Arrow collect of a few
     bytes a record, where a count and a key collect were two Spark jobs each."""
-    if not keyed:
-        counts = checked.groupBy("reject_reason").count().collect()
-        result.rows_in = sum(r["count"] for r in counts)
-        result.rejected = {r["reject_reason"]: r["count"] for r in counts if r["reject_reason"]}
-        return None
-    table = ledger_index.keyed(checked, "reject_reason").toArrow()
+    wanted = (
+        ledger_index.keyed(checked, "reject_reason") if keyed else checked.select("reject_reason")
+    )
+    table = wanted.toArrow()
     reasons = table.column("reject_reason")
     result.rows_in = table.num_rows
     result.rejected = {
         str(row["values"]): int(row["counts"])
         for row in pc.value_counts(reasons.drop_null()).to_pylist()
     }
-    return ledger_index.Keys.from_arrow(table.filter(pc.is_null(reasons)))
+    return ledger_index.Keys.from_arrow(table.filter(pc.is_null(reasons))) if keyed else None
 
 
 def _quarantine_once(settings: Settings, rows: DataFrame, batch_id: int, app_id: str) -> None:
@@ -371,12 +368,10 @@ def _history(
 ) -> DataFrame:
     """Every accepted record ever seen of the batch's event ids, `in_batch` or not:
     what `classify` decides them from. The ledger holds the batch's own by now.
-    `keys`: the accepted records' (`_tally`), with `index`."""
+    `keys`: the accepted records' (`_tally`), given with `index`."""
     ledger = spark.read.format("delta").load(LEDGER.path(settings))
     touched = accepted.select("event_id").distinct()
-    if index is not None:
-        if keys is None:
-            keys = ledger_index.Keys.of(accepted)
+    if index is not None and keys is not None:
         index.follow(spark, (f"{app_id}/ledger", batch_id), keys)
         earlier = index.earlier(keys)
         if len(earlier) <= MAX_POSITIONS:
@@ -463,18 +458,15 @@ def _settle(
         # Without a replacement, earlier records keep their status, so the batch's
         # own conflicts are all the quarantine gains: one append with its rejected
         # records, under the batch's transaction id (a retry skips it whole).
-        rows = [] if rejected is None else [rejected]
+        rows = rejected
         if result.conflicts:
             ours = state.where((F.col("status") == CONFLICT) & F.col("in_batch"))
-            rows.append(
-                to_conflict_rows(
-                    conflict_detail(ours).join(checked.select(*_RAW), ["partition", "offset"])
-                )
+            conflicts = to_conflict_rows(
+                conflict_detail(ours).join(checked.select(*_RAW), ["partition", "offset"])
             )
-        if rows:
-            _quarantine_once(
-                settings, functools.reduce(DataFrame.unionByName, rows), batch_id, app_id
-            )
+            rows = conflicts if rows is None else rows.unionByName(conflicts)
+        if rows is not None:
+            _quarantine_once(settings, rows, batch_id, app_id)
     finally:
         state.unpersist()
 
