@@ -32,7 +32,14 @@ import uuid
 from collections.abc import Iterable, Iterator
 from itertools import chain, groupby
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -51,6 +58,18 @@ HEADER = "gold_version"
 # the broker's own ceiling (transaction.max.timeout.ms) is 15 minutes.
 TRANSACTION_TIMEOUT_MS = 900_000
 CDF_PROPERTY = "delta.enableChangeDataFeed"
+# The group coordinator's answers that mean "not yet, ask again": a broker that has
+# just started is still loading its offsets topic, or a group is moving between
+# brokers. librdkafka hands them back from `committed` instead of retrying, and a
+# stream with no new batch after its start would never publish again.
+COORDINATOR_NOT_READY = frozenset(
+    {
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+    }
+)
+MARK_LOOKUP_S = 60
 
 # One record: (gold commit, key JSON, value JSON or None for a tombstone).
 Record = tuple[int, str, str | None]
@@ -128,9 +147,23 @@ class Publisher:
         self._connect()
         assert self._consumer is not None
         if self._mark is None:
-            (tp,) = self._consumer.committed(
-                [TopicPartition(self.topic, MARK_PARTITION)], timeout=30
-            )
+            deadline = time.monotonic() + MARK_LOOKUP_S
+            while True:
+                (tp,) = self._consumer.committed(
+                    [TopicPartition(self.topic, MARK_PARTITION)], timeout=30
+                )
+                if not (
+                    tp.error is not None
+                    and tp.error.code() in COORDINATOR_NOT_READY
+                    and time.monotonic() < deadline
+                ):
+                    break
+                log.info(
+                    "%s: the group coordinator is not ready (%s); asking again",
+                    self.topic,
+                    tp.error.name(),
+                )
+                time.sleep(1)
             if tp.error is not None:
                 # Never read as "nothing published": that would publish the table again.
                 raise KafkaException(tp.error)
