@@ -62,14 +62,17 @@ SILVER_STILL_S = 15
 
 
 @pytest.fixture(scope="module")
-def airflow(stack, settings: Settings) -> airflow_client.Client:
+def airflow(stack, settings: Settings) -> Iterator[airflow_client.Client]:
     client = airflow_client.Client(settings)
     for dag_id in ("regauge_reprocess", "regauge_rollout", "regauge_retire", "regauge_watchdog"):
         client.wait_for_dag(dag_id)
     # The watchdog starts live versions' streams: a bench stopped before it put the
     # stack back can leave it paused on a developer's stack.
     client.pause("regauge_watchdog", False)
-    return client
+    yield client
+    # Paused again for the modules after this one, as the session's `stack` keeps it
+    # (a task and a CLI process a minute on 2 cores); `stack` puts it back at the end.
+    client.pause("regauge_watchdog", True)
 
 
 @pytest.fixture(scope="module")

@@ -93,6 +93,17 @@ def test_files_beside_the_tables_are_reached_through_hadoops_filesystem(spark, t
         lake.move(spark, f"{root}/nope", f"{root}/elsewhere")
 
 
+def test_the_newest_version_is_the_newest_commit_and_no_table_is_refused(spark, tmp_path):
+    path = str(tmp_path / "t")
+    with pytest.raises(Exception, match=r"(?i)not a delta table|DELTA_MISSING"):
+        lake.newest_version(spark, path)
+    for n in range(3):
+        spark.range(n, n + 1).write.format("delta").mode("append").save(path)
+        (newest,) = lake.history(spark, path, 1).select("version").collect()
+        # Read from the log, and moved by each commit (not a cached snapshot).
+        assert lake.newest_version(spark, path) == newest["version"] == n
+
+
 def test_session_settings_hold_inside_and_are_as_before_outside(spark):
     set_before, unset = "spark.sql.shuffle.partitions", "spark.sql.codegen.maxFields"
     before = spark.conf.get(set_before)
