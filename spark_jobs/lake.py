@@ -221,9 +221,10 @@ def newest_version(spark: SparkSession, path: str) -> int:
 
     Read from the table's log through Delta's JVM API where this process has the
     JVM: DESCRIBE HISTORY is 2 to 5 Spark jobs and about 250 ms on an idle 2-core
-    machine, the log's listing about 20 ms and no job. A live view's publisher asks
-    it every micro-batch. A Spark Connect client (and a path with no table, which
-    DESCRIBE HISTORY refuses with its reason) asks Spark."""
+    machine, the log's listing about 20 ms and mostly no job (one where the newest
+    commit has no checksum file to read the table's metadata from). A live view's
+    publisher asks it every micro-batch. A Spark Connect client (and a path with
+    no table, which DESCRIBE HISTORY refuses with its reason) asks Spark."""
     if not session.is_connect(spark):
         version = int(snapshot(spark, path).version())
         if version >= 0:

@@ -60,8 +60,9 @@ TRANSACTION_TIMEOUT_MS = 900_000
 CDF_PROPERTY = "delta.enableChangeDataFeed"
 # The group coordinator's answers that mean "not yet, ask again": a broker that has
 # just started is still loading its offsets topic, or a group is moving between
-# brokers. librdkafka hands them back from `committed` instead of retrying, and a
-# stream with no new batch after its start would never publish again.
+# brokers. `committed` raises them once librdkafka's own few retries are spent, and
+# the first publish of a stream started then failed; with no new batch after it
+# (no traffic), nothing published the table.
 COORDINATOR_NOT_READY = frozenset(
     {
         KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
@@ -69,7 +70,8 @@ COORDINATOR_NOT_READY = frozenset(
         KafkaError.NOT_COORDINATOR,
     }
 )
-MARK_LOOKUP_S = 60
+# A stream's start waits this long at most for its first publish.
+MARK_LOOKUP_S = 30
 
 # One record: (gold commit, key JSON, value JSON or None for a tombstone).
 Record = tuple[int, str, str | None]
@@ -148,27 +150,37 @@ class Publisher:
         assert self._consumer is not None
         if self._mark is None:
             deadline = time.monotonic() + MARK_LOOKUP_S
-            while True:
-                (tp,) = self._consumer.committed(
-                    [TopicPartition(self.topic, MARK_PARTITION)], timeout=30
-                )
-                if not (
-                    tp.error is not None
-                    and tp.error.code() in COORDINATOR_NOT_READY
-                    and time.monotonic() < deadline
-                ):
-                    break
+            while (error := self._mark_error()) is not None:
+                if error.code() not in COORDINATOR_NOT_READY or time.monotonic() >= deadline:
+                    # Never read as "nothing published": that would publish the
+                    # table again.
+                    raise KafkaException(error)
                 log.info(
                     "%s: the group coordinator is not ready (%s); asking again",
                     self.topic,
-                    tp.error.name(),
+                    error.name(),
                 )
                 time.sleep(1)
-            if tp.error is not None:
-                # Never read as "nothing published": that would publish the table again.
-                raise KafkaException(tp.error)
-            self._mark = tp.offset - 1 if tp.offset >= 0 else -1
+        assert self._mark is not None
         return self._mark
+
+    def _mark_error(self) -> KafkaError | None:
+        """Read the mark into `_mark`; the error Kafka answered instead, if any. A
+        request the coordinator refused whole raises; a partition's error comes back
+        on the partition."""
+        assert self._consumer is not None
+        try:
+            (tp,) = self._consumer.committed(
+                [TopicPartition(self.topic, MARK_PARTITION)], timeout=30
+            )
+        except KafkaException as exc:
+            if exc.args and isinstance(exc.args[0], KafkaError):
+                return exc.args[0]
+            raise
+        if tp.error is not None:
+            return tp.error
+        self._mark = tp.offset - 1 if tp.offset >= 0 else -1
+        return None
 
     # -- publishing -----------------------------------------------------------------
     def publish(self, *, renew: bool = False) -> int:

@@ -100,7 +100,7 @@ def test_the_newest_version_is_the_newest_commit_and_no_table_is_refused(spark, 
     for n in range(3):
         spark.range(n, n + 1).write.format("delta").mode("append").save(path)
         (newest,) = lake.history(spark, path, 1).select("version").collect()
-        # Read from the log, and moved by each commit (not a cached snapshot).
+        # What DESCRIBE HISTORY says, after each commit.
         assert lake.newest_version(spark, path) == newest["version"] == n
 
 

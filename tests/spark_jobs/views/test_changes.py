@@ -4,10 +4,13 @@ MERGE with updates and deletes, a replay's overwrite)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime
 from decimal import Decimal
 
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
@@ -102,3 +105,53 @@ def test_applying_each_commit_s_records_in_order_rebuilds_the_table(spark, tmp_p
         ("GBP", 4, 4),
         ("USD", 1, 4),
     }
+
+
+@dataclasses.dataclass
+class _Answer:
+    """A partition in `committed`'s answer: its offset, or its error."""
+
+    offset: int = -1001
+    error: KafkaError | None = None
+
+
+class _Marks:
+    """A consumer's answers to `committed` for the mark: `errors` first (an error
+    code raised for the whole request, or a partition carrying one), then the
+    committed offset."""
+
+    def __init__(self, offset: int, *errors: int | _Answer) -> None:
+        self.offset, self.errors, self.asked = offset, list(errors), 0
+
+    def committed(self, partitions: list[TopicPartition], timeout: float) -> list[_Answer]:
+        self.asked += 1
+        if self.errors:
+            error = self.errors.pop(0)
+            if isinstance(error, int):
+                raise KafkaException(KafkaError(error))
+            return [error]
+        return [_Answer(self.offset)]
+
+
+def _publisher(settings, consumer: _Marks) -> changes.Publisher:
+    """A publisher whose Kafka clients are set already (`_connect` keeps them)."""
+    publisher = changes.Publisher(None, settings, VIEW, "unused")  # type: ignore[arg-type]
+    publisher._producer, publisher._consumer = object(), consumer  # type: ignore[assignment]
+    return publisher
+
+
+def test_the_mark_is_asked_again_while_the_coordinator_is_not_ready(settings, monkeypatch):
+    monkeypatch.setattr(changes.time, "sleep", lambda s: None)
+    loading = _Answer(error=KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS))
+    # A fresh broker: the whole request refused, then the partition's answer, then the mark.
+    marks = _Marks(8, KafkaError.NOT_COORDINATOR, loading)
+    assert _publisher(settings, marks).published_through() == 7
+    assert marks.asked == 3
+    # Never read as "nothing published": any other error, or one past the deadline, raises.
+    with pytest.raises(KafkaException, match=r"(?i)authori"):
+        _publisher(settings, _Marks(8, KafkaError.GROUP_AUTHORIZATION_FAILED)).published_through()
+    monkeypatch.setattr(changes, "MARK_LOOKUP_S", 0)
+    with pytest.raises(KafkaException, match=r"(?i)coordinator"):
+        _publisher(settings, _Marks(8, KafkaError.NOT_COORDINATOR)).published_through()
+    # No mark committed yet: nothing published.
+    assert _publisher(settings, _Marks(-1001)).published_through() == -1
