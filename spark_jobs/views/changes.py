@@ -147,7 +147,6 @@ class Publisher:
     def published_through(self) -> int:
         """The last gold commit published (-1: none yet)."""
         self._connect()
-        assert self._consumer is not None
         if self._mark is None:
             deadline = time.monotonic() + MARK_LOOKUP_S
             while (error := self._mark_error()) is not None:
