@@ -82,8 +82,7 @@ def stack(settings: Settings) -> Iterator[list[services.Service]]:
     already = {svc.name for svc in all_services if svc.running()}
     was_paused: dict[str, bool] = {}
     try:
-        for svc in all_services:
-            svc.start()
+        services.up(settings)
         airflow = airflow_client.Client(settings)
         was_paused = airflow.quiet(QUIET_DAGS)
         yield all_services

@@ -81,7 +81,7 @@ class Subscription:
                     f"{self.copy.gold_version}) differs from what is served: "
                     f"{_difference(got, want)}"
                 )
-            time.sleep(2)
+            time.sleep(0.5)  # a local copy: cheap to look at
 
     def close(self) -> None:
         self.proc.terminate()

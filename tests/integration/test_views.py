@@ -137,9 +137,10 @@ def two_runs(stack, settings, spark):
     start = datetime(2001, 1, 1, tzinfo=UTC) + timedelta(days=seed % 8000)
     first = pipeline.produce(settings, seed=seed, count=4000, chaos=True, start=start, days=1)
     pipeline.ingest_once(spark, settings)
+    # No catch-up after the replay: it would process nothing (the stream starts at
+    # the replay's commit), and the one below starts from the same marker.
     for view in views.discover().values():
         pipeline.replay(spark, settings, view)
-        pipeline.catch_up(spark, settings, view)
 
     newest_order = trino_client.scalar(
         settings,
@@ -195,10 +196,12 @@ def test_a_replay_straight_from_kafka_gives_the_same_answer(settings, spark, two
         pipeline.replay(spark, settings, view, source="kafka")
         got = _gold_through_trino(settings, view, "window_start", start, start + timedelta(days=10))
         assert got == expected_revenue_v1(events)
-    finally:
-        # Back to the default source, for whatever reads v1 next.
+    except BaseException:
+        # Back to the default source, for whatever reads v1 next. A replay that
+        # passed left the same table and a marker its stream starts from.
         pipeline.replay(spark, settings, view)
         pipeline.catch_up(spark, settings, view)
+        raise
 
 
 def test_releasing_a_query_closes_its_change_publisher(settings, spark, two_runs):

@@ -177,7 +177,16 @@ class Service(ABC):
         return _all_live(pids)
 
     def start(self) -> bool:
-        """Start whatever of this service is not running; True if anything started."""
+        """Start whatever of this service is not running and wait until it answers;
+        True if anything started."""
+        started = self.begin()
+        if started:
+            self.await_healthy()
+        return started
+
+    def begin(self) -> bool:
+        """`start` without the wait: launch whatever is not running, and say whether
+        the service is on its way (then `await_healthy` it) or already answered."""
         if self.unsupervised():
             log.warning("%s runs outside supervisord; restarting it under it", self.name)
             self.stop()
@@ -188,7 +197,6 @@ class Service(ABC):
                 return False
             if self._recently_started():
                 # (Re)started by supervisord a moment ago, and on its way.
-                self.await_healthy()
                 return True
             log.warning("%s runs but does not answer; restarting it", self.name)
         if any(state in (*ALIVE, "BACKOFF") for state in states):
@@ -197,7 +205,6 @@ class Service(ABC):
             log.warning("%s is partly running (%s); restarting it", self.name, states)
             self.stop()
         self.launch()
-        self.await_healthy()
         return True
 
     def _recently_started(self) -> bool:

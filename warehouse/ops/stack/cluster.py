@@ -508,11 +508,13 @@ def _make_tls(where: Path) -> None:
 
 
 def up(s: Settings, skip: Collection[str] = ()) -> None:
-    """Start every member not running yet, in order; a quorum's members together.
-    Members named in `skip` are left as they are (a test that needs no Airflow)."""
+    """Start every member not running yet and wait until each answers. Members
+    named in `skip` are left as they are (a test that needs no Airflow)."""
     from warehouse.base.settings import load
     from warehouse.ops.stack import artifacts, services
+    from warehouse.ops.stack.airflow import Airflow
     from warehouse.ops.stack.kafka import ensure_topic
+    from warehouse.ops.stack.postgres import Postgres
 
     local = [svc.name for svc in services.services(load({})) if svc.running()]
     if local:
@@ -522,24 +524,41 @@ def up(s: Settings, skip: Collection[str] = ()) -> None:
         )
     artifacts.fetch_all(s)
     artifacts.fetch_cluster(s)
+    # Everything starts together, each mostly a JVM warming up, and is then awaited:
+    # one after another cost the sum of their waits. Two wait for what they need
+    # first: a Spark worker registers with its master, and Airflow migrates its
+    # database in PostgreSQL (where its roles are made once it answers).
+    needs: dict[type[Service], type[Service]] = {SparkWorker: SparkMaster, Airflow: Postgres}
     pending: list[Service] = []
-    for svc in (m for m in members(s) if m.name not in skip):
+    quorum = False
+
+    def begin(svc: Service) -> None:
+        nonlocal quorum
         if isinstance(svc, KafkaBroker | TrinoNode):
             # A broker cannot be healthy before a majority of the quorum runs, nor
-            # a worker before its coordinator: launch the group, then wait for each.
+            # a worker before its coordinator: the group is launched, not started.
             if svc.unsupervised() or not (svc.running() and svc.healthy()):
                 svc.stop()
                 svc.launch()
                 pending.append(svc)
-            continue
-        for waiting in pending:
+                quorum = quorum or isinstance(svc, KafkaBroker)
+        elif svc.begin():
+            pending.append(svc)
+
+    chosen = [m for m in members(s) if m.name not in skip]
+    later = [m for m in chosen if type(m) in needs]
+    for svc in chosen:
+        if svc not in later:
+            begin(svc)
+    for svc in later:
+        for waiting in [p for p in pending if isinstance(p, needs[type(svc)])]:
             waiting.await_healthy()
-        if any(isinstance(p, KafkaBroker) for p in pending):
-            ensure_topic(s)
-        pending = []
-        svc.start()
+            pending.remove(waiting)
+        begin(svc)
     for waiting in pending:
         waiting.await_healthy()
+    if quorum:
+        ensure_topic(s)
     wait_for_trino_worker(s)
 
 

@@ -58,8 +58,25 @@ def services(settings: Settings, names: Sequence[str] = ()) -> list[Service]:
 
 
 def up(settings: Settings, names: Sequence[str] = ()) -> None:
-    for svc in services(settings, names):
+    """Start the chosen services and wait until each answers. PostgreSQL comes first
+    and alone: Airflow's metadata and the roles the others log in with live there.
+    The rest start together (each is mostly a JVM or a Python warming up, and waiting
+    for one after another cost a stack's start the sum of their waits), and are
+    then awaited in order; any that does not answer is raised once all were
+    awaited, so none is left starting unwatched."""
+    chosen = services(settings, names)
+    first = [svc for svc in chosen if svc.name == Postgres.name]
+    for svc in first:
         svc.start()
+    starting = [svc for svc in chosen if svc not in first and svc.begin()]
+    errors: list[ServiceError] = []
+    for svc in starting:
+        try:
+            svc.await_healthy()
+        except ServiceError as exc:
+            errors.append(exc)
+    if errors:
+        raise ServiceError("\n\n".join(str(e) for e in errors))
 
 
 def down(settings: Settings, names: Sequence[str] = ()) -> None:
