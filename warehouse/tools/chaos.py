@@ -285,25 +285,27 @@ class Chaos:
         logfile = self._view_log()
         first = pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
         pipeline.ingest_once(self.spark, self.settings)
-        _kill_when(
+        in_replay = _kill_when(
             _view_job(logfile, "replay"), logfile, "events to process", self.rng.uniform(0, 4)
         )
-        self.say(f"  kill -9 {view.name}_v{view.version} during its replay")
+        self.say(f"  kill -9 {view.name}_v{view.version} during its replay" + _missed(in_replay))
         _view_job(logfile, "replay", wait=True)
         second = pipeline.produce(self.settings, seed=fresh_seed(), count=events // 2, chaos=True)
         pipeline.ingest_once(self.spark, self.settings)
         job = _view_job(logfile, "stream")
         # The table name is logged when the stream starts applying new events.
-        _kill_when(job, logfile, f"{view.name}_v{view.version}", self.rng.uniform(2, 10))
-        self.say(f"  kill -9 {view.name}_v{view.version} during live processing")
+        live = _kill_when(job, logfile, f"{view.name}_v{view.version}", self.rng.uniform(2, 10))
+        self.say(f"  kill -9 {view.name}_v{view.version} during live processing" + _missed(live))
         restarted = time.monotonic()
         _view_job(logfile, "stream", wait=True)
         outcome, _ = self._judge("view_kills", first + second, restarted, "")
         lost, doubled = self._view_against_code(view)
         outcome.lost += lost
         outcome.doubled += doubled
+        killed = " and ".join(w for w, hit in (("in replay", in_replay), ("live", live)) if hit)
         outcome.note = (
-            f"{view.name}_v{view.version} killed in replay and live; {lost + doubled} rows differ"
+            f"{view.name}_v{view.version} killed {killed or 'never'} "
+            f"({2 - in_replay - live} of 2 jobs ended first); {lost + doubled} rows differ"
         )
         return outcome
 
@@ -791,12 +793,19 @@ def _wait_for(job: subprocess.Popen[bytes], log: Path, marker: str, start: int =
     raise RuntimeError(f"never saw {marker!r} in {log}")
 
 
-def _kill_when(job: subprocess.Popen[bytes], log: Path, marker: str, extra_s: float) -> None:
-    """kill -9 the job (driver and JVM) `extra_s` after `marker` shows in its log."""
+def _missed(landed: bool) -> str:
+    return "" if landed else " (it had ended already: nothing was killed)"
+
+
+def _kill_when(job: subprocess.Popen[bytes], log: Path, marker: str, extra_s: float) -> bool:
+    """kill -9 the job (driver and JVM) `extra_s` after `marker` shows in its log;
+    whether it still ran then (a short job on a small lake can end first)."""
     _wait_for(job, log, marker, log.stat().st_size if log.exists() else 0)
     time.sleep(extra_s)
+    landed = job.poll() is None
     os.killpg(job.pid, signal.SIGKILL)
     job.wait(30)
+    return landed
 
 
 def _next_batch(checkpoint: str) -> int:

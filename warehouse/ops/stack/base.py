@@ -16,7 +16,7 @@ import os
 import secrets
 import signal
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -355,6 +355,46 @@ def _all_live(pids: dict[str, int | None]) -> bool:
 
 def _pids(pids: dict[str, int | None]) -> str:
     return ", ".join(str(p) for p in pids.values())
+
+
+class Starting:
+    """Services begun together and awaited afterwards: each mostly a JVM or a Python
+    warming up, so waiting for one after another cost a start the sum of their
+    waits. Whatever fails (a launch, a health wait, the setup after it), every
+    service already begun is still awaited, so none is left starting unwatched
+    and each that answers gets its setup (`after_start`: Kafka's topic,
+    PostgreSQL's roles); `done` then raises what failed."""
+
+    def __init__(self) -> None:
+        self.pending: list[Service] = []
+        self.errors: list[Exception] = []
+
+    def begin(self, svc: Service, launch: Callable[[], bool] | None = None) -> None:
+        """`svc.begin()` (or `launch`, which says whether it was launched); nothing
+        more is begun after a failure."""
+        if self.errors:
+            return
+        try:
+            if (launch or svc.begin)():
+                self.pending.append(svc)
+        except Exception as exc:
+            self.errors.append(exc)
+
+    def await_all(self, which: Callable[[Service], bool] = lambda _: True) -> None:
+        """Await the pending services `which` picks (all by default)."""
+        for svc in [p for p in self.pending if which(p)]:
+            self.pending.remove(svc)
+            try:
+                svc.await_healthy()
+            except Exception as exc:
+                self.errors.append(exc)
+
+    def done(self) -> None:
+        self.await_all()
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            raise ServiceError("\n\n".join(str(e) for e in self.errors))
 
 
 def stop_together(services: Sequence[Service]) -> list[str]:

@@ -25,12 +25,21 @@ import shutil
 import subprocess
 import urllib.request
 from collections.abc import Collection, Sequence
+from functools import partial
 from pathlib import Path
 
 from warehouse.base import jvm
 from warehouse.base.settings import REPO_ROOT, Settings
 from warehouse.base.settings import load as load_settings
-from warehouse.ops.stack.base import INFRA, Service, _render, kept_secret, private, stop_together
+from warehouse.ops.stack.base import (
+    INFRA,
+    Service,
+    Starting,
+    _render,
+    kept_secret,
+    private,
+    stop_together,
+)
 from warehouse.ops.stack.kafka import Kafka, _kafka_cluster_id, kafka_admin
 from warehouse.ops.stack.process import Proc, ServiceError, port_open
 from warehouse.ops.stack.supervisor import Supervisor
@@ -524,42 +533,39 @@ def up(s: Settings, skip: Collection[str] = ()) -> None:
         )
     artifacts.fetch_all(s)
     artifacts.fetch_cluster(s)
-    # Everything starts together, each mostly a JVM warming up, and is then awaited:
-    # one after another cost the sum of their waits. Two wait for what they need
-    # first: a Spark worker registers with its master, and Airflow migrates its
-    # database in PostgreSQL (where its roles are made once it answers).
+    # Everything starts together (`Starting`), but for two that need another first:
+    # a Spark worker registers with its master, and Airflow migrates its database
+    # in PostgreSQL (where its roles are made once it answers).
     needs: dict[type[Service], type[Service]] = {SparkWorker: SparkMaster, Airflow: Postgres}
-    pending: list[Service] = []
-    quorum = False
-
-    def begin(svc: Service) -> None:
-        nonlocal quorum
+    starting = Starting()
+    chosen = [m for m in members(s) if m.name not in skip]
+    for svc in sorted(chosen, key=lambda m: type(m) in needs):  # stable: in order
+        need = needs.get(type(svc))
+        if need is not None:
+            starting.await_all(partial(_is_a, kind=need))
         if isinstance(svc, KafkaBroker | TrinoNode):
             # A broker cannot be healthy before a majority of the quorum runs, nor
-            # a worker before its coordinator: the group is launched, not started.
-            if svc.unsupervised() or not (svc.running() and svc.healthy()):
-                svc.stop()
-                svc.launch()
-                pending.append(svc)
-                quorum = quorum or isinstance(svc, KafkaBroker)
-        elif svc.begin():
-            pending.append(svc)
-
-    chosen = [m for m in members(s) if m.name not in skip]
-    later = [m for m in chosen if type(m) in needs]
-    for svc in chosen:
-        if svc not in later:
-            begin(svc)
-    for svc in later:
-        for waiting in [p for p in pending if isinstance(p, needs[type(svc)])]:
-            waiting.await_healthy()
-            pending.remove(waiting)
-        begin(svc)
-    for waiting in pending:
-        waiting.await_healthy()
-    if quorum:
-        ensure_topic(s)
+            # a worker before its coordinator: the group is launched, then awaited.
+            starting.begin(svc, partial(_launch_member, svc))
+        else:
+            starting.begin(svc)
+    starting.done()
+    if any(isinstance(m, KafkaBroker) for m in chosen):
+        ensure_topic(s)  # at every start: one that failed before it made none
     wait_for_trino_worker(s)
+
+
+def _is_a(svc: Service, kind: type[Service]) -> bool:
+    return isinstance(svc, kind)
+
+
+def _launch_member(svc: Service) -> bool:
+    """Launch a quorum's member unless it runs and answers; whether it was launched."""
+    if svc.unsupervised() or not (svc.running() and svc.healthy()):
+        svc.stop()
+        svc.launch()
+        return True
+    return False
 
 
 def wait_for_trino_worker(s: Settings, timeout: float = 120.0) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from warehouse.base.settings import Settings
 from warehouse.ops.stack.airflow import AIRFLOW_VENV, Airflow
-from warehouse.ops.stack.base import INFRA, ProcStatus, Service, Status, stop_together
+from warehouse.ops.stack.base import INFRA, ProcStatus, Service, Starting, Status, stop_together
 from warehouse.ops.stack.kafka import Kafka, ensure_topic, kafka_admin
 from warehouse.ops.stack.postgres import Postgres
 from warehouse.ops.stack.process import ServiceError
@@ -58,25 +58,15 @@ def services(settings: Settings, names: Sequence[str] = ()) -> list[Service]:
 
 
 def up(settings: Settings, names: Sequence[str] = ()) -> None:
-    """Start the chosen services and wait until each answers. PostgreSQL comes first
-    and alone: Airflow's metadata and the roles the others log in with live there.
-    The rest start together (each is mostly a JVM or a Python warming up, and waiting
-    for one after another cost a stack's start the sum of their waits), and are
-    then awaited in order; any that does not answer is raised once all were
-    awaited, so none is left starting unwatched."""
-    chosen = services(settings, names)
-    first = [svc for svc in chosen if svc.name == Postgres.name]
-    for svc in first:
-        svc.start()
-    starting = [svc for svc in chosen if svc not in first and svc.begin()]
-    errors: list[ServiceError] = []
-    for svc in starting:
-        try:
-            svc.await_healthy()
-        except ServiceError as exc:
-            errors.append(exc)
-    if errors:
-        raise ServiceError("\n\n".join(str(e) for e in errors))
+    """Start the chosen services and wait until each answers: PostgreSQL first and
+    alone (Airflow's metadata and the roles the others log in with live there),
+    then Kafka, Trino and Airflow together (`Starting`)."""
+    starting = Starting()
+    for svc in services(settings, names):
+        starting.begin(svc)
+        if svc.name == Postgres.name:
+            starting.await_all()
+    starting.done()
 
 
 def down(settings: Settings, names: Sequence[str] = ()) -> None:

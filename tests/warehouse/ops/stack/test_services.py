@@ -13,6 +13,7 @@ import pytest
 from tests.ports import free_port
 from warehouse.ops.stack import kafka as kafka_module
 from warehouse.ops.stack import services
+from warehouse.ops.stack.base import Starting
 from warehouse.ops.stack.process import PidFile, Proc, ServiceError, port_open, wait_until
 from warehouse.ops.stack.supervisor import Supervisor
 
@@ -63,6 +64,44 @@ def test_start_twice_is_a_no_op_and_stop_stops_it(local):
     assert svc.live_pids()["dummy"] is None
     assert not port_open(svc.port)
     assert svc.stop() is False  # stopping again: nothing to do, no error
+
+
+class Named(Dummy):
+    """A dummy of its own name, which records its setup once it answers."""
+
+    def __init__(self, settings, port, name):
+        self.name = name
+        super().__init__(settings, port)
+        self.set_up = False
+
+    def procs(self) -> Sequence[Proc]:
+        return [Proc(self.name, [sys.executable, "-m", "http.server", str(self.port)])]
+
+    def after_start(self) -> None:
+        self.set_up = True
+
+
+def test_services_started_together_are_all_awaited_when_one_fails(local):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    first = Named(local, free_port(), "first")
+    second = Named(local, taken.getsockname()[1], "second")
+    third = Named(local, free_port(), "third")
+    starting = Starting()
+    try:
+        for svc in (first, second, third):
+            starting.begin(svc)
+        with pytest.raises(ServiceError, match=r"\(second\) is already taken"):
+            starting.done()
+        # Begun before the failure: still awaited, and set up.
+        assert first.set_up and first.healthy()
+        # Nothing is begun after a failure.
+        assert third.live_pids() == {"third": None} and not third.set_up
+    finally:
+        taken.close()
+        for svc in (first, third):
+            svc.stop()
 
 
 def test_supervisord_restarts_a_killed_service_and_rotates_its_log(local):
