@@ -52,13 +52,11 @@ def _start_of(seed: int) -> datetime:
 def _in_range(s: Settings, table: str, columns: str, positions: set[tuple[int, int]]) -> list:
     """Rows of `table` at the partitions and offsets a run's records span, in one
     query (a round trip over HTTPS per partition cost seconds each)."""
-    spans = {
-        partition: (min(offsets), max(offsets))
-        for partition in {p for p, _ in positions}
-        for offsets in [[o for p, o in positions if p == partition]]
-    }
-    where = " OR ".join(['(partition = ? AND "offset" BETWEEN ? AND ?)'] * len(spans))
-    params = [v for partition, span in sorted(spans.items()) for v in (partition, *span)]
+    offsets: dict[int, list[int]] = {}
+    for partition, offset in positions:
+        offsets.setdefault(partition, []).append(offset)
+    where = " OR ".join(['(partition = ? AND "offset" BETWEEN ? AND ?)'] * len(offsets))
+    params = [v for p, o in sorted(offsets.items()) for v in (p, min(o), max(o))]
     return trino_client.query(
         s, f'SELECT partition, "offset", {columns} FROM {table} WHERE {where}', params
     ).rows

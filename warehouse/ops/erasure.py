@@ -192,16 +192,13 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> bool:
         )
 
         removed = erasure.delete_everywhere(spark, settings, found, customer_id)
+        removed["ops.reference.customers"] = erasures.delete_reference(settings, customer_id)
         report.removed.update(removed)
-        report.removed["ops.reference.customers"] = erasures.delete_reference(settings, customer_id)
         erasures.advance(settings, report.erasure_id, "deleted", report.removed)
         log.info(
             "erasure %s: rows deleted: %s; removing the lake's history",
             report.erasure_id,
-            ", ".join(
-                f"{table} {report.removed[table]}"
-                for table in [*removed, "ops.reference.customers"]
-            ),
+            ", ".join(f"{table} {n}" for table, n in removed.items()),
         )
 
         # Ingest's checkpoint holds Kafka offsets, which the compaction leaves

@@ -302,10 +302,12 @@ class Chaos:
         lost, doubled = self._view_against_code(view)
         outcome.lost += lost
         outcome.doubled += doubled
-        killed = " and ".join(w for w, hit in (("in replay", in_replay), ("live", live)) if hit)
+        jobs = {"in replay": in_replay, "live": live}
+        missed = [when for when, landed in jobs.items() if not landed]
+        killed = " and ".join(when for when in jobs if when not in missed) or "never"
+        ended = f" (ended before its kill: {', '.join(missed)})" if missed else ""
         outcome.note = (
-            f"{view.name}_v{view.version} killed {killed or 'never'} "
-            f"({2 - in_replay - live} of 2 jobs ended first); {lost + doubled} rows differ"
+            f"{view.name}_v{view.version} killed {killed}{ended}; {lost + doubled} rows differ"
         )
         return outcome
 

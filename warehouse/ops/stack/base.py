@@ -380,9 +380,9 @@ class Starting:
         except Exception as exc:
             self.errors.append(exc)
 
-    def await_all(self, which: Callable[[Service], bool] = lambda _: True) -> None:
-        """Await the pending services `which` picks (all by default)."""
-        for svc in [p for p in self.pending if which(p)]:
+    def await_all(self, kind: type[Service] | None = None) -> None:
+        """Await the pending services (those of `kind` only, if given)."""
+        for svc in [p for p in self.pending if kind is None or isinstance(p, kind)]:
             self.pending.remove(svc)
             try:
                 svc.await_healthy()

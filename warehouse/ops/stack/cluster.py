@@ -540,9 +540,8 @@ def up(s: Settings, skip: Collection[str] = ()) -> None:
     starting = Starting()
     chosen = [m for m in members(s) if m.name not in skip]
     for svc in sorted(chosen, key=lambda m: type(m) in needs):  # stable: in order
-        need = needs.get(type(svc))
-        if need is not None:
-            starting.await_all(partial(_is_a, kind=need))
+        if type(svc) in needs:
+            starting.await_all(needs[type(svc)])
         if isinstance(svc, KafkaBroker | TrinoNode):
             # A broker cannot be healthy before a majority of the quorum runs, nor
             # a worker before its coordinator: the group is launched, then awaited.
@@ -553,10 +552,6 @@ def up(s: Settings, skip: Collection[str] = ()) -> None:
     if any(isinstance(m, KafkaBroker) for m in chosen):
         ensure_topic(s)  # at every start: one that failed before it made none
     wait_for_trino_worker(s)
-
-
-def _is_a(svc: Service, kind: type[Service]) -> bool:
-    return isinstance(svc, kind)
 
 
 def _launch_member(svc: Service) -> bool:
