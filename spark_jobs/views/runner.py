@@ -533,6 +533,14 @@ def stream(
             return
         first, last, oldest = stats[0], stats[1], stats[2]
         landed = restatements.Landed(*stats[3:])
+        # Said before the work, so a slow batch shows in the log while it runs.
+        log.info(
+            "%s batch %d: applying silver versions %d-%d",
+            table.trino_name,
+            batch_id,
+            int(first),
+            int(last),
+        )
         # One snapshot of silver, the batch's last commit, for the recompute
         # and for placing restatements.
         silver = read_silver(spark, settings, int(last))

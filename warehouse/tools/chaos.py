@@ -293,8 +293,8 @@ class Chaos:
         second = pipeline.produce(self.settings, seed=fresh_seed(), count=events // 2, chaos=True)
         pipeline.ingest_once(self.spark, self.settings)
         job = _view_job(logfile, "stream")
-        # The table name is logged when the stream starts applying new events.
-        live = _kill_when(job, logfile, f"{view.name}_v{view.version}", self.rng.uniform(2, 10))
+        # Logged once a batch has its changes and before it applies them.
+        live = _kill_when(job, logfile, "applying silver versions", self.rng.uniform(2, 10))
         self.say(f"  kill -9 {view.name}_v{view.version} during live processing" + _missed(live))
         restarted = time.monotonic()
         _view_job(logfile, "stream", wait=True)
@@ -804,10 +804,14 @@ def _kill_when(job: subprocess.Popen[bytes], log: Path, marker: str, extra_s: fl
     whether it still ran then (a short job on a small lake can end first)."""
     _wait_for(job, log, marker, log.stat().st_size if log.exists() else 0)
     time.sleep(extra_s)
-    landed = job.poll() is None
-    os.killpg(job.pid, signal.SIGKILL)
-    job.wait(30)
-    return landed
+    # Kill before asking whether it ran: an unreaped leader keeps its process group,
+    # so the kill is safe, and the exit status says whether the kill or the job's own
+    # end came first. A job already reaped (by the wait's liveness poll) has no group.
+    try:
+        os.killpg(job.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return job.wait(30) == -signal.SIGKILL
 
 
 def _next_batch(checkpoint: str) -> int:
