@@ -355,10 +355,8 @@ def start(
     return lake.start_stream(writer, available_now, trigger or settings.trigger_interval)
 
 
-def run_once(
-    spark: SparkSession, settings: Settings, *, accept_data_loss: bool = False
-) -> dict[str, int]:
-    """Copy everything new from Kafka to bronze and settle it into silver; return row counts.
+def run_once(spark: SparkSession, settings: Settings, *, accept_data_loss: bool = False) -> None:
+    """Copy everything new from Kafka to bronze and settle it into silver.
 
     With `accept_data_loss`, a gap in the log is skipped (and Spark logs it)
     instead of stopping: the operator's decision after a DataLossError.
@@ -376,10 +374,10 @@ def run_once(
         if is_data_loss(error):
             raise DataLossError(DATA_LOSS_HELP)
         raise RuntimeError(f"ingest failed: {error}")
-    return counts(spark, settings)
 
 
 def counts(spark: SparkSession, settings: Settings) -> dict[str, int]:
+    """Rows in each table ingest writes, by the table's key."""
     read = spark.read.format("delta").load
     return {t.key: read(t.path(settings)).count() for t in TABLES}
 

@@ -60,8 +60,8 @@ def ingest_once(args: argparse.Namespace) -> int:
     with writers.ingest(s, "`regauge ingest-once`"):
         spark = build_session("regauge-ingest-once", s)
         try:
-            counts = pipeline.ingest_once(spark, s, accept_data_loss=args.accept_data_loss)
-            for table, rows in counts.items():
+            pipeline.ingest_once(spark, s, accept_data_loss=args.accept_data_loss)
+            for table, rows in ingest.counts(spark, s).items():
                 print(f"{table:<34} {rows:>12,} rows")
         except ingest.DataLossError as exc:
             print(f"regauge: {exc}", file=sys.stderr)

@@ -16,7 +16,8 @@ no longer exist. In order:
    stays, and its transaction ids live on in each table's Delta checkpoint;
 5. every view table in the lake (each version's, and archived ones) is
    replayed from silver's final version and compacted with its tag on top;
-   the dbt models are rebuilt with a full refresh and compacted; each live
+   dbt's staging tables are deleted, then every dbt model is rebuilt with a
+   full refresh, and the marts compacted; each live
    version's change topic starts over, so no compacted record of the
    customer outlives the erasure;
 6. the streams and ingest that ran before start again (the streams from the
@@ -157,7 +158,7 @@ def _view_tables(spark: SparkSession, root: str) -> list[tuple[View, str]]:
 
 def _erase(settings: Settings, customer_id: str, report: Report) -> bool:
     """Steps 1-5 but dbt's; whether the lake holds dbt models to rebuild."""
-    from spark_jobs import erasure
+    from spark_jobs import erasure, lake
     from spark_jobs.views import runner
 
     spark = _session(settings, f"regauge-forget-{report.erasure_id[:8]}")
@@ -224,6 +225,18 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> bool:
         dbt_models = [
             t for t in dbt_runner.lake_tables(spark, settings) if t.schema in registry.DBT_SCHEMAS
         ]
+        # dbt's staging tables are not published and only dbt reads them, so they
+        # are deleted whole: `dbt run` makes each again with no history, where a
+        # compaction would rewrite them first (about 2 s a table on 2 cores).
+        staging = [t for t in dbt_models if t.schema == registry.DBT_STAGING_SCHEMA]
+        for t in staging:
+            lake.delete_tree(spark, t.path(settings))
+        if staging:
+            log.info(
+                "erasure %s: deleted dbt's staging tables (%s); dbt makes them again",
+                report.erasure_id,
+                ", ".join(t.name for t in staging),
+            )
     finally:
         spark.stop()
     erasures.advance(settings, report.erasure_id, "recomputed", report.removed)
@@ -250,10 +263,11 @@ def _compact_marts(settings: Settings, report: Report) -> None:
 
     spark = _session(settings, "regauge-forget-compact")
     try:
+        # Staging was made again from nothing (see _erase): no history to remove.
         models = [
             t.path(settings)
             for t in dbt_runner.lake_tables(spark, settings)
-            if t.schema in registry.DBT_SCHEMAS
+            if t.schema == registry.MARTS_SCHEMA
         ]
         report.compacted += erasure.compact_all(spark, models)
     finally:
