@@ -252,8 +252,9 @@ def _rebuild_marts(settings: Settings, report: Report) -> None:
     code = dbt_runner.run(settings, ["run", "--full-refresh"])
     if code != 0:
         raise RuntimeError(
-            f"dbt run --full-refresh exited {code}: the marts may still hold the customer; "
-            "see the dbt log, fix it, and run the erasure again"
+            f"dbt run --full-refresh exited {code}: the marts may still hold the customer, "
+            "and dbt's staging tables were deleted (a selective dbt run fails until a whole "
+            "one makes them); see the dbt log, fix it, and run the erasure again"
         )
     report.rebuilt.append("dbt models (full refresh)")
 

@@ -804,13 +804,10 @@ def _kill_when(job: subprocess.Popen[bytes], log: Path, marker: str, extra_s: fl
     whether it still ran then (a short job on a small lake can end first)."""
     _wait_for(job, log, marker, log.stat().st_size if log.exists() else 0)
     time.sleep(extra_s)
-    # Kill before asking whether it ran: an unreaped leader keeps its process group,
-    # so the kill is safe, and the exit status says whether the kill or the job's own
-    # end came first. A job already reaped (by the wait's liveness poll) has no group.
-    try:
-        os.killpg(job.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return False
+    # Kill before asking whether it ran: polling first would reap a job that just
+    # ended, and its process group would be gone (ESRCH). An unreaped leader keeps
+    # its group, and the exit status says whether the kill or the job's end came first.
+    os.killpg(job.pid, signal.SIGKILL)
     return job.wait(30) == -signal.SIGKILL
 
 
