@@ -288,8 +288,8 @@ def removing_history(spark: SparkSession, user_metadata: str | None = None) -> I
     commits before it are gone."""
     with lake.vacuum_session(spark):
         # No VACUUM START and END commits: they hold only counts, and two commits
-        # fewer for each of the 19 or so tables an erasure compacts are seconds of
-        # CPU on 2 cores. (vacuum_session puts the setting back.)
+        # fewer for each table an erasure compacts (the lake's, the views', the
+        # marts') are seconds of CPU on 2 cores. (vacuum_session puts the setting back.)
         spark.conf.set(lake.VACUUM_LOGGING, "false")
         if user_metadata is not None:
             spark.conf.set(lake.USER_METADATA, user_metadata)

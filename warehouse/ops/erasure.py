@@ -157,7 +157,8 @@ def _view_tables(spark: SparkSession, root: str) -> list[tuple[View, str]]:
 
 
 def _erase(settings: Settings, customer_id: str, report: Report) -> bool:
-    """Steps 1-5 but dbt's; whether the lake holds dbt models to rebuild."""
+    """Steps 1-5 but dbt's, whose staging tables it deletes; whether the lake
+    holds dbt models to rebuild."""
     from spark_jobs import erasure, lake
     from spark_jobs.views import runner
 
