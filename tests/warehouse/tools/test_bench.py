@@ -157,6 +157,15 @@ def test_a_probe_never_seen_counts_as_waited_for_and_none_seen_is_no_crash():
     assert latency.probe_lags(sent, {}, gave_up=140.0) == [130.0, 128.0, 126.0]
 
 
+def test_freshness_asks_trino_less_often_as_the_lags_grow_within_bounds():
+    # Nothing seen yet, or lags near the target: once a second.
+    assert latency.poll_interval(None) == 1.0
+    assert latency.poll_interval(4.0) == 1.0
+    # A tenth of the shortest lag, up to 5 s.
+    assert latency.poll_interval(30.0) == 3.0
+    assert latency.poll_interval(120.0) == 5.0
+
+
 def test_freshness_per_minute_is_the_p50_of_the_probes_sent_in_each_minute():
     sent = {1: 100.0, 2: 130.0, 3: 161.0, 4: 200.0, 5: 221.0}
     lags = [50.0, 40.0, 30.0, 20.0, 10.0]
