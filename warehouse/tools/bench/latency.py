@@ -20,8 +20,8 @@ PROBE_VIEW = "revenue_hourly"
 PROBE_YEAR = datetime(2001, 1, 1, tzinfo=UTC)
 PROBE_CUSTOMER = "bench-probe"
 # How often freshness asks Trino. Each ask is a real query through the serving
-# view: about 0.5 s of Trino's CPU on 2 cores under the phase's load, so asking
-# once a second took a quarter of the cores (94 of 363 CPU-s, 2026-11-29) from
+# view: 0.5 to 1 CPU-s of Trino on 2 cores under the phase's load, so asking
+# a second after each answer took a quarter of the cores (94 of 363 CPU-s, 2026-11-29) from
 # the pipeline being measured. So the asks space out as the lags grow: a tenth
 # of the shortest lag seen so far, never under a second nor over 5 s
 # (`poll_interval`). A probe is then seen at most that much after it became
