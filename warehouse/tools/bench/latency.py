@@ -20,14 +20,14 @@ PROBE_VIEW = "revenue_hourly"
 PROBE_YEAR = datetime(2001, 1, 1, tzinfo=UTC)
 PROBE_CUSTOMER = "bench-probe"
 # How often freshness asks Trino. Each ask is a real query through the serving
-# view: 0.5 to 1 CPU-s of Trino on 2 cores under the phase's load, so asking
-# a second after each answer took a quarter of the cores (94 of 363 CPU-s, 2026-11-29) from
-# the pipeline being measured. So the asks space out as the lags grow: a tenth
-# of the shortest lag seen so far, never under a second nor over 5 s
-# (`poll_interval`). A probe is then seen at most that much after it became
-# visible, a small error beside its lag; near the 5 s target the asks are a
-# second apart. The warm-up probe, not measured, is asked for every 5 s, and its
-# lag counts as seen.
+# view: 0.5 to 1 CPU-s of Trino on 2 cores under the phase's load, so asking a
+# second after each answer took a quarter of the cores (94 of 363 CPU-s,
+# 2026-11-29) from the pipeline being measured. So the asks space out as the
+# lags grow: a tenth of the shortest lag seen so far, never under a second nor
+# over 5 s (`poll_interval`). A probe is then seen at most that much after it
+# became visible, a small error beside its lag; near the 5 s target the asks
+# are a second apart. The warm-up probe, not measured, is asked for every 5 s,
+# and its lag counts as seen.
 POLL_MIN_S = 1.0
 POLL_MAX_S = 5.0
 POLL_SHARE = 0.1
