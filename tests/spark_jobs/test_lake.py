@@ -145,3 +145,46 @@ def test_at_positions_reads_only_the_files_that_can_hold_them(spark, tmp_path):
     assert lake.at_positions(table, []).count() == 0
     files[1].with_suffix(".away").rename(files[1])
     assert lake.at_positions(table, [(1, 120)]).count() == 1
+
+
+def test_a_stop_waits_for_the_running_batch_and_no_batch_begins_during_it(spark, tmp_path):
+    """`stop_stream` on a guarded query returns only after the running batch has
+    written, and a batch that begins while it stops writes nothing (it raises): so
+    each batch the function began it finished, and the table holds whole batches."""
+    path = str(tmp_path / "out")
+    began: list[int] = []
+    ended: list[int] = []
+    running = threading.Event()
+
+    def each_batch(batch, batch_id: int) -> None:
+        began.append(batch_id)
+        batch.selectExpr("value AS x").write.format("delta").mode("append").save(path)
+        if batch_id >= 1:  # the rate source's first batch is empty
+            running.set()
+            # A Spark job long enough for the stop below to arrive in the middle of
+            # it: an unguarded stop cancels it, and the function raises.
+            batch.sparkSession.range(1).selectExpr(
+                "reflect('java.lang.Thread', 'sleep', CAST(2000 AS BIGINT))"
+            ).collect()
+        ended.append(batch_id)
+
+    guard = lake.BatchGuard()
+    writer = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", 50)
+        .load()
+        .writeStream.foreachBatch(guard.wrap(each_batch))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+    )
+    query = lake.start_stream(writer, False, "100 milliseconds", guard)
+    assert running.wait(60), "no batch began"
+    assert lake.stop_stream(query, 30.0) is True
+    assert not query.isActive
+    # Stopped between batches: the one that was running had finished.
+    assert began and began == ended
+    error = query.exception()
+    assert error is None or lake.StreamStopping.__name__ in str(error)
+    written = spark.read.format("delta").load(path).count()
+    assert written > 0
+    # Safe to call again on a stopped query.
+    assert lake.stop_stream(query, 1.0) is True

@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -388,9 +389,11 @@ def run_view_host(settings: Settings) -> int:
             save("running")
             stop.wait(streams.POLL_S)
     finally:
-        ingesting.release()
-        for h in hosted.values():
-            h.release()
+        # All at once: each stop waits for its query's running batch, and together
+        # they must end within the SIGTERM budget (daemon.STOP_WAIT_S).
+        stopping: list[_Hosted | _HostedIngest] = [ingesting, *hosted.values()]
+        with ThreadPoolExecutor(len(stopping), thread_name_prefix="stop") as pool:
+            list(pool.map(lambda part: part.release(), stopping))
         hosted.clear()
         save("stopped")
         spark.stop()
