@@ -374,6 +374,8 @@ def run_once(spark: SparkSession, settings: Settings, *, accept_data_loss: bool 
         error = error_text(query.exception())
     except StreamingQueryException as exc:
         error = error_text(exc)
+    finally:
+        lake.stop_stream(query)  # it has ended: drops its guard
     if error:
         if is_data_loss(error):
             raise DataLossError(DATA_LOSS_HELP)
@@ -412,6 +414,7 @@ def run(
         while not stop.is_set():
             if query is not None and not query.isActive:
                 error = error_text(query.exception()) or "stopped"
+                lake.stop_stream(query)  # drops its guard
                 query = None
                 retry_at = _retry_at(settings, QUERY, "stopped", error, failures)
             if query is None and time.monotonic() >= retry_at:
@@ -433,25 +436,13 @@ def run(
         spark.streams.removeListener(listener)
 
 
-# How long a stop waits for ingest's running micro-batch: a batch of the most records
-# a batch takes (250,000 locally) took 20-40 s on 2 cores. Within the view host's
-# SIGTERM budget (`daemon.STOP_WAIT_S`), which its views' stops share, at once.
-STOP_WAIT_S = 60.0
-
-
 def stop_after_batch(query: StreamingQuery) -> None:
     """Stop ingest's query once its running batch has settled into silver, so that no
-    stop leaves bronze ahead of silver; after STOP_WAIT_S, whatever it is doing."""
-    log.info("stopping %s after its running batch (waiting up to %.0f s)", QUERY, STOP_WAIT_S)
-    if lake.stop_stream(query, STOP_WAIT_S):
+    stop leaves bronze ahead of silver (the audit would find records silver lacks
+    until the next start); after `lake.STOP_WAIT_S`, whatever it is doing."""
+    log.info("stopping %s after its running batch (waiting up to %.0f s)", QUERY, lake.STOP_WAIT_S)
+    if lake.stop_stream(query):
         log.info("%s stopped between batches", QUERY)
-    else:
-        log.warning(
-            "%s stopped in the middle of a batch after %.0f s: its next start settles the "
-            "rest of it (until then the audit finds bronze records silver lacks)",
-            QUERY,
-            STOP_WAIT_S,
-        )
 
 
 def _retry_at(

@@ -614,23 +614,12 @@ def stream(
 _PUBLISHERS: dict[str, changes.Publisher] = {}
 
 
-# How long a stop waits for a view's running micro-batch (lake.BatchGuard): under
-# the bench's load a live batch took 10-40 s on 2 cores.
-STOP_WAIT_S = 60.0
-
-
 def release(query: StreamingQuery) -> None:
     """Stop a query `stream` started, once its running micro-batch is done (at most
-    STOP_WAIT_S), or take one that ended, and close its change publisher. Safe to
-    call twice."""
+    `lake.STOP_WAIT_S`), or take one that ended, and close its change publisher.
+    Safe to call twice."""
     try:
-        if not lake.stop_stream(query, STOP_WAIT_S):
-            log.warning(
-                "%s stopped in the middle of a batch after %.0f s: its next start applies "
-                "the rest of it",
-                query.name,
-                STOP_WAIT_S,
-            )
+        lake.stop_stream(query)
     finally:
         publisher = _PUBLISHERS.pop(str(query.runId), None)
         if publisher is not None:
