@@ -224,7 +224,7 @@ def test_a_broker_and_a_worker_killed_under_load_lose_and_double_nothing(
     assert (run.summary.produced, run.summary.failed) == (3000, 0)
     broker.start()  # back into the quorum, catching up from the other two
 
-    worker = cluster.SparkWorker(s, 1)
+    workers = [cluster.SparkWorker(s, n) for n in range(1, cluster.SPARK_WORKERS + 1)]
     log = s.state_dir / "logs" / "test-ingest-once.log"
     with log.open("w") as out:
         ingest = subprocess.Popen(
@@ -234,15 +234,23 @@ def test_a_broker_and_a_worker_killed_under_load_lose_and_double_nothing(
             stderr=subprocess.STDOUT,
         )
 
-    # Once the job's tasks run on the worker, take it away with its executors.
-    def tasks_running() -> bool:
-        return any(
-            f.is_file() and "Running task" in f.read_text(errors="replace")
-            for f in worker.executor_logs("regauge-ingest-once")
+    # Once the job's tasks run on a worker, take it away with its executor (the
+    # application's one executor is on either worker).
+    def running_on() -> cluster.SparkWorker | None:
+        return next(
+            (
+                w
+                for w in workers
+                for f in w.executor_logs("regauge-ingest-once")
+                if f.is_file() and "Running task" in f.read_text(errors="replace")
+            ),
+            None,
         )
 
-    assert wait_until(tasks_running, 180, interval=0.3), log.read_text()
+    assert wait_until(lambda: running_on() is not None, 180, interval=0.3), log.read_text()
     assert ingest.poll() is None, "ingest ended before the fault: nothing was tested"
+    worker = running_on()
+    assert worker is not None
     worker_pid = worker.live_pids()[worker.name]
     assert worker_pid is not None
     os.killpg(worker_pid, signal.SIGKILL)

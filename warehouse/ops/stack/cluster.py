@@ -200,11 +200,12 @@ class SparkMaster(Service):
 
 
 class SparkWorker(Service):
-    """A standalone worker: 4 cores and 4 GB for executors of 1 core and 1 GB.
+    """A standalone worker: 4 cores and 4 GB, for two executors of 2 cores and 2 GB
+    (one per application, settings.spark_executor_cores).
 
     Eight cores in all on a two-core machine is overcommitted on purpose: with
     2 cores per application, the view host, an Airflow task, the CLI and a
-    test each get executors at once, as on a real cluster, instead of waiting
+    test each get an executor at once, as on a real cluster, instead of waiting
     for another's cores (and one worker lost still leaves room for two).
     """
 
