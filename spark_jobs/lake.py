@@ -350,11 +350,17 @@ def txn_version(spark: SparkSession, path: str, app_id: str) -> int | None:
 
 def write_checkpoint(spark: SparkSession, path: str) -> int:
     """Write a checkpoint of the table's newest version; that version."""
+    return checkpoint_newest(spark, path)[0]
+
+
+def checkpoint_newest(spark: SparkSession, path: str) -> tuple[int, int]:
+    """Write a checkpoint of the table's newest version; that version and its
+    number of data files (read from the same snapshot: no second log read)."""
     jvm = spark._jvm
     assert jvm is not None
     newest = snapshot(spark, path)
     newest.deltaLog().checkpoint(newest, jvm.scala.Option.empty())
-    return int(newest.version())
+    return int(newest.version()), int(newest.numOfFiles())
 
 
 def append_once(df: DataFrame, path: str, app_id: str, version: int) -> None:

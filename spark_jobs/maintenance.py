@@ -287,13 +287,15 @@ def maintain(
             f"('{_LOG_RETENTION}' = 'interval {math.ceil(retention_hours)} hours')"
         )
         result.notes.append(f"log kept {math.ceil(retention_hours)} h")
-    result.checkpoint = lake.write_checkpoint(spark, path)
+    # The checkpointed snapshot is the newest after OPTIMIZE, and VACUUM removes no
+    # file of it: its count is the files after, without reading the log again
+    # (about a second a table on 2 cores, 19 tables a run).
+    result.checkpoint, result.files_after = lake.checkpoint_newest(spark, path)
 
     table.vacuum(retention_hours)
     for row in table.history(2).select("operation", "operationMetrics").collect():
         if row["operation"] == "VACUUM END":
             result.vacuumed = int((row["operationMetrics"] or {}).get("numDeletedFiles", 0))
-    result.files_after = files_in(spark, path)
     result.seconds = time.monotonic() - started
     return result
 
