@@ -112,6 +112,30 @@ def test_maintenance_lays_a_view_version_s_table_out_by_time(
     assert sorted(spark.read.format("delta").load(path).collect()) == sorted(rows)
 
 
+def test_maintenance_leaves_a_view_version_s_table_in_one_small_file_as_it_is(
+    spark, silver_df, temp_lake
+):
+    """Z-ordering a table of one file of at most GOLD_FILE_BYTES would write the same
+    file again: maintenance commits nothing to it but VACUUM's log entries."""
+    view = views.get("revenue_hourly", 1)
+    path = runner.gold_table(view).path(temp_lake)
+    rows = runner.gold_rows(view, silver_df(ORDERS))
+    rows.coalesce(1).write.format("delta").save(path)
+    before = lake.newest_version(spark, path)
+
+    with lake.vacuum_session(spark):
+        done = maintenance.maintain(spark, path, 0.0, order_by="window_start")
+
+    assert (done.files_before, done.files_after, done.compacted) == (1, 1, 0)
+    history = DeltaTable.forPath(spark, path).history().where(f"version > {before}")
+    assert {r["operation"] for r in history.collect()} == {"VACUUM START", "VACUUM END"}
+    assert sorted(spark.read.format("delta").load(path).collect()) == sorted(rows.collect())
+    # A larger file, or more than one, is laid out as before.
+    assert maintenance.already_laid_out(1, runner.GOLD_FILE_BYTES)
+    assert not maintenance.already_laid_out(1, runner.GOLD_FILE_BYTES + 1)
+    assert not maintenance.already_laid_out(2, 1_000)
+
+
 def test_no_compaction_undoes_the_layout(spark, silver_df, temp_lake, monkeypatch):
     """Delta's auto compaction would bin-pack a replay's 60 small files into one at
     the next write; a view version's table has it off, also one made with it on
