@@ -8,6 +8,7 @@ import dataclasses
 import os
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 from delta.tables import DeltaTable
@@ -74,6 +75,28 @@ def _follow(spark, source: str, sink: str, checkpoint: str) -> None:
         .start(sink)
         .awaitTermination()
     )
+
+
+def test_a_file_past_the_compacted_size_is_not_packed_again(spark, temp_lake, monkeypatch):
+    """Bronze and the ledger grow forever: OPTIMIZE packs the new small files and
+    leaves a file past COMPACTED_FILE_BYTES as it is, instead of rewriting it with
+    them every run."""
+    path = f"{temp_lake.lake_root}/bronze/growing"
+    spark.range(0, 20_000, numPartitions=1).write.format("delta").save(path)
+    (large,) = spark.read.format("delta").load(path).inputFiles()
+    for i in range(3):
+        one = spark.range(20_000 + i, 20_001 + i, numPartitions=1)
+        one.write.format("delta").mode("append").save(path)
+    size = Path(urlparse(large).path).stat().st_size
+    monkeypatch.setattr(maintenance, "COMPACTED_FILE_BYTES", size - 1)
+
+    with lake.vacuum_session(spark):
+        done = maintenance.maintain(spark, path, 0.0)
+
+    assert (done.files_before, done.files_after, done.compacted) == (4, 2, 3)
+    table = spark.read.format("delta").load(path)
+    assert large in table.inputFiles()
+    assert table.count() == 20_003
 
 
 def test_a_lagging_change_feed_reader_keeps_the_files_it_has_yet_to_read(spark, temp_lake):
