@@ -261,18 +261,18 @@ def maintain(
     result.held_by = held_by.reader if held_by else None
     table = DeltaTable.forPath(spark, path)
 
-    if order_by is not None and already_laid_out(result.files_before, int(newest.sizeInBytes())):
-        # One file of at most GOLD_FILE_BYTES is what Z-ordering it would write
-        # again, row for row: one file, the same times in it, the same statistics.
-        # It rewrote each small view table whole every run (about 2 s a table, warm,
-        # on 2 cores: 7.3 s against 5.3 s) and could take a live MERGE's file from it.
-        metrics = None
-    elif order_by is None:
+    if order_by is None:
         with lake.session_conf(spark, {_OPTIMIZE_MIN_FILE_SIZE: str(COMPACTED_FILE_BYTES)}):
             metrics = lake.retry_on_conflict(
                 lambda: table.optimize().executeCompaction().select("metrics").first(),
                 f"OPTIMIZE {result.name}",
             )
+    elif already_laid_out(result.files_before, int(newest.sizeInBytes())):
+        # One file of at most GOLD_FILE_BYTES is what Z-ordering it would write
+        # again, row for row: one file, the same times in it, the same statistics.
+        # It rewrote each small view table whole every run (about 2 s a table, warm,
+        # on 2 cores: 7.3 s against 5.3 s) and could take a live MERGE's file from it.
+        metrics = None
     else:
         # Sorted by time into files of about GOLD_FILE_BYTES: a bin-packing would
         # put a small table in one file of mixed times, which every live MERGE
