@@ -9,17 +9,16 @@ The integration tests and `make chaos` both judge the pipeline with these.
 from __future__ import annotations
 
 import operator
-import os
 import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import reduce
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs import lake
 from spark_jobs.producer import GeneratedRun
 from warehouse.base import registry
 from warehouse.base.settings import Settings
@@ -186,8 +185,8 @@ def wait_until_settled(
         # queries (3-4 s of both cores on 2), and ingest commits every 5-15 s
         # under the chaos cases, so most polls would find what the last one did.
         # Listed before reading: a commit landing meanwhile is read at the next poll.
-        versions = _newest_commits(settings)
-        if now is None or versions is None or versions != read_at:
+        versions = _newest_commits(spark, settings)
+        if now is None or versions != read_at:
             # Silver's totals (a count of distinct ids over all of it) once, at the end.
             now, read_at = reader.read(totals=False), versions
             settled = sum(now.bronze.values()) >= run.summary.produced and now.settled >= want
@@ -198,21 +197,20 @@ def wait_until_settled(
         time.sleep(3)
 
 
-def _newest_commits(settings: Settings) -> tuple[int, ...] | None:
+def _newest_commits(spark: SparkSession, settings: Settings) -> tuple[int, ...]:
     """The newest commit of bronze, silver and the quarantine, from their logs' file
-    names, without Spark; None for a lake that is not a folder on this machine."""
-    if not settings.lake_is_local:
-        return None
-    newest = []
-    for table in (registry.BRONZE_EVENTS, registry.SILVER_EVENTS, registry.SILVER_QUARANTINE):
-        log_dir = Path(table.path(settings)) / "_delta_log"
-        names = os.listdir(log_dir) if log_dir.is_dir() else []
-        newest.append(
-            max(
-                (int(n[:-5]) for n in names if n[:-5].isdigit() and n.endswith(".json")), default=-1
-            )
+    names: a listing, no Spark job."""
+    return tuple(
+        max(
+            (
+                int(name[:-5])
+                for name in lake.list_names(spark, f"{table.path(settings)}/_delta_log")
+                if name.endswith(".json") and name[:-5].isdigit()
+            ),
+            default=-1,
         )
-    return tuple(newest)
+        for table in (registry.BRONZE_EVENTS, registry.SILVER_EVENTS, registry.SILVER_QUARANTINE)
+    )
 
 
 def assert_exact(run: GeneratedRun, got: Landing) -> None:
