@@ -3,8 +3,9 @@
 Checks that every file parses, that the DAG ids and params are the contract's
 (CONTRACT.md §5), that each param schema refuses what it must, that tasks
 run the pipeline's CLI with params passed only through the environment, and
-that every DAG shows its file's docstring and every task retries (unless its
-failure is a verdict) and logs its failure.
+that no task defers (the stack runs no triggerer), and that every DAG shows its
+file's docstring and every task retries (unless its failure is a verdict) and
+logs its failure.
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ for dag_id, dag in bag.dags.items():
         "params": {k: dag.params.get_param(k).schema for k in dag.params},
         "defaults": {k: dag.params.get_param(k).value for k in dag.params
                      if dag.params.get_param(k).has_value},
-        "tasks": {t.task_id: {"command": getattr(t, "bash_command", None),
+        "tasks": {t.task_id: {"operator": type(t).__name__,
+                              "from_trigger": bool(getattr(t, "start_from_trigger", False)),
+                              "command": getattr(t, "bash_command", None),
                               "env": getattr(t, "env", None),
                               "upstream": sorted(t.upstream_task_ids),
                               "trigger_rule": str(t.trigger_rule),
@@ -178,6 +181,15 @@ def test_tasks_call_the_cli_and_take_params_only_from_the_environment(loaded):
             assert "{{" not in command, "params must not be pasted into shell text"
             for value in (task["env"] or {}).values():
                 assert value.startswith("{{ params.") and value.endswith("}}")
+
+
+def test_no_task_defers_so_no_triggerer_is_needed(loaded):
+    """The stack runs no triggerer (warehouse.ops.stack.airflow): a deferred task
+    would wait for one forever. A BashOperator runs its command to the end."""
+    for dag_id, dag in loaded["dags"].items():
+        for task_id, task in dag["tasks"].items():
+            assert task["operator"] == "BashOperator", (dag_id, task_id, task["operator"])
+            assert not task["from_trigger"], (dag_id, task_id)
 
 
 def test_the_watchdog_runs_every_minute(loaded):

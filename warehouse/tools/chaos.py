@@ -523,7 +523,7 @@ class Chaos:
         ):
             if not alive:
                 problems.append(f"{what} exited while PostgreSQL was down")
-        # Airflow's scheduler, DAG processor and triggerer exit when their database
+        # Airflow's scheduler and DAG processor exit when their database
         # goes away; supervisord starts them again (with a growing backoff) until
         # it is back. Nobody else may.
         airflow_died = airflow.live_pids() != airflow_pids

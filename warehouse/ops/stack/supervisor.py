@@ -1,5 +1,5 @@
 """supervisord runs every long-running process regauge starts: the stack's
-services (PostgreSQL, Kafka, Trino, Airflow's four components; the one-box
+services (PostgreSQL, Kafka, Trino, Airflow's three components; the one-box
 cluster's members) and the pipeline's view host.
 
 supervisord, from PyPI, restarts a program that dies (a kill -9, an
@@ -324,6 +324,21 @@ class Supervisor:
             raise ServiceError(
                 f"supervisord could not load {name}'s section ({exc.faultString}); see {self.log}"
             ) from exc
+
+    def forget(self, name: str) -> bool:
+        """Stop a program regauge no longer runs and drop its section, so a state
+        folder made by an older regauge neither runs nor lists it; whether it had one."""
+        path = self._programs() / f"{name}.conf"
+        if not path.exists():
+            return False
+        if self.running():
+            server = self.rpc().supervisor
+            with contextlib.suppress(xmlrpc.client.Fault):
+                server.stopProcess(name, True)
+            with contextlib.suppress(xmlrpc.client.Fault):
+                server.removeProcessGroup(name)
+        path.unlink()
+        return True
 
     def stop(self, name: str) -> None:
         """Ask it to stop (SIGTERM); supervisord kills its group after stop_wait_s."""
