@@ -19,10 +19,10 @@ log = logging.getLogger(__name__)
 
 AIRFLOW_VENV = REPO_ROOT / ".venv-airflow"
 # The scheduler's log server (port 8793) has no host setting in Airflow 3.3: it
-# listens on every interface. With the
-# LocalExecutor on one machine they are not needed: the API server reads task
-# logs from the files in AIRFLOW_HOME (a task still running shows "Could not
-# read served logs" beside what it has written so far).
+# listens on every interface. With the LocalExecutor on one machine it is not
+# needed: the API server reads task logs from the files in AIRFLOW_HOME (a task
+# still running shows "Could not read served logs" beside what it has written so
+# far).
 # What the API server calls itself once started (its command line is gone then).
 API_SERVER_TITLE = "airflow api_server -- "
 SKIP_LOG_SERVER = {"scheduler": ("--skip-serve-logs",)}
