@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import operator
 import os
@@ -343,9 +344,28 @@ def stop_stream(query: StreamingQuery, wait_s: float = STOP_WAIT_S) -> bool:
 
 def txn_version(spark: SparkSession, path: str, app_id: str) -> int | None:
     """The last txnVersion the table committed under `app_id` (None: none yet): what
-    an append under that id compares itself with, from the same snapshot state."""
-    found = snapshot(spark, path).transactions().get(app_id)
+    an append under that id compares itself with (`append_once`), from the newest
+    snapshot's checksum where it holds the ids, else from its state."""
+    newest = snapshot(spark, path)
+    known = _checksum_txns(newest)
+    if known is not None:
+        return known.get(app_id)
+    found = newest.transactions().get(app_id)
     return int(found.get()) if found.isDefined() else None
+
+
+def _checksum_txns(snap: Any) -> dict[str, int] | None:
+    """Each transaction id's last committed version, from the checksum file of the
+    snapshot's version; None where there is none, or it does not hold the ids."""
+    checksum = snap.checksumOpt()
+    if checksum.isEmpty() or checksum.get().setTransactions().isEmpty():
+        return None
+    found: dict[str, int] = {}
+    marks = checksum.get().setTransactions().get().iterator()
+    while marks.hasNext():
+        mark = marks.next()
+        found[str(mark.appId())] = int(mark.version())
+    return found
 
 
 def write_checkpoint(spark: SparkSession, path: str) -> int:
@@ -367,17 +387,72 @@ def append_once(df: DataFrame, path: str, app_id: str, version: int) -> None:
     """Append, unless this (app_id, version) already committed to the table: a
     micro-batch retried after a crash skips the appends it made before.
 
-    Writer options rather than the session-wide txn confs: the view queries
-    share the session and must not pick them up. Skipped versions leave gaps,
+    The commit carries Delta's SetTransaction for (app_id, version), as the
+    writer's txnAppId/txnVersion options make it, and a commit by another
+    writer under the same id in between fails it. Skipped versions leave gaps,
     which Delta allows: a version is only compared with the last one committed.
+    Writer options rather than the session-wide txn confs, where the writer
+    runs: the view queries share the session and must not pick them up.
     """
-    (
-        df.write.format("delta")
-        .mode("append")
-        .option("txnAppId", app_id)
-        .option("txnVersion", version)
-        .save(path)
+    if _append_by_checksum(df, path, app_id, version) is None:
+        (
+            df.write.format("delta")
+            .mode("append")
+            .option("txnAppId", app_id)
+            .option("txnVersion", version)
+            .save(path)
+        )
+
+
+# Delta's writer asks the newest snapshot which version `app_id` committed last.
+# delta-spark 4.4 answers only by rebuilding the snapshot's whole state (3 Spark
+# jobs), and every commit makes a new snapshot, so every append paid for it, three
+# or four times per ingest batch: 1.0-1.1 s an append against 0.4 s with the ids
+# read from the checksum file Delta writes with each commit, which holds them too
+# (setTransactionsInCrc.writeOnCommit, on by default). Alone on 2 cores, warm
+# (docs/BENCHMARKS.md).
+def _append_by_checksum(df: DataFrame, path: str, app_id: str, version: int) -> bool | None:
+    """The append through Delta's transaction API, the committed version of `app_id`
+    read from the snapshot's checksum: True if it committed, False if (app_id,
+    version) had committed already. None, having done nothing, where the checksum
+    cannot say (no checksum, or no transaction ids in it), where the rows' columns
+    differ from the table's (the writer's schema checks then apply), or for a
+    Spark Connect client."""
+    spark = df.sparkSession
+    if session.is_connect(spark):
+        return None
+    jvm = spark._jvm
+    assert jvm is not None
+    txn = delta_log(spark, path).startTransaction()
+    known = _checksum_txns(txn.snapshot())
+    if known is None:
+        return None
+    table = StructType.fromJson(json.loads(txn.metadata().schema().json()))
+    if _columns(table) != _columns(df.schema):
+        return None
+    # What the writer's check records: a commit under the same id after this
+    # snapshot makes this one fail (ConcurrentTransactionException).
+    txn.readTxn().append(app_id)
+    if known.get(app_id, -1) >= version:
+        return False
+    files = txn.writeFiles(df._jdf)
+    mark = jvm.org.apache.spark.sql.delta.actions.SetTransaction(
+        app_id, version, jvm.scala.Some(int(time.time() * 1000))
     )
+    none = jvm.scala.Option.empty()
+    operation = jvm.org.apache.spark.sql.delta.DeltaOperations.Write(
+        jvm.org.apache.spark.sql.SaveMode.Append,
+        # The writer records the partitionBy it was given, none: an empty Seq.
+        jvm.scala.Some(txn.metadata().partitionColumns().take(0)),
+        *[none] * 7,
+    )
+    txn.commit(files.appended(mark), operation)
+    return True
+
+
+def _columns(schema: StructType) -> list[tuple[str, str]]:
+    """Names and types, nullability aside: Delta's own checks enforce NOT NULL."""
+    return [(f.name, f.dataType.simpleString()) for f in schema.fields]
 
 
 def read_version(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:

@@ -328,13 +328,7 @@ def record(
         app_id, batch_id = txn
         # A repeat after a conflicting commit is skipped if the first try landed.
         lake.retry_on_conflict(
-            lambda: (
-                found.write.format("delta")
-                .mode("append")
-                .option("txnAppId", app_id)
-                .option("txnVersion", batch_id)
-                .save(RESTATEMENTS.path(settings))
-            ),
+            lambda: lake.append_once(found, RESTATEMENTS.path(settings), app_id, batch_id),
             f"restatements of {view.table_name}",
         )
     elif n:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-from pyspark.sql.types import LongType, StructField, StructType
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark_jobs import lake
 
@@ -188,3 +189,107 @@ def test_a_stop_waits_for_the_running_batch_and_no_batch_begins_during_it(spark,
     assert written > 0
     # Safe to call again on a stopped query.
     assert lake.stop_stream(query, 1.0) is True
+
+
+# -- appends exactly once ------------------------------------------------------------
+PAIR = StructType([StructField("x", LongType(), False), StructField("p", StringType(), True)])
+
+
+def _pairs(spark, *xs: int):
+    return spark.createDataFrame([(x, "a") for x in xs], PAIR)
+
+
+def _xs(spark, path: str) -> list[int]:
+    return sorted(r.x for r in spark.read.format("delta").load(path).collect())
+
+
+def _last_commit(spark, path: str):
+    (row,) = (
+        spark.sql(f"DESCRIBE HISTORY delta.`{path}`")
+        .orderBy(F.col("version").desc())
+        .limit(1)
+        .select("operation", "operationParameters", "operationMetrics", "isBlindAppend")
+        .collect()
+    )
+    return row
+
+
+def test_an_append_once_reads_its_id_from_the_checksum_and_commits_as_the_writer_would(
+    spark, tmp_path
+):
+    by_writer, ours = str(tmp_path / "writer"), str(tmp_path / "ours")
+    for path in (by_writer, ours):
+        lake.ensure_table(spark, path, PAIR, partitioned_by=("p",))
+    for version in (0, 1):
+        _pairs(spark, version).write.format("delta").mode("append").option(
+            "txnAppId", "app"
+        ).option("txnVersion", version).save(by_writer)
+        assert lake._append_by_checksum(_pairs(spark, version), ours, "app", version) is True
+    # A retry of the last batch changes nothing, and neither does an older one.
+    assert lake._append_by_checksum(_pairs(spark, 1), ours, "app", 1) is False
+    lake.append_once(_pairs(spark, 0), ours, "app", 0)
+    assert _xs(spark, ours) == [0, 1]
+    assert lake._checksum_txns(lake.snapshot(spark, ours)) == {"app": 1}
+    assert lake.txn_version(spark, ours, "app") == lake.txn_version(spark, by_writer, "app") == 1
+    # The writer's commit: operation, parameters, metrics, a blind append.
+    assert _last_commit(spark, ours) == _last_commit(spark, by_writer)
+    # Another id counts on its own.
+    lake.append_once(_pairs(spark, 9), ours, "other", 0)
+    assert lake.txn_version(spark, ours, "other") == 0
+    assert _xs(spark, ours) == [0, 1, 9]
+
+
+def test_without_a_checksum_the_writer_appends_once(spark, tmp_path):
+    path = str(tmp_path / "t")
+    lake.ensure_table(spark, path, PAIR)
+    lake.append_once(_pairs(spark, 0), path, "app", 0)
+    for crc in (tmp_path / "t" / "_delta_log").glob("*.crc"):
+        crc.unlink()
+    spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+    assert lake._checksum_txns(lake.snapshot(spark, path)) is None
+    assert lake.txn_version(spark, path, "app") == 0  # from the table's state
+    assert lake._append_by_checksum(_pairs(spark, 1), path, "app", 1) is None
+    lake.append_once(_pairs(spark, 0), path, "app", 0)  # the writer skips it
+    lake.append_once(_pairs(spark, 1), path, "app", 1)
+    assert _xs(spark, path) == [0, 1]
+
+
+def test_an_append_once_keeps_the_tables_rules(spark, tmp_path):
+    path = str(tmp_path / "t")
+    lake.ensure_table(spark, path, PAIR)
+    lake.append_once(_pairs(spark, 0), path, "app", 0)
+    # NOT NULL holds where the checksum is read too.
+    nullable = StructType([StructField("x", LongType(), True), PAIR.fields[1]])
+    with pytest.raises(Exception, match="NOT NULL"):
+        lake.append_once(spark.createDataFrame([(None, "a")], nullable), path, "app", 1)
+    # Other columns are left to the writer, which refuses them as before.
+    wider = StructType([*PAIR.fields, StructField("extra", LongType(), True)])
+    extra = spark.createDataFrame([(1, "a", 2)], wider)
+    assert lake._append_by_checksum(extra, path, "app", 1) is None
+    with pytest.raises(Exception, match="schema mismatch"):
+        lake.append_once(extra, path, "app", 1)
+    assert _xs(spark, path) == [0]
+
+
+def test_a_commit_under_the_same_id_in_between_fails_the_append(spark, tmp_path, monkeypatch):
+    """Two writers under one id (a lock lost): the one that commits second is refused,
+    as the writer's own check refuses it, and commits nothing."""
+    path = str(tmp_path / "t")
+    lake.ensure_table(spark, path, PAIR)
+    lake.append_once(_pairs(spark, 0), path, "app", 0)
+    columns = lake._columns
+    first: list[int] = []
+
+    def meanwhile(schema):
+        # After the append read its snapshot, the other writer commits batch 1.
+        if not first:
+            first.append(1)
+            _pairs(spark, 1).write.format("delta").mode("append").option("txnAppId", "app").option(
+                "txnVersion", 1
+            ).save(path)
+        return columns(schema)
+
+    monkeypatch.setattr(lake, "_columns", meanwhile)
+    with pytest.raises(Exception, match="ConcurrentTransaction"):
+        lake.append_once(_pairs(spark, 1), path, "app", 1)
+    assert _xs(spark, path) == [0, 1]
