@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import threading
+from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
@@ -203,6 +205,13 @@ def _xs(spark, path: str) -> list[int]:
     return sorted(r.x for r in spark.read.format("delta").load(path).collect())
 
 
+def _added(path: str) -> list[bool]:
+    """dataChange of each file the table's newest commit added."""
+    newest = max(Path(path, "_delta_log").glob("*.json"))
+    actions = [json.loads(line) for line in newest.read_text().splitlines()]
+    return [a["add"]["dataChange"] for a in actions if "add" in a]
+
+
 def _last_commit(spark, path: str):
     (row,) = (
         spark.sql(f"DESCRIBE HISTORY delta.`{path}`")
@@ -231,8 +240,10 @@ def test_an_append_once_reads_its_id_from_the_checksum_and_commits_as_the_writer
     assert _xs(spark, ours) == [0, 1]
     assert lake._checksum_txns(lake.snapshot(spark, ours)) == {"app": 1}
     assert lake.txn_version(spark, ours, "app") == lake.txn_version(spark, by_writer, "app") == 1
-    # The writer's commit: operation, parameters, metrics, a blind append.
+    # The writer's commit: operation, parameters, metrics, a blind append, and files
+    # that are new data (what a change feed reads as inserts).
     assert _last_commit(spark, ours) == _last_commit(spark, by_writer)
+    assert _added(ours) == _added(by_writer) == [True]
     # Another id counts on its own.
     lake.append_once(_pairs(spark, 9), ours, "other", 0)
     assert lake.txn_version(spark, ours, "other") == 0
