@@ -393,6 +393,10 @@ def append_once(df: DataFrame, path: str, app_id: str, version: int) -> None:
     which Delta allows: a version is only compared with the last one committed.
     Writer options rather than the session-wide txn confs, where the writer
     runs: the view queries share the session and must not pick them up.
+
+    `df` must not read the table it appends to: the append is blind (no read
+    of the table can conflict with it), and callers materialise their rows
+    first (`localCheckpoint`).
     """
     if _append_by_checksum(df, path, app_id, version) is None:
         (
@@ -423,31 +427,55 @@ def _append_by_checksum(df: DataFrame, path: str, app_id: str, version: int) -> 
         return None
     jvm = spark._jvm
     assert jvm is not None
-    txn = delta_log(spark, path).startTransaction()
-    known = _checksum_txns(txn.snapshot())
-    if known is None:
-        return None
-    table = StructType.fromJson(json.loads(txn.metadata().schema().json()))
-    if _columns(table) != _columns(df.schema):
-        return None
-    # What the writer's check records: a commit under the same id after this
-    # snapshot makes this one fail (ConcurrentTransactionException).
-    txn.readTxn().append(app_id)
-    if known.get(app_id, -1) >= version:
-        return False
-    files = txn.writeFiles(df._jdf)
-    mark = jvm.org.apache.spark.sql.delta.actions.SetTransaction(
-        app_id, version, jvm.scala.Some(int(time.time() * 1000))
-    )
-    none = jvm.scala.Option.empty()
-    operation = jvm.org.apache.spark.sql.delta.DeltaOperations.Write(
-        jvm.org.apache.spark.sql.SaveMode.Append,
-        # The writer records the partitionBy it was given, none: an empty Seq.
-        jvm.scala.Some(txn.metadata().partitionColumns().take(0)),
-        *[none] * 7,
-    )
-    txn.commit(files.appended(mark), operation)
-    return True
+    # PySpark's own handle on the JVM's active session (its name has a dot inside).
+    sessions = getattr(jvm, "org.apache.spark.sql.classic.SparkSession")
+    before = sessions.getActiveSession()
+    # A transaction takes its settings (the commit's userMetadata, say) from the
+    # thread's active session; the writer runs with the rows' session active.
+    sessions.setActiveSession(spark._jsparkSession)
+    try:
+        txn = delta_log(spark, path).startTransaction()
+        known = _checksum_txns(txn.snapshot())
+        if known is None:
+            if path not in _WRITER_APPENDS:
+                _WRITER_APPENDS.add(path)
+                log.info(
+                    "%s: the newest checksum holds no transaction ids (more than Delta "
+                    "keeps there, or no checksum); its appends rebuild its state",
+                    path,
+                )
+            return None
+        table = StructType.fromJson(json.loads(txn.metadata().schema().json()))
+        if _columns(table) != _columns(df.schema):
+            return None
+        # What the writer's check records: a commit under the same id after this
+        # snapshot makes this one fail (ConcurrentTransactionException).
+        txn.readTxn().append(app_id)
+        if known.get(app_id, -1) >= version:
+            return False
+        files = txn.writeFiles(df._jdf)
+        mark = jvm.org.apache.spark.sql.delta.actions.SetTransaction(
+            app_id, version, jvm.scala.Some(int(time.time() * 1000))
+        )
+        none = jvm.scala.Option.empty()
+        operation = jvm.org.apache.spark.sql.delta.DeltaOperations.Write(
+            jvm.org.apache.spark.sql.SaveMode.Append,
+            # The writer records the partitionBy it was given, none: an empty Seq.
+            jvm.scala.Some(txn.metadata().partitionColumns().take(0)),
+            *[none] * 7,
+        )
+        txn.commit(files.appended(mark), operation)
+        return True
+    finally:
+        if before.isDefined():
+            sessions.setActiveSession(before.get())
+        else:
+            sessions.clearActiveSession()
+
+
+# Tables whose appends went through the writer for want of ids in the checksum
+# (said once each): Delta keeps at most 100 ids there.
+_WRITER_APPENDS: set[str] = set()
 
 
 def _columns(schema: StructType) -> list[tuple[str, str]]:

@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark_jobs import lake
+from spark_jobs.lake import USER_METADATA
 
 SCHEMA = StructType([StructField("x", LongType(), False)])
 
@@ -304,3 +305,27 @@ def test_a_commit_under_the_same_id_in_between_fails_the_append(spark, tmp_path,
     with pytest.raises(Exception, match="ConcurrentTransaction"):
         lake.append_once(_pairs(spark, 1), path, "app", 1)
     assert _xs(spark, path) == [0, 1]
+
+
+def test_an_append_once_takes_the_settings_of_its_rows_session(spark, tmp_path):
+    """As the writer does: the commit's userMetadata is the rows' session's, whichever
+    session is active (a micro-batch's rows come in a session of their own)."""
+    tagged = spark.newSession()
+    tagged.conf.set(USER_METADATA, "batch 7")
+    for how, path in (("writer", str(tmp_path / "w")), ("ours", str(tmp_path / "o"))):
+        lake.ensure_table(spark, path, PAIR)
+        lake.append_once(_pairs(spark, 0), path, "app", 0)
+        rows = tagged.createDataFrame([(1, "a")], PAIR)
+        if how == "writer":
+            rows.write.format("delta").mode("append").option("txnAppId", "app").option(
+                "txnVersion", 1
+            ).save(path)
+        else:
+            assert lake._append_by_checksum(rows, path, "app", 1) is True
+        (meta,) = (
+            spark.sql(f"DESCRIBE HISTORY delta.`{path}`")
+            .where("version = 2")
+            .select("userMetadata")
+        ).first() or (None,)
+        assert meta == "batch 7", how
+    assert spark.conf.get(USER_METADATA, None) is None
