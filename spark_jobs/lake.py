@@ -399,13 +399,18 @@ def append_once(df: DataFrame, path: str, app_id: str, version: int) -> None:
     first (`localCheckpoint`).
     """
     if _append_by_checksum(df, path, app_id, version) is None:
-        (
-            df.write.format("delta")
-            .mode("append")
-            .option("txnAppId", app_id)
-            .option("txnVersion", version)
-            .save(path)
-        )
+        append_by_writer(df, path, app_id, version)
+
+
+def append_by_writer(df: DataFrame, path: str, app_id: str, version: int) -> None:
+    """`append_once` through Delta's writer, whose check rebuilds the table's state."""
+    (
+        df.write.format("delta")
+        .mode("append")
+        .option("txnAppId", app_id)
+        .option("txnVersion", version)
+        .save(path)
+    )
 
 
 # Delta's writer asks the newest snapshot which version `app_id` committed last.

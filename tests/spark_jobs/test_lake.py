@@ -231,9 +231,7 @@ def test_an_append_once_reads_its_id_from_the_checksum_and_commits_as_the_writer
     for path in (by_writer, ours):
         lake.ensure_table(spark, path, PAIR, partitioned_by=("p",))
     for version in (0, 1):
-        _pairs(spark, version).write.format("delta").mode("append").option(
-            "txnAppId", "app"
-        ).option("txnVersion", version).save(by_writer)
+        lake.append_by_writer(_pairs(spark, version), by_writer, "app", version)
         assert lake._append_by_checksum(_pairs(spark, version), ours, "app", version) is True
     # A retry of the last batch changes nothing, and neither does an older one.
     assert lake._append_by_checksum(_pairs(spark, 1), ours, "app", 1) is False
@@ -296,9 +294,7 @@ def test_a_commit_under_the_same_id_in_between_fails_the_append(spark, tmp_path,
         # After the append read its snapshot, the other writer commits batch 1.
         if not first:
             first.append(1)
-            _pairs(spark, 1).write.format("delta").mode("append").option("txnAppId", "app").option(
-                "txnVersion", 1
-            ).save(path)
+            lake.append_by_writer(_pairs(spark, 1), path, "app", 1)
         return columns(schema)
 
     monkeypatch.setattr(lake, "_columns", meanwhile)
@@ -317,9 +313,7 @@ def test_an_append_once_takes_the_settings_of_its_rows_session(spark, tmp_path):
         lake.append_once(_pairs(spark, 0), path, "app", 0)
         rows = tagged.createDataFrame([(1, "a")], PAIR)
         if how == "writer":
-            rows.write.format("delta").mode("append").option("txnAppId", "app").option(
-                "txnVersion", 1
-            ).save(path)
+            lake.append_by_writer(rows, path, "app", 1)
         else:
             assert lake._append_by_checksum(rows, path, "app", 1) is True
         (meta,) = (
