@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StructField, StructType
 
 from spark_jobs import contract, ledger_index, silver
+from spark_jobs import lake as spark_lake
 from spark_jobs.bronze import BRONZE_SCHEMA
 from warehouse.base import registry
 
@@ -266,6 +267,43 @@ def test_settling_conflicts_reads_only_the_quarantines_files_of_those_positions(
     ]
 
 
+def test_a_replacing_batch_quarantines_in_one_append_and_its_replay_changes_nothing(
+    spark, lake, run
+):
+    """A new winner makes its former winner a conflict: that joins the batch's own
+    rejected and conflicting records in its one append, with no MERGE. The batch
+    run again (a crash after that append) takes the MERGE's way, keyed by
+    position, which finds everything in place: no append, and the same rows."""
+    path = silver.QUARANTINE.path(lake)
+    run(_batch(spark, lake, [(2, 0, _event("e1")), (2, 1, _event("e1"))]), 0)
+    before = _commits(spark, path)
+    rows = [
+        (0, 7, _event("e1", customer="c9")),
+        (0, 8, b"[1,2]"),
+        (1, 3, _event("e2")),
+        (1, 4, _event("e2", quantity=5)),
+    ]
+    result = run(_batch(spark, lake, rows), 1)
+    assert (result.replaced_winners, result.conflicts) == (1, 1)
+    assert _commits(spark, path)[len(before) :] == ["WRITE"]
+    quarantined = sorted(
+        (r.partition, r.offset, r.reason) for r in spark.read.format("delta").load(path).collect()
+    )
+    assert quarantined == [
+        (0, 8, "malformed_json"),
+        (1, 4, silver.CONFLICT),
+        (2, 0, silver.CONFLICT),
+        (2, 1, silver.CONFLICT),
+    ]
+    settled = [t.orderBy("partition", "offset").collect() for t in _tables(spark, lake)]
+    commits = _commits(spark, path)
+
+    run(_batch(spark, lake, rows), 1)
+
+    assert set(_commits(spark, path)[len(commits) :]) <= {"MERGE"}
+    assert [t.orderBy("partition", "offset").collect() for t in _tables(spark, lake)] == settled
+
+
 def test_a_conflict_becomes_a_duplicate_when_a_matching_earlier_record_arrives(spark, lake, run):
     run(_batch(spark, lake, [(2, 0, _event("e1")), (2, 1, _event("e1", quantity=3))]), 0)
     run(_batch(spark, lake, [(0, 0, _event("e1", quantity=3))]), 1)
@@ -394,11 +432,15 @@ def test_a_batch_stopped_after_its_ledger_append_settles_with_a_rebuilt_index(sp
     silver.process_batch(spark, lake, _batch(spark, lake, [(2, 0, _event("e1"))]), 0, "app")
     stopped = _batch(spark, lake, [(0, 7, _event("e1", customer="c9")), (1, 4, _event("e2"))])
     lake_ledger = silver.LEDGER.path(lake)
-    contract.validate(stopped).where(F.col("reject_reason").isNull()).select(
-        *[f.name for f in silver.LEDGER_SCHEMA.fields]
-    ).write.format("delta").mode("append").option("txnAppId", "app/ledger").option(
-        "txnVersion", 1
-    ).save(lake_ledger)
+    # As the batch's own ledger append (`silver.process_batch`) writes it.
+    spark_lake.append_once(
+        contract.validate(stopped)
+        .where(F.col("reject_reason").isNull())
+        .select(*[f.name for f in silver.LEDGER_SCHEMA.fields]),
+        lake_ledger,
+        "app/ledger",
+        1,
+    )
     index = ledger_index.LedgerIndex(lake_ledger)
     index.rebuild(spark, "restart")
 
