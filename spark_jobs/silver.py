@@ -34,10 +34,11 @@ that exactly-once argument readable in one place.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import date
 from functools import reduce
@@ -356,7 +357,12 @@ def _tally(checked: DataFrame, result: BatchResult, *, keyed: bool) -> ledger_in
 
 def _quarantine_once(settings: Settings, rows: DataFrame, batch_id: int, app_id: str) -> None:
     """The batch's own quarantine rows, in one append under its transaction id."""
-    lake.append_once(rows, QUARANTINE.path(settings), f"{app_id}/rejected", batch_id)
+    lake.append_once(rows, QUARANTINE.path(settings), _rejected_txn(app_id), batch_id)
+
+
+def _rejected_txn(app_id: str) -> str:
+    """The transaction id of a batch's one quarantine append."""
+    return f"{app_id}/rejected"
 
 
 def _history(
@@ -522,16 +528,19 @@ def _settle_replaced(
     append and its MERGE, or before this split existed, with its conflicts not in
     the append."""
     quarantine = QUARANTINE.path(settings)
-    if (lake.txn_version(spark, quarantine, f"{app_id}/rejected") or -1) >= batch_id:
+    if (lake.txn_version(spark, quarantine, _rejected_txn(app_id)) or -1) >= batch_id:
         _settle_conflicts(spark, settings, checked, touched, state)
         return
     replaced = replacing.select("event_id")
     earlier = state.where(~F.col("in_batch")).join(replaced, "event_id", "left_semi")
-
-    def own(extra: DataFrame | None) -> None:
+    with _conflict_changes(spark, settings, checked, replaced, earlier) as (adds, to_remove, added):
+        removing = not to_remove.isEmpty()
+        # With conflicts to remove, the MERGE adds the new ones too; else the append.
+        # `added`, materialised, says cheaply whether `adds` (it reads bronze) has rows.
+        extra = None if removing or added.isEmpty() else to_conflict_rows(adds)
         _quarantine_own(checked, state, rejected, conflicts, settings, batch_id, app_id, extra)
-
-    _settle_conflicts(spark, settings, checked, replaced, earlier, own=own)
+        if removing:
+            _quarantine_conflicts(spark, settings, adds, to_remove)
 
 
 # Past this many records looked up by position, bronze is joined instead: the
@@ -641,16 +650,29 @@ def _settle_conflicts(
     touched: DataFrame,
     state: DataFrame,
     narrow: bool = True,
-    own: Callable[[DataFrame | None], None] | None = None,
 ) -> None:
     """Quarantine exactly the conflicting records of the touched ids, no more, no fewer.
 
     `narrow`: read the quarantine only at the positions of the ids' earlier records
     (a batch). Recovery reads all of it: a conflict left at a position the ledger no
-    longer holds (an erasure stopped halfway) is there for it to remove.
+    longer holds (an erasure stopped halfway) is there for it to remove."""
+    with _conflict_changes(spark, settings, checked, touched, state, narrow) as changes:
+        adds, to_remove, _ = changes
+        _quarantine_conflicts(spark, settings, adds, to_remove)
 
-    `own`: the batch's append (`_settle_replaced`), given the conflicts to add when
-    none has to leave, else None before the MERGE."""
+
+@contextlib.contextmanager
+def _conflict_changes(
+    spark: SparkSession,
+    settings: Settings,
+    checked: DataFrame,
+    touched: DataFrame,
+    state: DataFrame,
+    narrow: bool = True,
+) -> Iterator[tuple[DataFrame, DataFrame, DataFrame]]:
+    """The conflicts of the touched ids to add to the quarantine (with detail and raw
+    value), the positions of those to remove from it, and the positions to add,
+    materialised while in use (`_settle_conflicts` says what `narrow` does)."""
     key = ["partition", "offset"]
     conflicts = (
         spark.read.format("delta")
@@ -679,14 +701,8 @@ def _settle_conflicts(
     from_batch = to_add.join(checked.select(*_RAW), key)
     older = to_add.join(checked.select(*key), key, "left_anti")
     from_bronze = older.join(bronze_at(spark, settings, older).select(*_RAW), key)
-    adds = from_batch.unionByName(from_bronze)
     try:
-        if own is not None:
-            if to_remove.isEmpty():
-                own(None if to_add.isEmpty() else to_conflict_rows(adds))
-                return
-            own(None)
-        _quarantine_conflicts(spark, settings, adds, to_remove)
+        yield from_batch.unionByName(from_bronze), to_remove, to_add
     finally:
         to_add.unpersist()
         present.unpersist()
