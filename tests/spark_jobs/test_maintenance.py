@@ -53,13 +53,37 @@ def test_one_row_commits_are_compacted_checkpointed_and_vacuumed(spark, temp_lak
         file.write_bytes(b"PAR1")
         os.utime(file, (time.time() - age_h * 3600,) * 2)
     with lake.vacuum_session(spark):
-        assert maintenance.maintain(spark, path, 1.0).vacuumed == 1
+        again = maintenance.maintain(spark, path, 1.0)
+    assert again.vacuumed == 1
     assert (abandoned.exists(), under_way.exists()) == (False, True)
+    # One file is what bin-packing would leave: no OPTIMIZE ran, none committed.
+    assert (again.files_before, again.compacted) == (1, 0)
+    assert _operations(spark, path).count("OPTIMIZE") == 1
 
     # Outside the session, Delta's 7-day retention check stands again.
     assert not lake.in_vacuum_session(spark)
     with pytest.raises(RuntimeError, match="vacuum_session"):
         maintenance.maintain(spark, path, 0.0)
+
+
+def _operations(spark, path: str) -> list[str]:
+    return [r.operation for r in DeltaTable.forPath(spark, path).history().collect()]
+
+
+def test_delta_leaves_a_lone_file_as_it_is_which_maintain_relies_on(spark, temp_lake):
+    """`maintain` runs no bin-packing OPTIMIZE on a table of one file. Delta's own
+    leaves such a file as it is, even with deleted rows in a deletion vector
+    (regauge's sessions make none; a user's table may have them)."""
+    path = f"{temp_lake.lake_root}/gold/with_dvs_v1"
+    spark.range(0, 100, numPartitions=1).write.format("delta").option(
+        "delta.enableDeletionVectors", "true"
+    ).save(path)
+    DeltaTable.forPath(spark, path).delete("id < 50")
+    assert len(_parquet_files(path)) == 1  # the delete wrote a deletion vector, not a file
+
+    metrics = DeltaTable.forPath(spark, path).optimize().executeCompaction().first()
+    assert (metrics["metrics"]["numFilesRemoved"], metrics["metrics"]["numFilesAdded"]) == (0, 0)
+    assert _operations(spark, path) == ["DELETE", "WRITE"]
 
 
 def _follow(spark, source: str, sink: str, checkpoint: str) -> None:
