@@ -546,6 +546,7 @@ class _Expressions:
     """`validate`'s column expressions, in the order its projections use them."""
 
     parse: Column
+    payload: Column
     known: list[Column]
     numbers: Column
     verdict: Column
@@ -578,7 +579,18 @@ def _build_expressions() -> _Expressions:
     # projection (Spark does not fold a projection into the next one when that
     # would repeat an expensive expression). On 2 cores this took validating 100k
     # records from 6.1 s to 2.8 s (`make bench`, docs/BENCHMARKS.md).
-    variant = Json(F.col("_v"))
+    variant, payload = Json(F.col("_v")), Json(F.col("_p"))
+
+    def first_ask(path: str, kind: str) -> Column:
+        # A payload field from the payload, read once: variant_get walks its path
+        # from the root each time, and the walk was most of validation's time in
+        # a profile (docs/BENCHMARKS.md). The same answer: `$.x` of a payload
+        # that is not an object, or is absent, is null like `$.payload.x`.
+        source = variant
+        if path.startswith("$.payload."):
+            source, path = payload, "$." + path.removeprefix("$.payload.")
+        return source.kind(path) if kind == KIND else source.get(path, kind)
+
     known = {
         (path, kind): f"_known{i}"
         for i, (path, kind) in enumerate([(p, KIND) for p in KIND_PATHS] + TYPED_PATHS)
@@ -588,10 +600,8 @@ def _build_expressions() -> _Expressions:
     event = Json(event.v, event.known, numbers=F.col("_numbers"))
     return _Expressions(
         parse=F.when(small & text_ok, F.try_parse_json(text)),
-        known=[
-            (variant.kind(p) if k == KIND else variant.get(p, k)).alias(name)
-            for (p, k), name in known.items()
-        ],
+        payload=variant.at("$.payload"),
+        known=[first_ask(p, k).alias(name) for (p, k), name in known.items()],
         numbers=numbers,
         verdict=_first(_checks(F.col("value"), F.col("kafka_timestamp"), event, text_ok)),
         outputs=[
@@ -602,7 +612,7 @@ def _build_expressions() -> _Expressions:
             F.sha2(F.to_json(F.col("_v")), 256).alias("content_hash"),
             *_typed_event(event),
         ],
-        scratch=["_v", "_verdict", "_numbers", *known.values()],
+        scratch=["_v", "_p", "_verdict", "_numbers", *known.values()],
     )
 
 
@@ -612,6 +622,7 @@ def validate(records: DataFrame) -> DataFrame:
     e = _expressions()
     return (
         records.withColumn("_v", e.parse)
+        .withColumn("_p", e.payload)
         .select("*", *e.known)
         .withColumn("_numbers", e.numbers)
         .withColumn("_verdict", e.verdict)
