@@ -583,9 +583,9 @@ def _build_expressions() -> _Expressions:
 
     def first_ask(path: str, kind: str) -> Column:
         # A payload field from the payload, read once: variant_get walks its path
-        # from the root each time, and the walk was most of validation's time in
-        # a profile (docs/BENCHMARKS.md). The same answer: `$.x` of a payload
-        # that is not an object, or is absent, is null like `$.payload.x`.
+        # from the root each time, and it was the largest part of validation's
+        # time in a profile (27 %, docs/BENCHMARKS.md). The same answer: `$.x` of
+        # a payload that is not an object, or is absent, is null like `$.payload.x`.
         source = variant
         if path.startswith("$.payload."):
             source, path = payload, "$." + path.removeprefix("$.payload.")
