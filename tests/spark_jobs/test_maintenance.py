@@ -67,7 +67,8 @@ def test_one_row_commits_are_compacted_checkpointed_and_vacuumed(spark, temp_lak
 
 
 def _operations(spark, path: str) -> list[str]:
-    return [r.operation for r in DeltaTable.forPath(spark, path).history().collect()]
+    """The operations of a table's commits, newest first."""
+    return [r.operation for r in lake.history(spark, path).collect()]
 
 
 def test_delta_leaves_a_lone_file_as_it_is_which_maintain_relies_on(spark, temp_lake):
