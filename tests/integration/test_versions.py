@@ -33,7 +33,7 @@ from tests.integration.subscription import Subscription
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 from warehouse.ops import airflow_client, exporter, ingest_ctl, lifecycle, pipeline, streams
-from warehouse.ops.stack import kafka
+from warehouse.ops.stack import kafka, process
 from warehouse.ops.stack.process import wait_until
 from warehouse.sql import catalog, versions
 from warehouse.sql.trino_client import query
@@ -296,6 +296,15 @@ def _reprocess_roll_out_and_retire(
     host_pid = streams.pid(settings, VIEW, 1)
     assert host_pid is not None
     assert streams.pid(settings, VIEW, 2) == host_pid == streams.host(settings).pid()
+    # Its JVM has the host's own heap, not every other driver's.
+    jvm = process.tree_pids([host_pid], list(process.proc_stats())) - {host_pid}
+    heaps = {
+        arg
+        for pid in jvm
+        for arg in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        if arg.startswith("-Xmx")
+    }
+    assert heaps == {f"-Xmx{settings.view_host_memory}"}, heaps
 
     # A second reprocess of a built version is refused, and changes nothing.
     run_id = airflow.trigger("regauge_reprocess", {"view": VIEW, "version": 2})

@@ -330,6 +330,7 @@ def run_view_host(settings: Settings) -> int:
         "regauge-host",
         settings,
         extra_conf={
+            "spark.driver.memory": settings.view_host_memory,
             "spark.scheduler.mode": "FAIR",
             "spark.scheduler.allocation.file": FAIR_SCHEDULER_FILE.as_uri(),
             **connect_conf,

@@ -19,6 +19,7 @@ def test_local_profile_is_the_default():
     assert s.kafka_bootstrap == "127.0.0.1:9092"
     assert s.trino_url == "http://127.0.0.1:8080"
     assert s.spark_driver_memory == "4g"
+    assert s.view_host_memory == "3g"
     assert s.lake_root.endswith("warehouse/data/lake")
     assert s.lake_is_local
 
