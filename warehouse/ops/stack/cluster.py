@@ -370,6 +370,11 @@ class TrinoNode(Trino):
     def http_port(self) -> int:
         return TRINO_HTTP_PORT if self.role == "coordinator" else TRINO_WORKER_PORT
 
+    def has_active_node(self) -> bool:
+        # The coordinator runs no tasks, and a worker's health is its own start:
+        # `wait_for_trino_worker` waits for the worker to join before queries run.
+        return True
+
     def ports(self) -> Sequence[int]:
         if self.role == "coordinator":
             return [TRINO_HTTPS_PORT, TRINO_HTTP_PORT]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import urllib.error
 import urllib.request
@@ -10,9 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from string import Template
 
+import trino.exceptions
+
 from warehouse.base import jvm
 from warehouse.ops.stack.base import INFRA, Service, _render
 from warehouse.ops.stack.process import Proc, ServiceError
+
+log = logging.getLogger(__name__)
 
 
 class Trino(Service):
@@ -96,12 +101,32 @@ class Trino(Service):
         return f"{self.settings.trino_url}/v1/info"
 
     def healthy(self) -> bool:
+        return self.started() and self.has_active_node()
+
+    def started(self) -> bool:
+        """Whether the node says it is past its start."""
         try:
             with urllib.request.urlopen(self.info_url, timeout=3) as resp:
                 info = json.load(resp)
         except (OSError, urllib.error.URLError, ValueError):
             return False
         return info.get("starting") is False
+
+    def has_active_node(self) -> bool:
+        """Whether the coordinator counts a node active to run a query's tasks. It
+        says it is past its start a moment before it counts itself: a query in that
+        moment fails with NO_NODES_AVAILABLE (seen once right after `regauge up`
+        said Trino was healthy)."""
+        from warehouse.sql import trino_client
+
+        try:
+            active = trino_client.scalar(
+                self.settings, "SELECT count(*) FROM system.runtime.nodes WHERE state = 'active'"
+            )
+        except (OSError, trino.exceptions.Error, trino.exceptions.HttpError) as exc:
+            log.debug("trino: no active node yet (%s)", exc)
+            return False
+        return bool(active)
 
     def note(self) -> str:
         return f"{self.settings.trino_url} (user name is the X-Trino-User header)"
