@@ -43,7 +43,7 @@ from warehouse.ops.stack.base import (
 from warehouse.ops.stack.kafka import Kafka, _kafka_cluster_id, kafka_admin
 from warehouse.ops.stack.process import Proc, ServiceError, port_open
 from warehouse.ops.stack.supervisor import Supervisor
-from warehouse.ops.stack.trino import Trino
+from warehouse.ops.stack.trino import Trino, active_nodes
 
 log = logging.getLogger(__name__)
 
@@ -573,20 +573,8 @@ def wait_for_trino_worker(s: Settings, timeout: float = 120.0) -> None:
     """Queries need a worker (the coordinator runs no tasks): wait until it is active,
     asked through the HTTPS front door with a password, as every client will."""
     from warehouse.ops.stack.process import wait_until
-    from warehouse.sql import trino_client
 
-    def active() -> bool:
-        try:
-            n = trino_client.scalar(
-                s,
-                "SELECT count(*) FROM system.runtime.nodes "
-                "WHERE NOT coordinator AND state = 'active'",
-            )
-        except Exception:
-            return False
-        return bool(n)
-
-    if not wait_until(active, timeout, interval=2.0):
+    if not wait_until(lambda: active_nodes(s, workers_only=True) > 0, timeout, interval=2.0):
         raise ServiceError(
             f"Trino's worker did not join the coordinator within {timeout:.0f} s: see "
             f"{s.state_dir / 'logs'}/trino-worker.log"

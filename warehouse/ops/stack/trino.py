@@ -14,6 +14,7 @@ from string import Template
 import trino.exceptions
 
 from warehouse.base import jvm
+from warehouse.base.settings import Settings
 from warehouse.ops.stack.base import INFRA, Service, _render
 from warehouse.ops.stack.process import Proc, ServiceError
 
@@ -117,16 +118,24 @@ class Trino(Service):
         says it is past its start a moment before it counts itself: a query in that
         moment fails with NO_NODES_AVAILABLE (seen once right after `regauge up`
         said Trino was healthy)."""
-        from warehouse.sql import trino_client
-
-        try:
-            active = trino_client.scalar(
-                self.settings, "SELECT count(*) FROM system.runtime.nodes WHERE state = 'active'"
-            )
-        except (OSError, trino.exceptions.Error, trino.exceptions.HttpError) as exc:
-            log.debug("trino: no active node yet (%s)", exc)
-            return False
-        return bool(active)
+        return active_nodes(self.settings) > 0
 
     def note(self) -> str:
         return f"{self.settings.trino_url} (user name is the X-Trino-User header)"
+
+
+def active_nodes(settings: Settings, *, workers_only: bool = False) -> int:
+    """How many nodes Trino's coordinator counts active to run a query's tasks (with
+    `workers_only`, not itself); 0 while it cannot answer yet."""
+    from warehouse.sql import trino_client
+
+    which = "state = 'active'" + (" AND NOT coordinator" if workers_only else "")
+    try:
+        return int(
+            trino_client.scalar(
+                settings, f"SELECT count(*) FROM system.runtime.nodes WHERE {which}"
+            )
+        )
+    except (OSError, trino.exceptions.Error, trino.exceptions.HttpError) as exc:
+        log.debug("trino: no active node yet (%s)", exc)
+        return 0
