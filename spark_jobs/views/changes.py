@@ -31,6 +31,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from itertools import chain, groupby
+from typing import NamedTuple
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -40,7 +41,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs import lake
@@ -78,6 +79,18 @@ Record = tuple[int, str, str | None]
 Headers = list[tuple[str, str | bytes | None]]
 
 
+def key_json(view: View) -> Column:
+    """A gold row's key as its record's key: a JSON object."""
+    return F.to_json(F.struct(*[F.col(k) for k in view.key]))
+
+
+def value_json(view: View, commit: Column) -> Column:
+    """A gold row as its record's value: a JSON object with the commit it belongs to."""
+    return F.to_json(
+        F.struct(*[F.col(f.name) for f in view.schema.fields], commit.alias("_gold_version"))
+    )
+
+
 def records(rows: DataFrame, view: View, version: int | None = None) -> DataFrame:
     """Gold rows (with `_commit_version`, or all of one `version`) -> one record per
     (commit, key): the row as it ends in that commit, or a tombstone (null value).
@@ -88,20 +101,38 @@ def records(rows: DataFrame, view: View, version: int | None = None) -> DataFram
     """
     commit = F.lit(version) if version is not None else F.col("_commit_version")
     kind = F.col("_change_type") if "_change_type" in rows.columns else F.lit("insert")
-    value = F.to_json(
-        F.struct(*[F.col(f.name) for f in view.schema.fields], commit.alias("_gold_version"))
-    )
     return (
         rows.where(kind != "update_preimage")
         .select(
             commit.alias("commit"),
-            F.to_json(F.struct(*[F.col(k) for k in view.key])).alias("key"),
-            F.when(kind == "delete", F.lit(None).cast("string")).otherwise(value).alias("value"),
+            key_json(view).alias("key"),
+            F.when(kind == "delete", F.lit(None).cast("string"))
+            .otherwise(value_json(view, commit))
+            .alias("value"),
         )
         # max ignores nulls: any row written beats the key's delete.
         .groupBy("commit", "key")
         .agg(F.max("value").alias("value"))
     )
+
+
+def staged_columns(view: View, commit: int) -> list[Column]:
+    """`key` and `value` of a MERGE source's rows (gold's columns and `_op`, one row
+    per key, see `runner.differences`) as the records of the commit the MERGE makes:
+    an upsert is the row, a delete a tombstone."""
+    return [
+        key_json(view).alias("key"),
+        F.when(F.col("_op") == "delete", F.lit(None).cast("string"))
+        .otherwise(value_json(view, F.lit(commit)))
+        .alias("value"),
+    ]
+
+
+class Staged(NamedTuple):
+    """One gold commit's records, read off the MERGE that made it (see `publish`)."""
+
+    commit: int
+    records: list[Record]
 
 
 class Publisher:
@@ -182,20 +213,30 @@ class Publisher:
         return None
 
     # -- publishing -----------------------------------------------------------------
-    def publish(self, *, renew: bool = False) -> int:
+    def publish(self, *, renew: bool = False, staged: Staged | None = None) -> int:
         """Publish every gold commit after the mark; return how many records went out.
 
         `renew` commits the mark again even if nothing is new (a stream's start): a
         group's offsets expire after the broker's offsets.retention.minutes without
         a commit, and an expired mark would publish the whole table again.
+
+        `staged` is a micro-batch's own commit, its records read off the MERGE's
+        source. They are sent as they are when that commit is the only one after
+        the mark: the change feed would say the same, and reading it back costs a
+        live batch Spark jobs and a snapshot of gold (about 0.6 s of a 4 s batch
+        alone on 2 cores). Otherwise the change feed decides, as for any commit.
         """
+        started = time.monotonic()
         mark = self.published_through()
         newest = lake.newest_version(self.spark, self.path)
+        if staged is not None and mark == staged.commit - 1 and newest == staged.commit:
+            sent = self._send(newest, iter(staged.records))
+            self._said(sent, newest, newest, started)
+            return sent
         if newest == mark:
             if renew:
                 self._send(newest, iter(()))
             return 0
-        started = time.monotonic()
         rows = None
         if 0 <= mark < newest:
             try:
@@ -238,15 +279,18 @@ class Publisher:
                 self._send(newest, iter(()))
         finally:
             rows.unpersist()
+        self._said(sent, mark + 1, newest, started)
+        return sent
+
+    def _said(self, sent: int, first: int, last: int, started: float) -> None:
         log.info(
             "%s: published %d records of gold commits %d-%d (%.1f s)",
             self.topic,
             sent,
-            mark + 1,
-            newest,
+            first,
+            last,
             time.monotonic() - started,
         )
-        return sent
 
     def _gone(self, table: DataFrame, commit: int) -> Iterator[Record]:
         """Tombstones for the keys the topic still holds and the table no longer has:

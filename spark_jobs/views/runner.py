@@ -23,7 +23,7 @@ from functools import reduce
 from typing import Any, NamedTuple
 
 from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
@@ -124,14 +124,23 @@ def live_session(spark: SparkSession) -> SparkSession:
 MAX_NEAR_CHANGES = 20_000
 
 
+# A batch's changes to gold are read off the MERGE's source (one Spark job, which
+# also gives the hours the MERGE may touch) when they are at most this many rows:
+# they then go to the view's topic from the driver (`changes.Staged`). A larger
+# source (a catch-up) stays in Spark, and the change feed publishes it.
+MAX_STAGED_ROWS = 50_000
+
+
 class Applied(NamedTuple):
     """What `apply_changes` did: how many scopes it recomputed, the part of silver it
-    read them from, and the rows it recomputed (what placing the batch's
-    restatements needs: every event it landed is in one of them)."""
+    read them from, the rows it recomputed (what placing the batch's restatements
+    needs: every event it landed is in one of them), and the gold commit it made
+    with its records for the view's topic, when read off the MERGE."""
 
     scopes: int
     silver: DataFrame
     rows: DataFrame | None = None
+    staged: changes.Staged | None = None
 
 
 def apply_changes(
@@ -148,6 +157,9 @@ def apply_changes(
     stream), linked events and the `of` events they link to are read from the
     days of silver the index names, not from all of history."""
     gold = DeltaTable.forPath(spark, path)
+    # The commit the MERGE below makes is this one's successor, unless another
+    # writer commits in between (then the change feed publishes both).
+    before = lake.newest_version(spark, path)
     target = gold.toDF()
     # The changed rows' times (UTC microseconds), for sessions when the batch is
     # small enough to follow change by change. One job counts and bounds them.
@@ -214,7 +226,18 @@ def apply_changes(
         f"NOT (t.`{f.name}` <=> s.`{f.name}`)" for f in view.schema.fields if f.name not in key
     )
     update_when = f"s._op = 'upsert' AND ({differs})" if differs else "false"
-    hours = _within_hours(view, source)
+    commit = before + 1
+    written: list[Row] = (
+        source.select(*changes.staged_columns(view, commit), _hour_micros(view).alias("hour"))
+        .limit(MAX_STAGED_ROWS + 1)
+        .collect()
+    )
+    if len(written) > MAX_STAGED_ROWS:
+        written = source.select(_hour_micros(view).alias("hour")).distinct().collect()
+        staged_rows: list[Row] = []
+    else:
+        staged_rows = written
+    hours = _within_hours(view, [r["hour"] for r in written])
     if hours is None:
         # Every recomputed row came out as gold has it (a micro-batch retried after
         # its commit, a change that moves no total): nothing to write. Gold's
@@ -224,7 +247,7 @@ def apply_changes(
     # Replacing whole scopes is safe to repeat after a conflicting commit
     # (table maintenance, an operator's fix) aborted the first try.
     with lake.source_checkpointed(spark):
-        lake.retry_on_conflict(
+        merged = lake.retry_on_conflict(
             lambda: (
                 gold.alias("t")
                 .merge(source.alias("s"), condition)
@@ -235,7 +258,12 @@ def apply_changes(
             ),
             f"{view.table_name}: replacing {n_scopes} scopes",
         )
-    return Applied(n_scopes, silver, fresh)
+    staged = None
+    # The MERGE's metrics are one local row. A MERGE that changed no row may make no
+    # commit at all: then `commit` is not its own, and the change feed decides.
+    if staged_rows and (merged.first() or {"num_affected_rows": 0})["num_affected_rows"]:
+        staged = changes.Staged(commit, [(commit, r["key"], r["value"]) for r in staged_rows])
+    return Applied(n_scopes, silver, fresh, staged)
 
 
 def differences(view: View, fresh: DataFrame, replaced: DataFrame) -> DataFrame:
@@ -266,16 +294,21 @@ def differences(view: View, fresh: DataFrame, replaced: DataFrame) -> DataFrame:
     )
 
 
-def _within_hours(view: View, source: DataFrame) -> str | None:
+def _hour_micros(view: View) -> Column:
+    """The UTC hour a gold row's window starts in, as microseconds."""
+    return F.unix_micros(F.date_trunc("hour", view.window[0]))
+
+
+def _within_hours(view: View, hours: Iterable[int]) -> str | None:
     """A condition on the MERGE's target (to AND to its key match): its window start
-    in the hours the source's rows start in (literals, merged into ranges); None if
-    the source is empty. The key match implies it, since the window start is part
-    of the key; Delta uses it to skip gold's files outside those hours, which
-    gold's layout by time makes most of them (GOLD_FILE_ROWS)."""
+    in `hours` (the hours the source's rows start in, `_hour_micros`, as literals
+    merged into ranges); None if there are none (the source is empty). The key
+    match implies it, since the window start is part of the key; Delta uses it to
+    skip gold's files outside those hours, which gold's layout by time makes most
+    of them (GOLD_FILE_ROWS)."""
     start = view.window[0]
     hour = 3_600_000_000
-    found = source.select(F.unix_micros(F.date_trunc("hour", start)).alias("h")).distinct()
-    ranges = merged_ranges((r["h"], r["h"] + hour) for r in found.collect())
+    ranges = merged_ranges((h, h + hour) for h in set(hours))
     if not ranges:
         return None
     if start not in view.key:
@@ -575,7 +608,7 @@ def stream(
         # the next batch, or the next start, publishes.
         faults.maybe_crash("view_after_commit", batch_id)
         if publisher is not None:
-            _publish(publisher)
+            _publish(publisher, staged=applied.staged)
         if applied.scopes:
             log.info(
                 "%s batch %d: %d scopes recomputed (silver version %d), "
@@ -639,12 +672,14 @@ def _record_batch(view: View, oldest: datetime | None, restated: int) -> None:
     metrics.RESTATEMENTS.labels(*labels).inc(restated)
 
 
-def _publish(publisher: changes.Publisher, *, renew: bool = False) -> None:
+def _publish(
+    publisher: changes.Publisher, *, renew: bool = False, staged: changes.Staged | None = None
+) -> None:
     """Publish what is new; a failure (Kafka away, a fenced producer) is logged, not
     raised: gold carries on, and the next call publishes from where the last
     whole publish left the mark."""
     try:
-        publisher.publish(renew=renew)
+        publisher.publish(renew=renew, staged=staged)
     except Exception as exc:
         log.warning(
             "%s: could not publish gold commits (%s); the next batch or start publishes them",

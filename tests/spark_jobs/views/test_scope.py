@@ -12,8 +12,8 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
-from spark_jobs import views
-from spark_jobs.views import hourly, runner
+from spark_jobs import lake, views
+from spark_jobs.views import changes, hourly, runner
 from spark_jobs.views.base import Scope, View, merged_ranges
 from tests.spark_jobs.conftest import at, cart, order
 from tests.spark_jobs.views.test_runner import LOG
@@ -253,6 +253,21 @@ def test_a_sessions_change_is_decided_by_the_events_near_it(silver_df, tmp_path,
     assert_df_equality(
         spark.read.format("delta").load(path), expected, ignore_row_order=True, ignore_nullable=True
     )
+    # What the batch publishes, read off its MERGE: the records its commit's change
+    # feed gives, tombstones of the old sessions included.
+    newest = lake.newest_version(spark, path)
+    assert applied.staged is not None and applied.staged.commit == newest
+    feed = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", newest)
+        .load(path)
+    )
+    published = changes.records(feed, view).collect()
+    assert sorted(applied.staged.records) == sorted(tuple(r) for r in published)
+    assert len(published) >= 1
+    # Repeated (a micro-batch retried after its commit): nothing to write or publish.
+    assert runner.apply_changes(spark, path, view, changed, after).staged is None
     assert applied.rows is not None
     assert_df_equality(
         applied.rows,
