@@ -298,12 +298,7 @@ def _reprocess_roll_out_and_retire(
     assert streams.pid(settings, VIEW, 2) == host_pid == streams.host(settings).pid()
     # Its JVM has the host's own heap, not every other driver's.
     jvm = process.tree_pids([host_pid], list(process.proc_stats())) - {host_pid}
-    heaps = {
-        arg
-        for pid in jvm
-        for arg in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-        if arg.startswith("-Xmx")
-    }
+    heaps = {arg for pid in jvm for arg in process.argv(pid) or [] if arg.startswith("-Xmx")}
     assert heaps == {f"-Xmx{settings.view_host_memory}"}, heaps
 
     # A second reprocess of a built version is refused, and changes nothing.

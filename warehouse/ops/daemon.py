@@ -131,11 +131,8 @@ class Daemon:
 
     def _runs_me(self, pid: int) -> bool:
         """Whether pid is alive and runs this daemon's command line."""
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            return False
-        return [c.decode(errors="replace") for c in cmdline if c][1:] == self.argv()[1:]
+        cmdline = process.argv(pid)
+        return cmdline is not None and cmdline[1:] == self.argv()[1:]
 
     def _alive(self) -> bool:
         """Running, or about to run again: supervisord retries a quick death a few times."""

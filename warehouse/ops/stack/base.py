@@ -28,6 +28,7 @@ from warehouse.ops.stack.process import (
     PidFile,
     Proc,
     ServiceError,
+    argv,
     group_alive,
     group_rss_bytes,
     port_taken,
@@ -327,8 +328,9 @@ def _running(proc: Proc) -> int | None:
     for entry in Path("/proc").glob("[0-9]*"):
         pid = int(entry.name)
         try:
-            raw = (entry / "cmdline").read_bytes().split(b"\0")
-            cmdline = [c.decode(errors="replace") for c in raw if c]
+            cmdline = argv(pid)
+            if cmdline is None:
+                continue
             titled = proc.title is not None and " ".join(cmdline).startswith(proc.title)
             if not titled and (not args or cmdline[-len(args) :] != args):
                 continue

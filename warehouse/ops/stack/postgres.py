@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from warehouse.base import registry
+from warehouse.ops.stack import process
 from warehouse.ops.stack.base import Service
 from warehouse.ops.stack.process import Proc, ServiceError
 
@@ -81,12 +82,10 @@ class Postgres(Service):
             pid = int((data / "postmaster.pid").read_text().split()[0])
         except (OSError, ValueError, IndexError):
             return
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            return  # gone: the file is what a killed postmaster leaves
-        # A pid outlives its process: after a restart another program may have it.
-        if str(data).encode() not in argv:
+        argv = process.argv(pid)
+        # Gone: the file is what a killed postmaster leaves. And a pid outlives its
+        # process: after a restart another program may have it.
+        if argv is None or str(data) not in argv:
             return
         raise ServiceError(
             f"PostgreSQL (pid {pid}) still runs on {data}, an earlier checkout's cluster at "

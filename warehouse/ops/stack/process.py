@@ -88,6 +88,17 @@ def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
     return False
 
 
+def argv(pid: int) -> list[str] | None:
+    """The command line `pid` runs, its arguments decoded; None if it has ended (or is
+    not ours to read). A pid outlives its process, so callers compare this with
+    what they expect before they act on the pid."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
 def tail(path: Path, lines: int = 25) -> str:
     try:
         text = path.read_text(errors="replace")

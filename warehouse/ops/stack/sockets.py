@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from warehouse.ops.stack import process
+
 # /proc/net/tcp's state column: 0A is LISTEN.
 _LISTEN = "0A"
 
@@ -61,11 +63,8 @@ def _listening_inodes() -> dict[int, tuple[str, int]]:
 
 
 def _command(pid: int) -> str:
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return "?"
-    return " ".join(a.decode(errors="replace") for a in argv if a)
+    argv = process.argv(pid)
+    return "?" if argv is None else " ".join(argv)
 
 
 def listeners() -> Iterator[Listener]:
