@@ -16,8 +16,11 @@ MERGE and the publish, finds the mark where the last whole publish left it.
 What to publish comes from the gold table's change feed, from the commit after
 the mark to the newest, so a commit made while nobody published (the crash
 above, or a replay before the stream starts) is published by the next call,
-each commit in its own transaction. A version's first publish, and one after
-the change feed is missing, is the whole table as of its newest commit.
+each commit in its own transaction. A live micro-batch's own commit, when it is
+the only one after the mark, is published from the rows its MERGE wrote
+instead (`Staged`): what its change feed holds, without reading it back. A
+version's first publish, and one after the change feed is missing, is the whole
+table as of its newest commit.
 
 The transactional id is the view version's: a second publisher of it (a view
 host nobody knew of) fences the first, which then fails instead of writing.
