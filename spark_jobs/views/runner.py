@@ -232,12 +232,12 @@ def apply_changes(
         .limit(MAX_STAGED_ROWS + 1)
         .collect()
     )
-    if len(written) > MAX_STAGED_ROWS:
-        written = source.select(_hour_micros(view).alias("hour")).distinct().collect()
-        staged_rows: list[Row] = []
-    else:
-        staged_rows = written
-    hours = _within_hours(view, [r["hour"] for r in written])
+    fits = len(written) <= MAX_STAGED_ROWS
+    staged_rows = written if fits else []
+    hour_rows = (
+        written if fits else source.select(_hour_micros(view).alias("hour")).distinct().collect()
+    )
+    hours = _within_hours(view, [r["hour"] for r in hour_rows])
     if hours is None:
         # Every recomputed row came out as gold has it (a micro-batch retried after
         # its commit, a change that moves no total): nothing to write. Gold's

@@ -284,8 +284,10 @@ def test_a_batch_of_many_changes_recomputes_its_customers_whole(
     silver_df, tmp_path, monkeypatch, case
 ):
     """Past MAX_NEAR_CHANGES changed rows the runner recomputes each touched customer
-    from all of their events instead: the same gold."""
+    from all of their events instead: the same gold. So large a batch also stays in
+    Spark past MAX_STAGED_ROWS: nothing is staged, and the change feed publishes it."""
     monkeypatch.setattr(runner, "MAX_NEAR_CHANGES", 0)
+    monkeypatch.setattr(runner, "MAX_STAGED_ROWS", 0)
     view = views.get("cart_sessions", 1)
     added, taken, _ = SESSION_CHANGES[case]
     before, after, changed = _session_change(silver_df, added, taken)
@@ -300,6 +302,7 @@ def test_a_batch_of_many_changes_recomputes_its_customers_whole(
         ignore_row_order=True,
         ignore_nullable=True,
     )
+    assert applied.staged is None
     # Whole customers: the rows recomputed include c1's session two days later.
     assert applied.rows is not None
     assert applied.rows.where(F.col("session_start") >= at(hours=47)).count() == 1
