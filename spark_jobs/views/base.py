@@ -69,6 +69,30 @@ class Scope:
             raise ValueError("an event type carries its scope (of) or is linked, not both")
 
 
+@dataclass(frozen=True)
+class Sums:
+    """A view whose gold rows add up: each measure of a row is the sum, over the `of`
+    events in its scope, of one expression of each event (an order's total; 1 to
+    count it). A change to silver then changes gold by what it put in minus what
+    it took out, and a live micro-batch folds that into gold's rows (`View.summed`)
+    instead of recomputing its scopes from silver.
+
+    `compute` still defines the view: a replay, validation and the audit run it,
+    and the fold must give the same rows exactly (tests/spark_jobs/views/test_fold.py),
+    so the measures are exact types (integers, decimals), never floating point.
+    """
+
+    # Gold column -> Spark SQL expression over a silver row: its share of the column.
+    measures: Mapping[str, str]
+    # The measure that counts a row's events (its expression is 1): the row exists
+    # while it is above 0, as `compute` makes no row for a scope without events.
+    count: str
+
+    def __post_init__(self) -> None:
+        if self.measures.get(self.count) != "1":
+            raise ValueError(f"the count of sums ({self.count!r}) must be a measure of 1")
+
+
 # Where a scope column is joined on it takes this name, so that silver's own
 # columns are never replaced by a computed one of the same name.
 _TMP = "__scope_"
@@ -155,6 +179,8 @@ class View:
     # What this version must share with an earlier one, checked before it goes
     # live: {earlier version: {column here: column there}}, row by row on the key.
     agrees_with: dict[int, dict[str, str]] = field(default_factory=dict)
+    # Declared where the view's rows add up (`Sums`): its live batches fold changes.
+    sums: Sums | None = None
 
     def __post_init__(self) -> None:
         columns = set(self.schema.fieldNames())
@@ -164,6 +190,25 @@ class View:
             raise ValueError(f"{self.table_name}: no such gold columns: {', '.join(missing)}")
         if self.window[0] not in self.key:
             raise ValueError(f"{self.table_name}: the window start must be in the key")
+        if self.sums is not None:
+            self._check_sums(self.sums, columns)
+
+    def _check_sums(self, sums: Sums, columns: set[str]) -> None:
+        """A fold needs each gold row to follow from its own events alone: fixed
+        windows (an event says which row it adds to), no linked events (a
+        cancellation changes other events' rows) and every other column a measure."""
+        if self.scope.linked or not self.fixed_windows:
+            raise ValueError(
+                f"{self.table_name}: sums need fixed windows and no linked events: "
+                "each event must add to one row, whatever the others"
+            )
+        rest = columns - set(self.scope.columns) - set(sums.measures)
+        stray = set(sums.measures) & set(self.scope.columns)
+        if rest or stray or not set(sums.measures) <= columns:
+            raise ValueError(
+                f"{self.table_name}: with sums every gold column is a scope column or a "
+                f"measure, not both (left over: {', '.join(sorted(rest | stray)) or 'none'})"
+            )
 
     @property
     def table_name(self) -> str:
@@ -266,6 +311,24 @@ class View:
         linked events (`links.LinkIndex.of_days`)."""
         return self._of(silver).where(day_filter(days))
 
+    # -- sums (a view whose rows add up) ----------------------------------------------
+    def summed(self, rows: DataFrame, sign: Column) -> DataFrame:
+        """(silver rows, each one's `sign`: 1 for a row put in silver, -1 for one taken
+        out) -> what they change in gold: per scope (the scope columns) they touch,
+        each measure's signed sum. A row whose events all came and went again has
+        every measure 0."""
+        assert self.sums is not None, f"{self.table_name}: its rows do not add up"
+        return (
+            self._of(rows)
+            .groupBy(*self._scope_values())
+            .agg(
+                *[
+                    F.sum(sign * F.coalesce(F.expr(e), F.lit(0))).alias(c)
+                    for c, e in self.sums.measures.items()
+                ]
+            )
+        )
+
     # -- sessions (a scope with a gap) -----------------------------------------------
     def near(self, changed: DataFrame, gold: DataFrame) -> DataFrame:
         """(changed silver rows, gold) -> spans: the scope columns, `lo` and `hi` (UTC
@@ -367,7 +430,9 @@ class View:
         session, which its neighbours decide)."""
         return all(c in self.scope.columns for c in (*self.window, *self.key))
 
-    def lands_in(self, events: DataFrame, silver: DataFrame, gold: DataFrame | None) -> DataFrame:
+    def lands_in(
+        self, events: DataFrame, silver: DataFrame | None, gold: DataFrame | None
+    ) -> DataFrame:
         """(events that landed, all of silver, gold) -> where each landed: event_id,
         event_time, window_start, window_end, window_key (the key besides time).
 
@@ -375,13 +440,16 @@ class View:
         event lands where the `of` events it links to land (each cancellation in its
         orders' hours). With fixed windows that row is the event's scope itself and
         gold is not read; otherwise (sessions) it is found in gold, which the runner
-        passes as it is after replacing the batch's scopes.
+        passes as it is after replacing the batch's scopes. Silver is read for
+        linked events only (None will do without them).
         """
         landing = self._of(events).select(
             "event_id", "event_time", F.col("event_time").alias("_at"), *self._scope_values(_TMP)
         )
         if self.scope.linked:
             assert self.scope.linked_by is not None
+            if silver is None:
+                raise ValueError(f"{self.table_name}: linked events are placed in silver: pass it")
             by = self.scope.linked_by
             linked = self._linked(events).select(
                 by, F.col("event_id").alias("_id"), F.col("event_time").alias("_time")

@@ -121,7 +121,7 @@ def can_restate(view: View, newest: int | None, landed: Landed) -> bool:
 def restated(
     view: View,
     landed: DataFrame,
-    silver: DataFrame,
+    silver: DataFrame | None,
     gold: DataFrame | None,
     newest_before: DataFrame,
 ) -> DataFrame:
@@ -273,7 +273,7 @@ def record(
     settings: Settings,
     view: View,
     changes: DataFrame,
-    silver: DataFrame,
+    silver: DataFrame | None,
     placed: DataFrame | None,
     first_version: int,
     watermark: Watermark,
@@ -285,7 +285,8 @@ def record(
     Returns how many restatements it found.
 
     `silver` must hold every `of` event of the scopes the batch touched (it may
-    hold no more: `View.narrowed`), and `placed` the gold rows the batch
+    hold no more: `View.narrowed`; None for a view without linked events, which
+    places each event by itself: `View.lands_in`), and `placed` the gold rows the batch
     recomputed (`Applied.rows`): every event it landed is in one of them.
     `watermark` is as of the commit before `first_version`; if it is not known
     yet, it is read from silver here.

@@ -13,7 +13,7 @@ from pyspark.sql.types import (
 )
 
 from spark_jobs.views import hourly
-from spark_jobs.views.base import Scope, View
+from spark_jobs.views.base import Scope, Sums, View
 from spark_jobs.views.hourly import MONEY, hour_of, window_end
 
 SCHEMA = StructType(
@@ -52,4 +52,6 @@ VIEW = View(
     scope=Scope(columns=hourly.SCOPE_COLUMNS, of=("order_placed",), within=hourly.WITHIN),
     window=("window_start", "window_end"),
     description="gross revenue per hour: orders placed and the sum of their totals",
+    # Both add up, order by order: a live batch folds its changes into gold.
+    sums=Sums(measures={"orders": "1", "revenue": "total"}, count="orders"),
 )

@@ -7,6 +7,12 @@ table with one MERGE. Recomputing from silver rather than folding the change
 into old results is what makes the answer independent of arrival order,
 micro-batch boundaries and lateness; replacing whole scopes makes a repeated
 micro-batch harmless.
+
+A view whose rows add up (`View.sums`: counts and sums per hour) is the
+exception in a live stream: `fold_changes` adds what a micro-batch put in
+silver to gold's rows and takes off what it took out, reading no silver. The
+sum of the changes is as independent of their order as the recompute, and the
+batch's transaction id on its commit keeps a retried batch from counting twice.
 """
 
 from __future__ import annotations
@@ -132,15 +138,23 @@ MAX_STAGED_ROWS = 50_000
 
 
 class Applied(NamedTuple):
-    """What `apply_changes` did: how many scopes it recomputed, the part of silver it
-    read them from, the rows it recomputed (what placing the batch's restatements
-    needs: every event it landed is in one of them), and the gold commit it made
-    with its records for the view's topic, when read off the MERGE."""
+    """What `apply_changes` or `fold_changes` did: how many scopes it changed, the part
+    of silver it read them from (a fold reads none), the rows it recomputed (what
+    placing the batch's restatements in sessions needs: every event it landed is
+    in one of them), and the gold commit it made with its records for the view's
+    topic, when read off the MERGE; and whether it folded the change in."""
 
     scopes: int
-    silver: DataFrame
+    silver: DataFrame | None
     rows: DataFrame | None = None
     staged: changes.Staged | None = None
+    folded: bool = False
+
+
+# Delta's idempotent DML: a MERGE under a (txnAppId, txnVersion) that the table
+# has committed already is skipped, and the commit records the pair otherwise.
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 
 
 def apply_changes(
@@ -150,12 +164,14 @@ def apply_changes(
     changed: DataFrame,
     silver: DataFrame,
     links: LinkIndex | None = None,
+    txn: tuple[str, int] | None = None,
 ) -> Applied:
     """Recompute the scopes `changed` touches from `silver`; replace them in gold at `path`.
 
     With `links` (a view with linked events, run batch after batch by a live
     stream), linked events and the `of` events they link to are read from the
-    days of silver the index names, not from all of history."""
+    days of silver the index names, not from all of history. With `txn` (a live
+    stream's txnAppId and batch id) the commit records it, for `fold_changes`."""
     gold = DeltaTable.forPath(spark, path)
     # The commit the MERGE below makes is this one's successor, unless another
     # writer commits in between (then the change feed publishes both).
@@ -217,6 +233,26 @@ def apply_changes(
     # Materialised once: a MERGE reads its source twice (to find the files it
     # touches, then to write them), and the source reads the gold the MERGE changes.
     source = differences(view, fresh, replaced).localCheckpoint(eager=True)
+    staged = _merge(
+        spark, gold, view, source, before, txn, f"{view.table_name}: replacing {n_scopes} scopes"
+    )
+    return Applied(n_scopes, silver, fresh, staged)
+
+
+def _merge(
+    spark: SparkSession,
+    gold: DeltaTable,
+    view: View,
+    source: DataFrame,
+    before: int,
+    txn: tuple[str, int] | None,
+    what: str | None,
+) -> changes.Staged | None:
+    """MERGE `source` (materialised: gold's columns and `_op`, see `differences`) into
+    `gold`, whose newest commit was `before`; the commit's records for the view's
+    topic, when read off the source (None: published from the change feed, or no
+    commit). With `what`, again after a conflicting commit (safe where `source`
+    replaces whole rows as silver decides them); without, a conflict is raised."""
     values: dict[str, str | Column] = {f.name: f"s.{f.name}" for f in view.schema.fields}
     key = list(view.key)
     # Only rows whose values moved are in the source, so the change feed (and the
@@ -242,28 +278,88 @@ def apply_changes(
         # Every recomputed row came out as gold has it (a micro-batch retried after
         # its commit, a change that moves no total): nothing to write. Gold's
         # newest tag names an older silver version, of which gold is the view too.
-        return Applied(n_scopes, silver, fresh)
+        return None
     condition = lake.merge_condition(key) + hours
-    # Replacing whole scopes is safe to repeat after a conflicting commit
-    # (table maintenance, an operator's fix) aborted the first try.
-    with lake.source_checkpointed(spark):
-        merged = lake.retry_on_conflict(
-            lambda: (
-                gold.alias("t")
-                .merge(source.alias("s"), condition)
-                .whenMatchedDelete(condition="s._op = 'delete'")
-                .whenMatchedUpdate(condition=update_when, set=values)
-                .whenNotMatchedInsert(condition="s._op = 'upsert'", values=values)
-                .execute()
-            ),
-            f"{view.table_name}: replacing {n_scopes} scopes",
+
+    def run() -> DataFrame:
+        return (
+            gold.alias("t")
+            .merge(source.alias("s"), condition)
+            .whenMatchedDelete(condition="s._op = 'delete'")
+            .whenMatchedUpdate(condition=update_when, set=values)
+            .whenNotMatchedInsert(condition="s._op = 'upsert'", values=values)
+            .execute()
         )
-    staged = None
+
+    ids = {} if txn is None else {TXN_APP_ID: txn[0], TXN_VERSION: str(txn[1])}
+    with lake.source_checkpointed(spark), lake.session_conf(spark, ids):
+        # Replacing whole scopes is safe to repeat after a conflicting commit
+        # (table maintenance, an operator's fix) aborted the first try.
+        merged = run() if what is None else lake.retry_on_conflict(run, what)
     # The MERGE's metrics are one local row. A MERGE that changed no row may make no
     # commit at all: then `commit` is not its own, and the change feed decides.
     if staged_rows and (merged.first() or {"num_affected_rows": 0})["num_affected_rows"]:
-        staged = changes.Staged(commit, [(commit, r["key"], r["value"]) for r in staged_rows])
-    return Applied(n_scopes, silver, fresh, staged)
+        return changes.Staged(commit, [(commit, r["key"], r["value"]) for r in staged_rows])
+    return None
+
+
+def fold_changes(
+    spark: SparkSession, path: str, view: View, feed: DataFrame, txn: tuple[str, int]
+) -> Applied | None:
+    """Fold a micro-batch of silver's change feed (`feed`, with `_change_type`) into
+    the gold table at `path` of a view whose rows add up (`View.sums`): each row
+    it touches, plus what it put in silver, minus what it took out. None where
+    `apply_changes` must recompute instead: the batch touches more than
+    MAX_STAGED_ROWS rows (a catch-up), or another writer's commit conflicted.
+
+    Gold must be the view of silver as of the commit before the batch's first,
+    as every batch before it leaves it. A fold is not safe to repeat, as a
+    recompute is: so its commit carries the batch's transaction id (`txn`, the
+    stream's txnAppId and the batch id), and a batch retried after its commit
+    (a crash before the stream recorded it) finds the id in gold and folds
+    nothing."""
+    assert view.sums is not None, f"{view.table_name}: its rows do not add up"
+    app_id, batch_id = txn
+    gold = DeltaTable.forPath(spark, path)
+    before = lake.newest_version(spark, path)
+    sign = F.when(F.col("_change_type").isin(*restatements.REMOVED), -1).otherwise(1)
+    sums = view.summed(feed, sign)
+    moved = reduce(operator.or_, [F.col(c) != 0 for c in view.sums.measures])
+    # One small job over the materialised batch: the rows it touches, and their hours.
+    touched = (
+        sums.select(F.unix_micros(view.window[0]).alias("start"), moved.alias("moved"))
+        .limit(MAX_STAGED_ROWS + 1)
+        .collect()
+    )
+    if len(touched) > MAX_STAGED_ROWS:
+        return None
+    starts = [r["start"] for r in touched if r["moved"]]
+    if not starts:
+        # No event of the view, or its events came and went again within the batch.
+        return Applied(len(touched), None, folded=True)
+    done = lake.txn_version(spark, path, app_id)
+    if done is not None and done >= batch_id:
+        log.info(
+            "%s: batch %d is in gold already (its commit came before a restart); "
+            "not folding it twice",
+            view.table_name,
+            batch_id,
+        )
+        return Applied(len(touched), None, folded=True)
+    old = view.starting_in(gold.toDF(), min(starts), max(starts))
+    source = folded(view, sums.where(moved), old).localCheckpoint(eager=True)
+    try:
+        staged = _merge(spark, gold, view, source, before, txn, None)
+    except lake.CONFLICTS as exc:
+        # The rows were read before the other commit: recompute them from silver.
+        log.info(
+            "%s: folding batch %d met a concurrent commit (%s); recomputing its rows instead",
+            view.table_name,
+            batch_id,
+            type(exc).__name__,
+        )
+        return None
+    return Applied(len(touched), None, None, staged, folded=True)
 
 
 def differences(view: View, fresh: DataFrame, replaced: DataFrame) -> DataFrame:
@@ -291,6 +387,49 @@ def differences(view: View, fresh: DataFrame, replaced: DataFrame) -> DataFrame:
         .withColumn("_op", op)
         .where(F.col("_op").isNotNull())
         .select(*key, *[F.col("_new_" + c).alias(c) for c in rest], "_op")
+    )
+
+
+def folded(view: View, sums: DataFrame, old: DataFrame) -> DataFrame:
+    """(a batch's change per row, `View.summed`, each moving a measure; rows of gold
+    holding at least those it touches) -> the MERGE's source, as `differences`
+    makes it: each touched row with the change added ("upsert"), or "delete" where
+    its count falls to 0.
+
+    A count below 0, or a change to a row gold does not hold that leaves it no
+    event, fails the job: gold did not hold what the batch took out, so it is not
+    the view of silver it follows on from, and folding on would keep it wrong."""
+    assert view.sums is not None, f"{view.table_name}: its rows do not add up"
+    key = list(view.key)
+    measures = list(view.sums.measures)
+    before = old.select(
+        *key, *[F.col(c).alias("_old_" + c) for c in measures], F.lit(True).alias("_old")
+    )
+    joined = sums.join(before, key, "left")
+    after = {c: F.coalesce(F.col("_old_" + c), F.lit(0)) + F.col(c) for c in measures}
+    count = after[view.sums.count]
+    op = (
+        F.when(
+            (count < 0) | ((count == 0) & F.col("_old").isNull()),
+            F.raise_error(
+                F.lit(
+                    f"{view.table_name}: a fold took {view.sums.count} below what gold "
+                    "holds: gold is not the view of silver as of its last batch; "
+                    "replay the version to rebuild it"
+                )
+            ),
+        )
+        .when(count > 0, "upsert")
+        .otherwise("delete")
+    )
+    return joined.select(
+        *[
+            (after[f.name] if f.name in after else F.col(f.name))
+            .cast(f.dataType.simpleString())
+            .alias(f.name)
+            for f in view.schema.fields
+        ],
+        op.alias("_op"),
     )
 
 
@@ -574,13 +713,17 @@ def stream(
             int(first),
             int(last),
         )
-        # One snapshot of silver, the batch's last commit, for the recompute
-        # and for placing restatements.
-        silver = read_silver(spark, settings, int(last))
         spark.conf.set(TAG_CONF, tag(int(last), "stream"))
+        txn = (app_id, batch_id)
         try:
-            # Pre-images matter too: a replaced winner may leave a scope it was in.
-            applied = apply_changes(spark, path, view, mine.drop(*lake.CDF_COLUMNS), silver, links)
+            applied = fold_changes(spark, path, view, mine, txn) if view.sums is not None else None
+            if applied is None:
+                # One snapshot of silver, the batch's last commit, for the recompute
+                # and for placing restatements. Pre-images matter too: a replaced
+                # winner may leave a scope it was in.
+                silver = read_silver(spark, settings, int(last))
+                changed = mine.drop(*lake.CDF_COLUMNS)
+                applied = apply_changes(spark, path, view, changed, silver, links, txn)
             if applied.scopes:
                 restated = restatements.record(
                     spark,
@@ -591,7 +734,7 @@ def stream(
                     applied.rows,
                     int(first),
                     watermark,
-                    txn=(app_id, batch_id),
+                    txn=txn,
                     summary=landed,
                 )
         finally:
@@ -611,11 +754,11 @@ def stream(
             _publish(publisher, staged=applied.staged)
         if applied.scopes:
             log.info(
-                "%s batch %d: %d scopes recomputed (silver version %d), "
-                "%d restatements of final windows",
+                "%s batch %d: %d scopes %s (silver version %d), %d restatements of final windows",
                 table.trino_name,
                 batch_id,
                 applied.scopes,
+                "folded in" if applied.folded else "recomputed",
                 int(last),
                 restated,
             )
