@@ -78,3 +78,22 @@ def restated(spark, view, landed, silver, gold, newest: datetime | None) -> list
     newest_df = spark.createDataFrame([(newest,)], "newest timestamp")
     rows = restatements.restated(view, landed, silver, gold, newest_df).collect()
     return sorted((r.event_id, r.window_start, r.window_key, r.lateness) for r in rows)
+
+
+def assert_staged_is_the_newest_commit(spark, path: str, view, staged) -> None:
+    """What a batch publishes, read off its MERGE (`runner.Applied.staged`), is the
+    newest commit of gold at `path` and the records its change feed gives."""
+    from spark_jobs import lake
+    from spark_jobs.views import changes
+
+    newest = lake.newest_version(spark, path)
+    assert staged is not None and staged.commit == newest
+    feed = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", newest)
+        .load(path)
+    )
+    published = [tuple(r) for r in changes.records(feed, view).collect()]
+    assert published
+    assert sorted(staged.records) == sorted(published)

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from chispa import assert_df_equality
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark_jobs import lake, views
-from spark_jobs.views import changes, runner
-from spark_jobs.views.base import Sums
-from tests.spark_jobs.conftest import at, order
+from spark_jobs.views import runner
+from spark_jobs.views.base import Sums, View
+from tests.spark_jobs.conftest import assert_staged_is_the_newest_commit, at, order
 from tests.spark_jobs.views.test_runner import LOG
 
 SUMMED = sorted(k for k, v in views.discover().items() if v.sums is not None)
@@ -67,14 +67,20 @@ def _feed(silver_df, batch: list[tuple[str, dict[str, Any]]], version: int) -> D
     )
 
 
-@pytest.mark.parametrize("name,version", SUMMED)
-def test_folded_batches_give_the_views_rows_of_silver_after_them(
-    silver_df, tmp_path, name, version
-):
+def _empty_gold(silver_df, tmp_path, name: str, version: int) -> tuple[View, SparkSession, str]:
+    """The view version, the tests' session, and the path of an empty gold table."""
     view = views.get(name, version)
     path = str(tmp_path / "gold")
     spark = silver_df([]).sparkSession
     runner.ensure_gold(spark, path, view)
+    return view, spark, path
+
+
+@pytest.mark.parametrize("name,version", SUMMED)
+def test_folded_batches_give_the_views_rows_of_silver_after_them(
+    silver_df, tmp_path, name, version
+):
+    view, spark, path = _empty_gold(silver_df, tmp_path, name, version)
     silver: dict[str, dict[str, Any]] = {}
     for batch_id, batch in enumerate(BATCHES):
         for kind, row in batch:
@@ -95,16 +101,7 @@ def test_folded_batches_give_the_views_rows_of_silver_after_them(
         )
         # What the batch publishes, read off its MERGE: the records of its commit's
         # change feed (the erased hour's tombstone included).
-        newest = lake.newest_version(spark, path)
-        assert applied.staged is not None and applied.staged.commit == newest
-        feed = (
-            spark.read.format("delta")
-            .option("readChangeFeed", "true")
-            .option("startingVersion", newest)
-            .load(path)
-        )
-        published = [tuple(r) for r in changes.records(feed, view).collect()]
-        assert sorted(applied.staged.records) == sorted(published)
+        assert_staged_is_the_newest_commit(spark, path, view, applied.staged)
         assert lake.txn_version(spark, path, APP) == batch_id
 
     # The last batch again (its commit came before a crash): nothing is folded twice.
@@ -150,10 +147,7 @@ def test_a_batch_recomputed_instead_is_not_folded_after_it(silver_df, tmp_path, 
 def test_a_fold_taking_out_what_gold_does_not_hold_fails_the_batch(
     silver_df, tmp_path, name, version
 ):
-    view = views.get(name, version)
-    path = str(tmp_path / "gold")
-    spark = silver_df([]).sparkSession
-    runner.ensure_gold(spark, path, view)
+    view, spark, path = _empty_gold(silver_df, tmp_path, name, version)
     erased = [("delete", order("o1", at(5), "10.00", event_id="a"))]
     with pytest.raises(PySparkException, match="replay the version"):
         runner.fold_changes(spark, path, view, _feed(silver_df, erased, 0), (APP, 0))
@@ -165,10 +159,7 @@ def test_a_batch_touching_more_rows_than_fit_is_recomputed(
     silver_df, tmp_path, monkeypatch, name, version
 ):
     monkeypatch.setattr(runner, "MAX_STAGED_ROWS", 1)
-    view = views.get(name, version)
-    path = str(tmp_path / "gold")
-    spark = silver_df([]).sparkSession
-    runner.ensure_gold(spark, path, view)
+    view, spark, path = _empty_gold(silver_df, tmp_path, name, version)
     assert runner.fold_changes(spark, path, view, _feed(silver_df, BATCHES[0], 0), (APP, 0)) is None
     assert lake.newest_version(spark, path) == 0
 
@@ -191,10 +182,7 @@ def test_sums_need_rows_that_follow_from_their_own_events():
 def test_shuffled_folds_of_the_shared_log_give_its_rows(silver_df, tmp_path, name, version):
     """The event log every view is tested on (`test_runner.LOG`), folded in small
     batches in a shuffled order, gives what `compute` makes of it."""
-    view = views.get(name, version)
-    path = str(tmp_path / "gold")
-    spark = silver_df([]).sparkSession
-    runner.ensure_gold(spark, path, view)
+    view, spark, path = _empty_gold(silver_df, tmp_path, name, version)
     log = list(LOG)
     random.Random(len(name) + version).shuffle(log)
     chunks = [log[i : i + 3] for i in range(0, len(log), 3)]
