@@ -94,13 +94,6 @@ def replay(spark: SparkSession, settings: Settings, view: View, source: str = "b
     return after
 
 
-def batch(spark: SparkSession, settings: Settings, view: View, source: str = "bronze") -> int:
-    """`runner.batch`, then the table published; returns the silver version it read."""
-    version = runner.batch(spark, settings, view, source=source)
-    catalog.publish(runner.gold_table(view), settings)
-    return version
-
-
 def stream(
     spark: SparkSession,
     settings: Settings,
