@@ -683,6 +683,7 @@ def stream(
     # whole snapshot of silver it reads; then grown by each later batch's changes.
     links = LinkIndex(view) if view.scope.linked else None
     publisher = changes.Publisher(spark, settings, view, path) if publish else None
+    folding = folds(spark, settings, view)
     if publisher is not None:
         _publish(publisher, renew=True)
 
@@ -716,7 +717,7 @@ def stream(
         spark.conf.set(TAG_CONF, tag(int(last), "stream"))
         txn = (app_id, batch_id)
         try:
-            applied = fold_changes(spark, path, view, mine, txn) if view.sums is not None else None
+            applied = fold_changes(spark, path, view, mine, txn) if folding else None
             if applied is None:
                 # One snapshot of silver, the batch's last commit, for the recompute
                 # and for placing restatements. Pre-images matter too: a replaced
@@ -840,12 +841,31 @@ def can_stream(spark: SparkSession, settings: Settings, view: View) -> bool:
     return has_checkpoint(spark, settings, view) or replayed_through(spark, settings, view) >= 0
 
 
-# Beside a view's stream checkpoint: the silver version its last replay was built from.
+# Beside a view's stream checkpoint: the silver version its last replay was built
+# from, and what it read (a `SOURCES` name).
 REPLAY_MARKER = "regauge_replayed_through"
+REPLAY_SOURCE_MARKER = "regauge_replayed_from"
 
 
-def _marker(settings: Settings, view: View) -> str:
-    return f"{gold_table(view).checkpoint(settings)}/{REPLAY_MARKER}"
+def _marker(settings: Settings, view: View, name: str = REPLAY_MARKER) -> str:
+    return f"{gold_table(view).checkpoint(settings)}/{name}"
+
+
+def folds(spark: SparkSession, settings: Settings, view: View) -> bool:
+    """Whether the view's live batches fold their changes into gold (`fold_changes`):
+    its rows add up, and its last replay read bronze, so gold is the view of silver
+    as of the version the stream follows on from.
+
+    Not after a replay from Kafka: gold may then hold records silver does not have
+    yet (the stream recomputes their rows once ingest brings them) or lack those
+    past Kafka's retention, and a fold would count the first twice. Nor without a
+    recorded source (a replay made before it was recorded, whose batches may also
+    have committed without their transaction id): until the next replay, such a
+    stream recomputes, which is right whatever gold holds."""
+    if view.sums is None:
+        return False
+    source = lake.read_text(spark, _marker(settings, view, REPLAY_SOURCE_MARKER)) or ""
+    return source.strip() == "bronze"
 
 
 def replayed_through(spark: SparkSession, settings: Settings, view: View) -> int:
@@ -862,6 +882,7 @@ def replay(spark: SparkSession, settings: Settings, view: View, source: str = "b
     """
     lake.delete_tree(spark, gold_table(view).checkpoint(settings))
     version = batch(spark, settings, view, source=source)
+    lake.write_text(spark, _marker(settings, view, REPLAY_SOURCE_MARKER), f"{source}\n")
     lake.write_text(spark, _marker(settings, view), f"{version}\n")
     return version
 
