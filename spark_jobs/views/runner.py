@@ -233,9 +233,8 @@ def apply_changes(
     # Materialised once: a MERGE reads its source twice (to find the files it
     # touches, then to write them), and the source reads the gold the MERGE changes.
     source = differences(view, fresh, replaced).localCheckpoint(eager=True)
-    staged = _merge(
-        spark, gold, view, source, before, txn, f"{view.table_name}: replacing {n_scopes} scopes"
-    )
+    what = f"{view.table_name}: replacing {n_scopes} scopes"
+    staged = _merge(spark, gold, view, source, before, txn, retry_as=what)
     return Applied(n_scopes, silver, fresh, staged)
 
 
@@ -246,13 +245,15 @@ def _merge(
     source: DataFrame,
     before: int,
     txn: tuple[str, int] | None,
-    what: str | None,
+    *,
+    retry_as: str | None,
 ) -> changes.Staged | None:
     """MERGE `source` (materialised: gold's columns and `_op`, see `differences`) into
     `gold`, whose newest commit was `before`; the commit's records for the view's
     topic, when read off the source (None: published from the change feed, or no
-    commit). With `what`, again after a conflicting commit (safe where `source`
-    replaces whole rows as silver decides them); without, a conflict is raised."""
+    commit). With `retry_as` (what to call it in the log), again after a
+    conflicting commit (safe where `source` replaces whole rows as silver decides
+    them); without, a conflict is raised."""
     values: dict[str, str | Column] = {f.name: f"s.{f.name}" for f in view.schema.fields}
     key = list(view.key)
     # Only rows whose values moved are in the source, so the change feed (and the
@@ -295,7 +296,7 @@ def _merge(
     with lake.source_checkpointed(spark), lake.session_conf(spark, ids):
         # Replacing whole scopes is safe to repeat after a conflicting commit
         # (table maintenance, an operator's fix) aborted the first try.
-        merged = run() if what is None else lake.retry_on_conflict(run, what)
+        merged = run() if retry_as is None else lake.retry_on_conflict(run, retry_as)
     # The MERGE's metrics are one local row. A MERGE that changed no row may make no
     # commit at all: then `commit` is not its own, and the change feed decides.
     if staged_rows and (merged.first() or {"num_affected_rows": 0})["num_affected_rows"]:
@@ -320,8 +321,6 @@ def fold_changes(
     nothing."""
     assert view.sums is not None, f"{view.table_name}: its rows do not add up"
     app_id, batch_id = txn
-    gold = DeltaTable.forPath(spark, path)
-    before = lake.newest_version(spark, path)
     sign = F.when(F.col("_change_type").isin(*restatements.REMOVED), -1).otherwise(1)
     sums = view.summed(feed, sign)
     moved = reduce(operator.or_, [F.col(c) != 0 for c in view.sums.measures])
@@ -346,10 +345,14 @@ def fold_changes(
             batch_id,
         )
         return Applied(len(touched), None, folded=True)
+    gold = DeltaTable.forPath(spark, path)
+    # Read before gold's rows: the MERGE's commit follows it unless another writer's
+    # comes between (then the change feed publishes both).
+    before = lake.newest_version(spark, path)
     old = view.starting_in(gold.toDF(), min(starts), max(starts))
     source = folded(view, sums.where(moved), old).localCheckpoint(eager=True)
     try:
-        staged = _merge(spark, gold, view, source, before, txn, None)
+        staged = _merge(spark, gold, view, source, before, txn, retry_as=None)
     except lake.CONFLICTS as exc:
         # The rows were read before the other commit: recompute them from silver.
         log.info(
