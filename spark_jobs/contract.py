@@ -143,7 +143,8 @@ class Json:
     (see `validate`): the checks ask about the same fields dozens of times, and
     Spark evaluates a repeated expression inside a long CASE chain once per use.
     `numbers` is the same value's EXACT_SCHEMA fields read from the JSON text
-    (null unless the record has a number in exponent form).
+    (null unless the record has a number in exponent form). `fields` holds, by
+    path, the VARIANT of that path already taken out of its object (`_fields`).
     """
 
     def __init__(
@@ -151,13 +152,16 @@ class Json:
         variant: Column,
         known: dict[tuple[str, str], Column] | None = None,
         numbers: Column | None = None,
+        fields: dict[str, Column] | None = None,
     ) -> None:
         self.v = variant
         self.known = known or {}
         self.numbers = numbers
+        self.fields = fields or {}
 
     def at(self, path: str) -> Column:
-        return F.try_variant_get(self.v, path, "variant")
+        field = self.fields.get(path)
+        return F.try_variant_get(self.v, path, "variant") if field is None else field
 
     def kind(self, path: str) -> Column:
         """OBJECT<…>, ARRAY<…>, STRING, BIGINT, DECIMAL(p,s), VOID for null; null if absent."""
@@ -169,7 +173,12 @@ class Json:
 
     def get(self, path: str, sql_type: str) -> Column:
         known = self.known.get((path, sql_type))
-        return F.try_variant_get(self.v, path, sql_type) if known is None else known
+        if known is not None:
+            return known
+        field = self.fields.get(path)
+        if field is not None:
+            return F.try_variant_get(field, "$", sql_type)
+        return F.try_variant_get(self.v, path, sql_type)
 
     def is_string(self, path: str) -> Column:
         return self.kind(path) == "STRING"
@@ -236,6 +245,25 @@ class Json:
 KIND = "kind"  # Json.known's key for a path's schema_of_variant
 
 
+def _fields(variant: Column, names: list[str]) -> Column:
+    """The object's `names` as a struct of VARIANTs, taken out in one pass over it;
+    null unless `variant` is an object. An absent name is a null field, a JSON null
+    a VARIANT null (kind VOID), as `try_variant_get(variant, "$.name")` gives them.
+
+    Asking an object for one path at a time walks it again and builds a new
+    VARIANT each time: in a profile of validation (JFR, 250,000 records) path
+    lookups and those copies were over half of its CPU (docs/BENCHMARKS.md)."""
+    struct = ",".join(f"`{name}`:variant" for name in names)
+    return F.try_variant_get(variant, "$", f"struct<{struct}>")
+
+
+def _object_kind(fields: Column, variant: Column) -> Column:
+    """A kind for `variant` whose `_fields` are `fields`: an object's is "OBJECT"
+    (spelling out its whole schema would cost a walk of it); any other value's is
+    schema_of_variant's."""
+    return F.when(fields.isNotNull(), F.lit("OBJECT")).otherwise(F.schema_of_variant(variant))
+
+
 FieldRule = tuple[str, str]  # (field name, kind of value: string|count|money|currency|items)
 
 PAYLOAD_FIELDS: dict[str, list[FieldRule]] = {
@@ -255,13 +283,16 @@ ITEM_FIELDS: list[FieldRule] = [
     ("quantity", "count"),
     ("unit_price", "money"),
 ]
-# The paths validate computes once per record (Json.known).
 ENVELOPE = ["event_id", "event_type", "event_time", "customer_id", "schema_version", "payload"]
+PAYLOAD_NAMES = sorted({name for fields in PAYLOAD_FIELDS.values() for name, _ in fields})
+ITEM_NAMES = [name for name, _ in ITEM_FIELDS]
+# The paths validate computes once per record (Json.known).
 KIND_PATHS = [
     "$",
     *[f"$.{n}" for n in ENVELOPE],
-    *sorted({f"$.payload.{name}" for fields in PAYLOAD_FIELDS.values() for name, _ in fields}),
+    *[f"$.payload.{name}" for name in PAYLOAD_NAMES],
 ]
+ITEMS = "items"  # Json.known's key for the items, each `_with_fields`
 TYPED_PATHS = [
     ("$.event_id", "string"),
     ("$.event_type", "string"),
@@ -269,7 +300,7 @@ TYPED_PATHS = [
     ("$.customer_id", "string"),
     ("$.schema_version", "bigint"),
     ("$.payload.total", "decimal(18,2)"),
-    ("$.payload.items", "array<variant>"),
+    ("$.payload.items", ITEMS),
 ]
 _RULE_TEXT = {
     "string": "a string",
@@ -280,14 +311,33 @@ _RULE_TEXT = {
 }
 
 
+def _with_fields(item: Column) -> Column:
+    """One item as (v: its VARIANT, f: its ITEM_NAMES' `_fields`)."""
+    return F.struct(item.alias("v"), _fields(item, ITEM_NAMES).alias("f"))
+
+
 def _items(event: Json) -> Column:
-    return event.get("$.payload.items", "array<variant>")
+    """The items, each `_with_fields` (computed once per record in `validate`)."""
+    known = event.known.get(("$.payload.items", ITEMS))
+    if known is not None:
+        return known
+    return F.transform(event.get("$.payload.items", "array<variant>"), _with_fields)
+
+
+def _item(x: Column, numbers: Column | None = None) -> Json:
+    """The Json of one element of `_items`."""
+    return Json(
+        x["v"],
+        known={("$", KIND): _object_kind(x["f"], x["v"])},
+        numbers=numbers,
+        fields={f"$.{name}": x["f"][name] for name in ITEM_NAMES},
+    )
 
 
 def _per_item(event: Json, f: Callable[[Json], Column]) -> Column:
     """f applied to each item, as an array; each item's Json carries its exact numbers."""
     numbers = event.exact("$.payload.items")
-    return F.transform(_items(event), lambda x, i: f(Json(x, numbers=F.get(numbers, i))))
+    return F.transform(_items(event), lambda x, i: f(_item(x, F.get(numbers, i))))
 
 
 def _any_item(event: Json, test: Callable[[Json], Column]) -> Column:
@@ -318,7 +368,7 @@ def _valid(event: Json, path: str, kind: str) -> Column:
         # The shape only: each item's fields have checks of their own, so the
         # detail names the one that failed.
         arr = _items(event)
-        objects = F.forall(arr, lambda x: Json(x).is_object("$"))
+        objects = F.forall(arr, lambda x: _item(x).is_object("$"))
         return F.coalesce(
             event.kind(path).startswith("ARRAY") & (F.size(arr) > 0) & objects, F.lit(False)
         )
@@ -532,7 +582,7 @@ def _numbers(text: Column, event: Json) -> Column:
     all_safe = F.coalesce(
         F.forall(
             _items(event),
-            lambda x: safe(Json(x), "$.quantity") & safe(Json(x), "$.unit_price"),
+            lambda x: safe(_item(x), "$.quantity") & safe(_item(x), "$.unit_price"),
         ),
         F.lit(True),
     )
@@ -546,6 +596,7 @@ class _Expressions:
     """`validate`'s column expressions, in the order its projections use them."""
 
     parse: Column
+    envelope: Column
     payload: Column
     known: list[Column]
     numbers: Column
@@ -575,32 +626,40 @@ def _build_expressions() -> _Expressions:
     text = F.col("value").cast(BinaryType()).cast(StringType())
     text_ok = F.is_valid_utf8(text)
     small = F.length(F.col("value")) <= MAX_VALUE_BYTES
+    # The envelope's and the payload's fields are taken out of their objects
+    # once per record (`_fields`); every later question about one of them starts
+    # from its own VARIANT instead of walking from the root.
+    fields = {f"$.{n}": F.col("_e")[n] for n in ENVELOPE} | {
+        f"$.payload.{n}": F.col("_p")[n] for n in PAYLOAD_NAMES
+    }
+    variant = Json(F.col("_v"), fields=fields)
     # What the checks ask about most, once per record, as columns of their own
     # projection (Spark does not fold a projection into the next one when that
     # would repeat an expensive expression). On 2 cores this took validating 100k
     # records from 6.1 s to 2.8 s (`make bench`, docs/BENCHMARKS.md).
-    variant, payload = Json(F.col("_v")), Json(F.col("_p"))
+    first_asks = {
+        ("$", KIND): _object_kind(F.col("_e"), F.col("_v")),
+        ("$.payload", KIND): _object_kind(F.col("_p"), variant.at("$.payload")),
+        ("$.payload.items", ITEMS): _items(variant),
+    }
 
     def first_ask(path: str, kind: str) -> Column:
-        # A payload field from the payload, read once: variant_get walks its path
-        # from the root each time, and it was the largest part of validation's
-        # time in a profile (27 %, docs/BENCHMARKS.md). The same answer: `$.x` of
-        # a payload that is not an object, or is absent, is null like `$.payload.x`.
-        source = variant
-        if path.startswith("$.payload."):
-            source, path = payload, "$." + path.removeprefix("$.payload.")
-        return source.kind(path) if kind == KIND else source.get(path, kind)
+        asked = first_asks.get((path, kind))
+        if asked is not None:
+            return asked
+        return variant.kind(path) if kind == KIND else variant.get(path, kind)
 
     known = {
         (path, kind): f"_known{i}"
         for i, (path, kind) in enumerate([(p, KIND) for p in KIND_PATHS] + TYPED_PATHS)
     }
-    event = Json(F.col("_v"), {key: F.col(name) for key, name in known.items()})
+    event = Json(F.col("_v"), {key: F.col(name) for key, name in known.items()}, fields=fields)
     numbers = _numbers(text, event)
-    event = Json(event.v, event.known, numbers=F.col("_numbers"))
+    event = Json(event.v, event.known, numbers=F.col("_numbers"), fields=fields)
     return _Expressions(
         parse=F.when(small & text_ok, F.try_parse_json(text)),
-        payload=variant.at("$.payload"),
+        envelope=_fields(F.col("_v"), ENVELOPE),
+        payload=_fields(variant.at("$.payload"), PAYLOAD_NAMES),
         known=[first_ask(p, k).alias(name) for (p, k), name in known.items()],
         numbers=numbers,
         verdict=_first(_checks(F.col("value"), F.col("kafka_timestamp"), event, text_ok)),
@@ -612,7 +671,7 @@ def _build_expressions() -> _Expressions:
             F.sha2(F.to_json(F.col("_v")), 256).alias("content_hash"),
             *_typed_event(event),
         ],
-        scratch=["_v", "_p", "_verdict", "_numbers", *known.values()],
+        scratch=["_v", "_e", "_p", "_verdict", "_numbers", *known.values()],
     )
 
 
@@ -622,6 +681,7 @@ def validate(records: DataFrame) -> DataFrame:
     e = _expressions()
     return (
         records.withColumn("_v", e.parse)
+        .withColumn("_e", e.envelope)
         .withColumn("_p", e.payload)
         .select("*", *e.known)
         .withColumn("_numbers", e.numbers)
