@@ -25,7 +25,7 @@ PANELS = [
         "ingest_events_per_s",
     ),
     (
-        "replay, all views",
+        "replay, slowest view",
         "events/s",
         "replay_events_per_s",
         "replay_duckdb_events_per_s",

@@ -33,9 +33,14 @@ def replay(bench: Bench, spark: Any) -> None:
         bench.say(f"  replay {name}_v{v}: {events:,} events in {seconds[f'{name}_v{v}']:.1f} s")
     duck = _duckdb(bench, scratch, version)
     total = sum(seconds.values())
+    slowest = max(seconds, key=lambda name: seconds[name])
     f, b = bench.report.figures, bench.report.baselines
     f["replay_events"] = events
-    f["replay_events_per_s"] = events / total
+    # The target is per view (issue 16), so the figure is the slowest view's rate;
+    # the three views one after the other are reported beside it.
+    f["replay_events_per_s"] = events / seconds[slowest]
+    f["replay_all_views_events_per_s"] = events / total
+    bench.report.notes["replay"] = f"the slowest view: {slowest}"
     for name, s in seconds.items():
         f[f"replay_s_{name}"] = s
     b["replay_duckdb_s"] = duck
@@ -43,7 +48,8 @@ def replay(bench: Bench, spark: Any) -> None:
     f["replay_vs_duckdb_time"] = seconds["revenue_hourly_v1"] / duck
     bench.say(
         f"replay: {events:,} events through {len(seconds)} views in {total:.1f} s "
-        f"({f['replay_events_per_s']:,.0f} events/s); revenue_hourly v1 alone "
+        f"({f['replay_all_views_events_per_s']:,.0f} events/s); the slowest, {slowest}, "
+        f"{f['replay_events_per_s']:,.0f} events/s; revenue_hourly v1 alone "
         f"{seconds['revenue_hourly_v1']:.1f} s, DuckDB {duck:.2f} s"
     )
 
