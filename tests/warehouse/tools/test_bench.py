@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from warehouse.tools.bench import chart as bench_chart
-from warehouse.tools.bench import cpu, latency, runner, throughput
+from warehouse.tools.bench import cpu, latency, replay, runner, throughput
 from warehouse.tools.bench import report as bench_report
 
 
@@ -307,3 +307,15 @@ def test_the_freshness_load_is_chaos_traffic_happening_as_it_is_sent():
     assert min(t for _, t in times.values()) >= now
     shopping = [t for kind, t in times.values() if kind != "order_cancelled"]
     assert max(shopping) <= now + timedelta(seconds=15, hours=1)
+
+
+def test_the_replay_figure_is_the_slowest_views_rate():
+    got = replay.Replayed(
+        events=1_000_000,
+        seconds={"cart_sessions_v1": 4.0, "revenue_hourly_v1": 1.0, "revenue_hourly_v2": 1.25},
+        duckdb_s=0.25,
+    )
+    assert got.slowest == "cart_sessions_v1"
+    assert got.events_per_s() == 250_000
+    assert got.all_views_events_per_s() == 1_000_000 / 6.25
+    assert got.vs_duckdb() == 4.0

@@ -1,60 +1,93 @@
 """The replay phase: every view's code over all of silver, and DuckDB doing
-revenue_hourly v1 alone over the same snapshot."""
+revenue_hourly v1 alone over the same snapshot.
+
+The history phase measures the same over its large scratch lake (`measure`), so
+a run says how the replay scales: at the bench's default size, Spark's and
+Delta's fixed cost per write is most of a view's time (docs/BENCHMARKS.md)."""
 
 from __future__ import annotations
 
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from warehouse.base.settings import Settings
 from warehouse.tools.bench.context import Bench
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One measurement: silver's events, each view's seconds, DuckDB's seconds for v1."""
+
+    events: int
+    seconds: dict[str, float]
+    duckdb_s: float
+
+    @property
+    def slowest(self) -> str:
+        return max(self.seconds, key=lambda name: self.seconds[name])
+
+    def events_per_s(self) -> float:
+        """The slowest view's rate: the target is per view (issue 16)."""
+        return self.events / self.seconds[self.slowest]
+
+    def all_views_events_per_s(self) -> float:
+        return self.events / sum(self.seconds.values())
+
+    def vs_duckdb(self) -> float:
+        return self.seconds["revenue_hourly_v1"] / self.duckdb_s
 
 
 def replay(bench: Bench, spark: Any) -> None:
     """Every view's code over all of silver into scratch tables; DuckDB does v1 alone."""
+    got = measure(bench, spark, bench.settings, bench.settings.state_dir / "bench" / "replay")
+    f, b = bench.report.figures, bench.report.baselines
+    f["replay_events"] = got.events
+    f["replay_events_per_s"] = got.events_per_s()
+    # The three views one after the other, beside the figure.
+    f["replay_all_views_events_per_s"] = got.all_views_events_per_s()
+    bench.report.notes["replay"] = f"the slowest view: {got.slowest}"
+    for name, s in got.seconds.items():
+        f[f"replay_s_{name}"] = s
+    b["replay_duckdb_s"] = got.duckdb_s
+    b["replay_duckdb_events_per_s"] = got.events / got.duckdb_s
+    f["replay_vs_duckdb_time"] = got.vs_duckdb()
+    bench.say(
+        f"replay: {got.events:,} events through {len(got.seconds)} views in "
+        f"{sum(got.seconds.values()):.1f} s ({got.all_views_events_per_s():,.0f} events/s); "
+        f"the slowest, {got.slowest}, {got.events_per_s():,.0f} events/s; revenue_hourly v1 "
+        f"alone {got.seconds['revenue_hourly_v1']:.1f} s, DuckDB {got.duckdb_s:.2f} s"
+    )
+
+
+def measure(bench: Bench, spark: Any, settings: Settings, scratch: Path) -> Replayed:
+    """Every view's code over all of `settings`' silver at its newest version, each
+    written as Delta under `scratch`, then DuckDB's v1 over the same version."""
     from spark_jobs import views
     from spark_jobs.views import runner
 
-    scratch = bench.settings.state_dir / "bench" / "replay"
     shutil.rmtree(scratch, ignore_errors=True)
-    version = runner.silver_version(spark, bench.settings)
-    events = runner.read_silver(spark, bench.settings, version).count()
+    version = runner.silver_version(spark, settings)
+    events = runner.read_silver(spark, settings, version).count()
     seconds: dict[str, float] = {}
     for (name, v), view in sorted(views.discover().items()):
         started = time.monotonic()
         (
-            runner.gold_rows(view, runner.read_silver(spark, bench.settings, version))
+            runner.gold_rows(view, runner.read_silver(spark, settings, version))
             .write.format("delta")
             .mode("overwrite")
             .save(str(scratch / f"{name}_v{v}"))
         )
         seconds[f"{name}_v{v}"] = time.monotonic() - started
         bench.say(f"  replay {name}_v{v}: {events:,} events in {seconds[f'{name}_v{v}']:.1f} s")
-    duck = _duckdb(bench, scratch, version)
-    total = sum(seconds.values())
-    slowest = max(seconds, key=lambda name: seconds[name])
-    f, b = bench.report.figures, bench.report.baselines
-    f["replay_events"] = events
-    # The target is per view (issue 16), so the figure is the slowest view's rate;
-    # the three views one after the other are reported beside it.
-    f["replay_events_per_s"] = events / seconds[slowest]
-    f["replay_all_views_events_per_s"] = events / total
-    bench.report.notes["replay"] = f"the slowest view: {slowest}"
-    for name, s in seconds.items():
-        f[f"replay_s_{name}"] = s
-    b["replay_duckdb_s"] = duck
-    b["replay_duckdb_events_per_s"] = events / duck
-    f["replay_vs_duckdb_time"] = seconds["revenue_hourly_v1"] / duck
-    bench.say(
-        f"replay: {events:,} events through {len(seconds)} views in {total:.1f} s "
-        f"({f['replay_all_views_events_per_s']:,.0f} events/s); the slowest, {slowest}, "
-        f"{f['replay_events_per_s']:,.0f} events/s; revenue_hourly v1 alone "
-        f"{seconds['revenue_hourly_v1']:.1f} s, DuckDB {duck:.2f} s"
-    )
+    duck = _duckdb(settings, scratch, version)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return Replayed(events, seconds, duck)
 
 
-def _duckdb(bench: Bench, scratch: Path, version: int) -> float:
+def _duckdb(settings: Settings, scratch: Path, version: int) -> float:
     """DuckDB's revenue_hourly v1 over the same silver snapshot, written as Delta too;
     its answer must equal Spark's, or the comparison means nothing."""
     import duckdb
@@ -63,7 +96,7 @@ def _duckdb(bench: Bench, scratch: Path, version: int) -> float:
     from warehouse.base import registry
 
     started = time.monotonic()
-    silver = DeltaTable(registry.SILVER_EVENTS.path(bench.settings), version=version)
+    silver = DeltaTable(registry.SILVER_EVENTS.path(settings), version=version)
     con = duckdb.connect()
     con.register("dataset", silver.to_pyarrow_dataset())
     answer = con.sql(
