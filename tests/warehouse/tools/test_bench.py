@@ -319,3 +319,8 @@ def test_the_replay_figure_is_the_slowest_views_rate():
     assert got.events_per_s() == 250_000
     assert got.all_views_events_per_s() == 1_000_000 / 6.25
     assert got.vs_duckdb() == 4.0
+    report = _report()
+    got.record(report, "replay_large")
+    assert report.figures["replay_large_events_per_s"] == 250_000
+    assert report.figures["replay_large_s_cart_sessions_v1"] == 4.0
+    assert report.baselines["replay_large_duckdb_events_per_s"] == 4_000_000

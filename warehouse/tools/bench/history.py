@@ -92,14 +92,7 @@ def _replay_large(bench: Bench, spark: Any, large: Settings, scratch: Path) -> N
     """The replay phase's measurement over the large lake: beside the replay figures
     (no targets of their own), it shows how much of them is fixed cost per write."""
     got = replay.measure(bench, spark, large, scratch)
-    f, b = bench.report.figures, bench.report.baselines
-    f["replay_large_events"] = got.events
-    f["replay_large_events_per_s"] = got.events_per_s()
-    f["replay_large_vs_duckdb_time"] = got.vs_duckdb()
-    for name, s in got.seconds.items():
-        f[f"replay_large_s_{name}"] = s
-    b["duckdb_large_s"] = got.duckdb_s
-    b["duckdb_large_events_per_s"] = got.events / got.duckdb_s
+    got.record(bench.report, "replay_large")
     bench.say(
         f"replay over {got.events:,} events: the slowest view, {got.slowest}, "
         f"{got.events_per_s():,.0f} events/s; revenue_hourly v1 "

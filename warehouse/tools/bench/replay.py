@@ -15,6 +15,7 @@ from typing import Any
 
 from warehouse.base.settings import Settings
 from warehouse.tools.bench.context import Bench
+from warehouse.tools.bench.report import Report
 
 
 @dataclass(frozen=True)
@@ -39,21 +40,25 @@ class Replayed:
     def vs_duckdb(self) -> float:
         return self.seconds["revenue_hourly_v1"] / self.duckdb_s
 
+    def record(self, report: Report, prefix: str) -> None:
+        """Into the run's figures and baselines, each name starting with `prefix`."""
+        f, b = report.figures, report.baselines
+        f[f"{prefix}_events"] = self.events
+        f[f"{prefix}_events_per_s"] = self.events_per_s()
+        f[f"{prefix}_vs_duckdb_time"] = self.vs_duckdb()
+        for name, s in self.seconds.items():
+            f[f"{prefix}_s_{name}"] = s
+        b[f"{prefix}_duckdb_s"] = self.duckdb_s
+        b[f"{prefix}_duckdb_events_per_s"] = self.events / self.duckdb_s
+
 
 def replay(bench: Bench, spark: Any) -> None:
     """Every view's code over all of silver into scratch tables; DuckDB does v1 alone."""
     got = measure(bench, spark, bench.settings, bench.settings.state_dir / "bench" / "replay")
-    f, b = bench.report.figures, bench.report.baselines
-    f["replay_events"] = got.events
-    f["replay_events_per_s"] = got.events_per_s()
+    got.record(bench.report, "replay")
     # The three views one after the other, beside the figure.
-    f["replay_all_views_events_per_s"] = got.all_views_events_per_s()
+    bench.report.figures["replay_all_views_events_per_s"] = got.all_views_events_per_s()
     bench.report.notes["replay"] = f"the slowest view: {got.slowest}"
-    for name, s in got.seconds.items():
-        f[f"replay_s_{name}"] = s
-    b["replay_duckdb_s"] = got.duckdb_s
-    b["replay_duckdb_events_per_s"] = got.events / got.duckdb_s
-    f["replay_vs_duckdb_time"] = got.vs_duckdb()
     bench.say(
         f"replay: {got.events:,} events through {len(got.seconds)} views in "
         f"{sum(got.seconds.values()):.1f} s ({got.all_views_events_per_s():,.0f} events/s); "

@@ -104,7 +104,8 @@ def table(report: Report) -> str:
         ("ingest", "ingest_events_per_s", "ingest_baseline_events_per_s", "events/s"),
         ("replay, slowest view", "replay_events_per_s", "replay_duckdb_events_per_s", "events/s"),
         ("replay, all views in turn", "replay_all_views_events_per_s", "", "events/s"),
-        ("replay, large", "replay_large_events_per_s", "duckdb_large_events_per_s", "events/s"),
+        # Its DuckDB baseline is in the JSON; the ratio row below compares them.
+        ("replay, large lake, slowest view", "replay_large_events_per_s", "", "events/s"),
         ("freshness p50", "freshness_p50_s", "trigger_interval_s", "s"),
         ("freshness p95", "freshness_p95_s", "trigger_interval_s", "s"),
         ("serving query p50", "serving_query_p50_ms", "select1_p50_ms", "ms"),
