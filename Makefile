@@ -38,9 +38,19 @@ demo: setup  ## the whole pipeline on the local stack, ending with a Trino query
 # and run one at a time.
 FAST := $(PYTEST) tests -m "not integration" -n 2 --dist loadfile
 
+# When make began (read once, as the Makefile is parsed): `make test` ends by saying
+# how long it took from there, setup and lint included, beside its budget.
+STARTED := $(shell date +%s)
+TEST_BUDGET_MIN := 30
+
 test: setup lint  ## every test: fast ones, then integration against the real services and the one-box cluster's smoke test
-	@$(FAST) --durations=10
-	@$(PYTEST) tests -m "integration and not full_cluster" --durations=25
+	@$(FAST) --durations=25; fast=$$?; \
+	$(PYTEST) tests -m "integration and not full_cluster" --durations=25; integration=$$?; \
+	took=$$(( $$(date +%s) - $(STARTED) )); \
+	verdict="within"; [ $$took -le $$(( $(TEST_BUDGET_MIN) * 60 )) ] || verdict="OVER"; \
+	printf '\n=== make test took %d min %02d s, setup and lint included: %s its budget of %d minutes (CI stops at 90) ===\n' \
+	  $$(( took / 60 )) $$(( took % 60 )) "$$verdict" $(TEST_BUDGET_MIN); \
+	[ $$fast -eq 0 ] && [ $$integration -eq 0 ]
 
 test-fast: setup  ## only the tests that need no services
 	@$(FAST)

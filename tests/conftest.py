@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections import defaultdict
+from collections.abc import Generator, Iterator
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
@@ -31,3 +34,61 @@ def spark(settings: Settings) -> Iterator[SparkSession]:
     session = build_session("regauge-tests", settings, ui=False, extra_conf=INTERPRETED_CONF)
     yield session
     session.stop()
+
+
+# -- the suite's time, where nobody can miss it ---------------------------------------
+# `make test` must stay well inside CI's 90 minutes, and every test added must be paid
+# for (issue 65). pytest's --durations lists the slowest tests; this adds each test
+# file's time (setup, call and teardown summed), which docs/development.md keeps from
+# each fresh-clone run. With pytest-xdist the controller receives every worker's
+# reports, so the sums cover both workers.
+#
+# Run one test at a time (the integration tests), a file also gets the CPU seconds
+# the whole machine was busy while it ran: services, drivers and the tests alike. On
+# two cores that, not the wall time, is what a test costs the suite, and it moves
+# less with the machine's speed than the wall time does. Under xdist the workers'
+# tests overlap, so no such figure is kept there.
+FILES_SHOWN = 25
+_busy_per_file: dict[str, float] = defaultdict(float)
+
+
+def _busy_seconds() -> float | None:
+    """CPU seconds this machine has been busy since boot, every core and process."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq = map(int, fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    before = _busy_seconds()
+    try:
+        return (yield)
+    finally:
+        after = _busy_seconds()
+        if before is not None and after is not None:
+            _busy_per_file[item.nodeid.split("::", 1)[0]] += after - before
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    per_file: dict[str, float] = defaultdict(float)
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                per_file[report.nodeid.split("::", 1)[0]] += report.duration
+    if not per_file:
+        return
+    busy = bool(_busy_per_file)
+    total = sum(per_file.values())
+    terminalreporter.write_sep("=", f"time per test file, slowest {FILES_SHOWN}")
+    terminalreporter.write_line(
+        "  wall s  share" + ("   CPU s" if busy else "") + "  file (wall: setup, call, teardown)"
+    )
+    for path, seconds in sorted(per_file.items(), key=lambda kv: -kv[1])[:FILES_SHOWN]:
+        cpu = f"{_busy_per_file.get(path, 0.0):8.0f}" if busy else ""
+        terminalreporter.write_line(f"{seconds:8.1f}  {100 * seconds / total:4.1f}%{cpu}  {path}")
+    cpu_total = f"{sum(_busy_per_file.values()):8.0f}" if busy else ""
+    terminalreporter.write_line(f"{total:8.1f}  100.0%{cpu_total}  in all, {len(per_file)} files")
