@@ -72,6 +72,14 @@ def test_names_the_customer_by_key_content_and_raw_text_and_closes_over_event_id
 
 
 def test_forget_removes_every_row_records_erasures_and_leaves_no_residue(spark, lake, tmp_path):
+    """Forgetting a customer deletes their rows from every table, records the erasure
+    once, and leaves no file of the lake holding their id or their event's.
+
+    Over 20 s: every step of `regauge forget` on real Delta tables, after a batch settled
+    into four of them and a view MERGEd into gold: the positions recorded twice by MERGE,
+    six MERGE-deletes and an UPDATE, then the lake's seven tables compacted and gold
+    replayed and compacted (a VACUUM, a checkpoint and two property commits a table),
+    since what it proves is that no file on disk keeps the id afterwards."""
     view = cart_sessions_v1.VIEW
     gold_path = runner.gold_table(view).path(lake)
     runner.ensure_gold(spark, gold_path, view)

@@ -105,7 +105,13 @@ def test_a_batch_lands_in_bronze_and_silver_once_even_when_retried(spark, lake_s
 
 def test_without_a_checkpoint_what_bronze_holds_is_settled_first(spark, lake_settings):
     """A checkpoint lost after a batch's bronze append, before its silver commits (or
-    a lake the two queries of earlier releases left with bronze ahead of silver)."""
+    a lake the two queries of earlier releases left with bronze ahead of silver).
+
+    Over 20 s: five Delta tables made, a batch through them (three commits), a
+    bronze-only append, then the recovery: its plan written twice, one more batch (two
+    commits) and `reconcile` reading the whole ledger, silver and the quarantine, since
+    what it proves is that recovery leaves the real tables as settling all of bronze
+    at once would."""
     s = lake_settings
     ingest.process_batch(spark, s, _kafka(spark, RECORDS[:2]), 0, "old", None, "/nowhere")
     rows = bronze.to_bronze_rows(_kafka(spark, RECORDS[2:]))

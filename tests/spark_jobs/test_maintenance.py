@@ -29,6 +29,12 @@ def _parquet_files(path: str) -> list[Path]:
 
 
 def test_one_row_commits_are_compacted_checkpointed_and_vacuumed(spark, temp_lake):
+    """Six one-row commits are compacted into one file, checkpointed and vacuumed; a
+    second run deletes only the stray file older than the retention.
+
+    Over 20 s: six appends, then `maintain` twice on a real Delta table (an OPTIMIZE, two
+    checkpoints and two VACUUMs, each with its start and end commits), since what it
+    proves is what Delta's own OPTIMIZE, checkpoint and VACUUM leave on disk."""
     path = f"{temp_lake.lake_root}/gold/small_v1"
     for i in range(6):
         spark.range(i, i + 1, numPartitions=1).write.format("delta").mode("append").save(path)
@@ -126,6 +132,13 @@ def test_a_file_past_the_compacted_size_is_not_packed_again(spark, temp_lake, mo
 
 
 def test_a_lagging_change_feed_reader_keeps_the_files_it_has_yet_to_read(spark, temp_lake):
+    """VACUUM keeps the change files a stream reading the change feed has yet to read
+    (delta-io/delta#1515), and takes them once no reader is behind.
+
+    Over 20 s: two runs of a real change-feed stream (a query started and stopped each),
+    an UPDATE and a DELETE on its source and a DELETE on its sink, and `maintain` on
+    both, since what it proves is what Delta's VACUUM does to the files a real stream's
+    checkpoint still needs."""
     root = temp_lake.lake_root
     source, sink = f"{root}/silver/feed", f"{root}/gold/copy_v1"
     checkpoint = registry.gold_view_table("copy", 1).checkpoint(temp_lake)

@@ -126,6 +126,13 @@ def _commits(spark, path):
 
 
 def test_a_batch_splits_records_into_silver_quarantine_and_duplicates(spark, lake, run):
+    """A batch's records end in silver, in the quarantine (rejected or conflicting), or
+    nowhere (an exact duplicate), and the ledger keeps every accepted one.
+
+    Over 20 s: the file's first test on Delta tables, one micro-batch through real ones
+    (four commits: bronze, the ledger, silver and the quarantine), each read back and two
+    histories listed, since what it proves is where each record lands in the tables and
+    that the quarantine takes its two rows in one commit."""
     result = run(
         _batch(
             spark,
@@ -171,6 +178,12 @@ def test_a_batch_of_only_duplicates_commits_nothing_to_silver(spark, lake, run):
 
 
 def test_an_earlier_record_arriving_later_takes_over_and_the_loser_is_quarantined(spark, lake, run):
+    """A record earlier in log order that arrives in a later batch replaces silver's
+    winner, and the former winner and its re-send go to the quarantine.
+
+    Over 20 s: two micro-batches through real Delta tables (seven commits to bronze, the
+    ledger, silver and the quarantine, one a MERGE replacing silver's winner), since what
+    it proves is what a later batch does with the rows an earlier one committed."""
     # Partition 2 is read first; its record of e1 (and a re-send) lands in silver.
     run(_batch(spark, lake, [(2, 0, _event("e1")), (2, 1, _event("e1"))]), 0)
     # Then partition 0's record of e1 with other content: first in log order, so it wins.
@@ -246,7 +259,12 @@ def test_a_replaced_winner_is_found_among_its_partitions_files_by_position(spark
 
 def test_settling_conflicts_reads_only_the_quarantines_files_of_those_positions(spark, lake, run):
     """A replaced winner's conflicts are settled reading only the quarantine's files
-    that can hold the ids' positions: a file of other records is moved away."""
+    that can hold the ids' positions: a file of other records is moved away.
+
+    Over 20 s: three micro-batches through real Delta tables (eleven commits to bronze,
+    the ledger, silver and the quarantine, one a MERGE replacing silver's winner), since
+    what it proves is which of the quarantine's files, written by the first two, the
+    third reads."""
     quarantine = Path(silver.QUARANTINE.path(lake))
     run(_batch(spark, lake, [(2, 0, _event("e1")), (1, 900, b"{oops")]), 0)
     unrelated = list(quarantine.glob("*.parquet"))
@@ -273,7 +291,11 @@ def test_a_replacing_batch_quarantines_in_one_append_and_its_replay_changes_noth
     """A new winner makes its former winner a conflict: that joins the batch's own
     rejected and conflicting records in its one append, with no MERGE. The batch
     run again (a crash after that append) takes the MERGE's way, keyed by
-    position, which finds everything in place: no append, and the same rows."""
+    position, which finds everything in place: no append, and the same rows.
+
+    Over 20 s: two micro-batches through real Delta tables (eight commits to bronze, the
+    ledger, silver and the quarantine, one a MERGE into silver), then the second run
+    again, since what it proves is which commits each run makes to the quarantine."""
     path = silver.QUARANTINE.path(lake)
     run(_batch(spark, lake, [(2, 0, _event("e1")), (2, 1, _event("e1"))]), 0)
     before = _commits(spark, path)
@@ -495,6 +517,13 @@ def test_silver_rows_have_the_contract_types(spark, lake):
 
 
 def test_from_records_settles_like_the_streaming_path(spark, lake, run):
+    """Settling records all at once (`silver.from_records`, `silver.settle`) gives the
+    silver, quarantine and ledger that micro-batches leave.
+
+    Over 20 s: two micro-batches through real Delta tables (eight commits to bronze, the
+    ledger, silver and the quarantine, one a MERGE replacing silver's winner), then three
+    tables compared with the records settled at once, since what it proves is that both
+    paths agree on what the real tables hold."""
     rows = [
         (2, 0, _event("e1")),
         (2, 1, _event("e1")),

@@ -165,7 +165,12 @@ def test_an_event_from_a_fast_clock_cannot_finalise_on_time_windows(
 
 def test_a_batch_run_again_after_a_crash_records_its_restatements_once(spark, lake, silver_df):
     """Restatements are appended under the stream's txnAppId and the batch id: a batch
-    that committed and died before its checkpoint did, run again, adds none twice."""
+    that committed and died before its checkpoint did, run again, adds none twice.
+
+    Over 20 s: a replay of the view into gold, then two runs of the real stream over
+    silver's change feed, each a query started and stopped around the same one
+    micro-batch, since what it proves is what a real restart does with a batch whose
+    checkpoint commit is lost."""
     from pathlib import Path
 
     from spark_jobs.views import runner

@@ -30,6 +30,13 @@ def log_df(silver_df):
 
 @pytest.mark.parametrize("name,version", VERSIONS)
 def test_restricted_silver_decides_its_scopes_rows_exactly(log_df, name, version):
+    """Every gold row is in a scope its own events yield, and silver restricted to every
+    other scope computes exactly those scopes' rows of gold.
+
+    Over 20 s in its first case only (cart_sessions 1), the file's first test: it pays
+    the Spark session's start when its worker runs this file first, then four Spark
+    actions, since what it proves is what the view's plans compute from a restricted
+    silver."""
     view = views.get(name, version)
     cols = list(view.scope_columns)
     gold = runner.gold_rows(view, log_df)
@@ -223,7 +230,12 @@ def test_a_sessions_change_is_decided_by_the_events_near_it(silver_df, tmp_path,
     """Rows of gold outside the spans near a change, with the rows recomputed from
     the events inside them (read from only the days they cover), are the view of
     silver after the change; alike when gold already holds the change (a
-    micro-batch retried after its commit); and so is gold after `apply_changes`."""
+    micro-batch retried after its commit); and so is gold after `apply_changes`.
+
+    Over 20 s: the spans checked against gold before and after the change (ten Spark
+    actions), then `apply_changes` three times on a real Delta table (two MERGEs, and a
+    repeat that writes nothing) and its change feed read back, since what it proves is
+    the runner's own path, the MERGE and what it publishes included."""
     view = views.get("cart_sessions", 1)
     added, taken, want = SESSION_CHANGES[case]
     before, after, changed = _session_change(silver_df, added, taken)
