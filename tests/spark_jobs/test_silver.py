@@ -202,7 +202,11 @@ def test_an_earlier_record_arriving_later_takes_over_and_the_loser_is_quarantine
 
 def test_a_replaced_winner_is_found_in_its_own_partition_of_silver(spark, lake):
     """The MERGE that replaces a winner reads the silver partitions of the old winner
-    (found in bronze by its position) and of the new one, not all of silver."""
+    (found in bronze by its position) and of the new one, not all of silver.
+
+    Over 20 s: two micro-batches through real Delta tables (one a MERGE replacing
+    silver's winner), since what it proves is which of silver's partition folders the
+    second batch's MERGE reads; then bronze read twice by position."""
     days = ["2025-12-27", "2025-12-29", "2025-12-31"]
     first = [(2, i, _event(f"e{i}", day=d)) for i, d in enumerate(days)]
     silver.process_batch(spark, lake, _batch(spark, lake, first), 0, "app")
@@ -238,7 +242,11 @@ def test_a_replaced_winner_is_found_in_its_own_partition_of_silver(spark, lake):
 
 def test_a_replaced_winner_is_found_among_its_partitions_files_by_position(spark, lake, run):
     """Within the old winner's partition, the MERGE reads only the files whose offsets
-    can hold a record of the id: another batch's file of that day is moved away."""
+    can hold a record of the id: another batch's file of that day is moved away.
+
+    Over 20 s: three micro-batches through real Delta tables (the last a MERGE replacing
+    silver's winner), since what it proves is which of the files the first two wrote
+    the third one's MERGE reads."""
     run(_batch(spark, lake, [(2, 0, _event("e0"))]), 0)
     day = Path(silver.SILVER.path(lake), "event_type=cart_item_added", "event_date=2026-01-01")
     before = set(day.glob("*.parquet"))
