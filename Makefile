@@ -39,12 +39,15 @@ demo: setup  ## the whole pipeline on the local stack, ending with a Trino query
 FAST := $(PYTEST) tests -m "not integration" -n 2 --dist loadfile
 
 # When make began (read once, as the Makefile is parsed): `make test` ends by saying
-# how long it took from there, setup and lint included, beside its budget.
+# how long it took from there, setup and lint included, beside its budget. Both test
+# runs go on if the fast tests fail, so one run shows every failure; a Ctrl-C (which
+# pytest turns into an ordinary exit) stops the whole target.
 STARTED := $(shell date +%s)
 TEST_BUDGET_MIN := 30
 
 test: setup lint  ## every test: fast ones, then integration against the real services and the one-box cluster's smoke test
-	@$(FAST) --durations=25; fast=$$?; \
+	@trap 'exit 130' INT; \
+	$(FAST) --durations=25; fast=$$?; \
 	$(PYTEST) tests -m "integration and not full_cluster" --durations=25; integration=$$?; \
 	took=$$(( $$(date +%s) - $(STARTED) )); \
 	verdict="within"; [ $$took -le $$(( $(TEST_BUDGET_MIN) * 60 )) ] || verdict="OVER"; \

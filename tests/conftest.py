@@ -43,11 +43,11 @@ def spark(settings: Settings) -> Iterator[SparkSession]:
 # each fresh-clone run. With pytest-xdist the controller receives every worker's
 # reports, so the sums cover both workers.
 #
-# Run one test at a time (the integration tests), a file also gets the CPU seconds
-# the whole machine was busy while it ran: services, drivers and the tests alike. On
-# two cores that, not the wall time, is what a test costs the suite, and it moves
-# less with the machine's speed than the wall time does. Under xdist the workers'
-# tests overlap, so no such figure is kept there.
+# When tests run one at a time (the integration tests), a file also gets the CPU
+# seconds the whole machine was busy while it ran: services, drivers and the tests
+# alike. On two cores that, not the wall time, is what a test costs the suite, and
+# when the suite runs alone it moves less with the machine's speed than the wall
+# time does. Under xdist the workers' tests overlap, so no such figure is kept there.
 FILES_SHOWN = 25
 _busy_per_file: dict[str, float] = defaultdict(float)
 
@@ -83,12 +83,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         return
     busy = bool(_busy_per_file)
     total = sum(per_file.values())
+    # Under xdist the workers' times add up: the sum is more than the run's wall time.
+    summed = "" if busy else ", every worker's time summed"
     terminalreporter.write_sep("=", f"time per test file, slowest {FILES_SHOWN}")
     terminalreporter.write_line(
-        "  wall s  share" + ("   CPU s" if busy else "") + "  file (wall: setup, call, teardown)"
+        "  wall s   share" + ("   CPU s" if busy else "") + "  file (wall: setup, call, teardown)"
     )
     for path, seconds in sorted(per_file.items(), key=lambda kv: -kv[1])[:FILES_SHOWN]:
         cpu = f"{_busy_per_file.get(path, 0.0):8.0f}" if busy else ""
-        terminalreporter.write_line(f"{seconds:8.1f}  {100 * seconds / total:4.1f}%{cpu}  {path}")
+        terminalreporter.write_line(f"{seconds:8.1f}  {100 * seconds / total:5.1f}%{cpu}  {path}")
     cpu_total = f"{sum(_busy_per_file.values()):8.0f}" if busy else ""
-    terminalreporter.write_line(f"{total:8.1f}  100.0%{cpu_total}  in all, {len(per_file)} files")
+    terminalreporter.write_line(
+        f"{total:8.1f}  100.0%{cpu_total}  in all, {len(per_file)} files{summed}"
+    )

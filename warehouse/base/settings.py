@@ -114,7 +114,7 @@ class Settings:
     # first application (the view host) would take every core of the standalone
     # master and leave none for Airflow's tasks. One executor of 2 cores, not two
     # of 1: a JVM fewer to start and warm per application. On the one-box
-    # cluster the smoke test's two applications took 213 s instead of 328 s
+    # cluster the smoke test's two applications of the time took 213 s instead of 328 s
     # (docs/SCALING.md).
     spark_executor_memory: str = "2g"
     spark_executor_cores: int = 2
