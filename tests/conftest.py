@@ -45,9 +45,9 @@ def spark(settings: Settings) -> Iterator[SparkSession]:
 #
 # When tests run one at a time (the integration tests), a file also gets the CPU
 # seconds the whole machine was busy while it ran: services, drivers and the tests
-# alike. On two cores that, not the wall time, is what a test costs the suite, and
-# when the suite runs alone it moves less with the machine's speed than the wall
-# time does. Under xdist the workers' tests overlap, so no such figure is kept there.
+# alike. On two cores that, not the wall time, is what a test costs the suite (it
+# moves between runs as the wall time does). Under xdist the workers' tests overlap,
+# so no such figure is kept there.
 FILES_SHOWN = 25
 _busy_per_file: dict[str, float] = defaultdict(float)
 
