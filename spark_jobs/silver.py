@@ -533,14 +533,15 @@ def _settle_replaced(
         return
     replaced = replacing.select("event_id")
     earlier = state.where(~F.col("in_batch")).join(replaced, "event_id", "left_semi")
-    with _conflict_changes(spark, settings, checked, replaced, earlier) as (adds, to_remove, added):
-        removing = not to_remove.isEmpty()
-        # With conflicts to remove, the MERGE adds the new ones too; else the append.
-        # `added`, materialised, says cheaply whether `adds` (it reads bronze) has rows.
-        extra = None if removing or added.isEmpty() else to_conflict_rows(adds)
+    with _conflict_changes(spark, settings, checked, replaced, earlier) as changes:
+        # With conflicts to remove or to restate (their winner changed), the MERGE
+        # adds the new ones too; else the append. `added`, materialised, says
+        # cheaply whether `adds` (it reads bronze) has rows.
+        merging = not changes.stale.isEmpty()
+        extra = None if merging or changes.added.isEmpty() else to_conflict_rows(changes.adds)
         _quarantine_own(checked, state, rejected, conflicts, settings, batch_id, app_id, extra)
-        if removing:
-            _quarantine_conflicts(spark, settings, adds, to_remove)
+        if merging:
+            _quarantine_conflicts(spark, settings, changes.adds, changes.to_remove)
 
 
 # Past this many records looked up by position, bronze is joined instead: the
@@ -657,8 +658,17 @@ def _settle_conflicts(
     (a batch). Recovery reads all of it: a conflict left at a position the ledger no
     longer holds (an erasure stopped halfway) is there for it to remove."""
     with _conflict_changes(spark, settings, checked, touched, state, narrow) as changes:
-        adds, to_remove, _ = changes
-        _quarantine_conflicts(spark, settings, adds, to_remove)
+        _quarantine_conflicts(spark, settings, changes.adds, changes.to_remove)
+
+
+@dataclass(frozen=True)
+class ConflictChanges:
+    """What the quarantine's conflicts of some ids must become (`_conflict_changes`)."""
+
+    adds: DataFrame  # conflicts to add or restate, with detail and raw value
+    to_remove: DataFrame  # positions of conflicts that are one no longer
+    added: DataFrame  # the positions and details of `adds`, materialised
+    stale: DataFrame  # positions of conflicts held whose row must change or go
 
 
 @contextlib.contextmanager
@@ -669,10 +679,14 @@ def _conflict_changes(
     touched: DataFrame,
     state: DataFrame,
     narrow: bool = True,
-) -> Iterator[tuple[DataFrame, DataFrame, DataFrame]]:
-    """The conflicts of the touched ids to add to the quarantine (with detail and raw
-    value), the positions of those to remove from it, and the positions to add,
-    materialised while in use (`_settle_conflicts` says what `narrow` does)."""
+) -> Iterator[ConflictChanges]:
+    """The conflicts of the touched ids to add to the quarantine or restate, and those
+    to remove from it, materialised while in use (`_settle_conflicts` says what
+    `narrow` does).
+
+    A conflict already held is restated when its winner changed: its detail names
+    the record it lost to, and a record earlier in log order may have replaced that
+    one since (the audit re-derives the detail from bronze and would name it)."""
     key = ["partition", "offset"]
     conflicts = (
         spark.read.format("delta")
@@ -688,13 +702,14 @@ def _conflict_changes(
     # Materialised: the quarantine is read once.
     present = (
         conflicts.join(F.broadcast(touched), "event_id", "left_semi")
-        .select(*key)
+        .select(*key, "detail")
         .localCheckpoint(eager=True)
     )
     wanted = conflict_detail(state.where(F.col("status") == CONFLICT))
     # Materialised: the positions below are known.
-    to_add = wanted.join(present, key, "left_anti").localCheckpoint(eager=True)
-    to_remove = present.join(wanted.select(*key), key, "left_anti")
+    to_add = wanted.join(present, [*key, "detail"], "left_anti").localCheckpoint(eager=True)
+    to_remove = present.join(wanted.select(*key), key, "left_anti").select(*key)
+    stale = present.join(wanted.select(*key, "detail"), [*key, "detail"], "left_anti")
     # A record that turns conflicting in a later batch (a former winner, or a
     # duplicate of one) is no longer in hand: its raw value comes from bronze,
     # read at those positions only.
@@ -702,7 +717,7 @@ def _conflict_changes(
     older = to_add.join(checked.select(*key), key, "left_anti")
     from_bronze = older.join(bronze_at(spark, settings, older).select(*_RAW), key)
     try:
-        yield from_batch.unionByName(from_bronze), to_remove, to_add
+        yield ConflictChanges(from_batch.unionByName(from_bronze), to_remove, to_add, stale)
     finally:
         to_add.unpersist()
         present.unpersist()
@@ -714,7 +729,8 @@ _RAW = ["partition", "offset", "kafka_timestamp", "value"]
 def _quarantine_conflicts(
     spark: SparkSession, settings: Settings, to_add: DataFrame, to_remove: DataFrame
 ) -> None:
-    """MERGE conflicting records (with detail and raw value) in, and stale ones out.
+    """MERGE conflicting records (with detail and raw value) in, restate the detail of
+    those held whose winner changed, and take stale ones out.
 
     Keyed by position, so running it twice leaves the same rows.
     """
@@ -754,6 +770,11 @@ def _quarantine_conflicts(
                     .merge(source.alias("s"), condition)
                     .whenMatchedDelete(
                         condition="s._op = 'remove' AND t.reason = 'conflicting_duplicate'"
+                    )
+                    # A conflict whose winner changed: it now names the new one.
+                    .whenMatchedUpdate(
+                        condition="s._op = 'add' AND t.reason = 'conflicting_duplicate'",
+                        set={"detail": "s.detail"},
                     )
                     .whenNotMatchedInsert(
                         condition="s._op = 'add'",

@@ -291,6 +291,13 @@ def test_settling_conflicts_reads_only_the_quarantines_files_of_those_positions(
         (2, 0, silver.CONFLICT),
         (2, 1, silver.CONFLICT),
     ]
+    # (2, 1) lost to (2, 0) in the second batch; its detail now names the new winner,
+    # as the audit's re-derivation from bronze does.
+    details = {r.offset: r.detail for r in quarantined.where("partition = 2").collect()}
+    assert details == {
+        n: "event_id e1 was first accepted at partition 0 offset 7 with different content"
+        for n in (0, 1)
+    }
 
 
 def test_a_replacing_batch_quarantines_in_one_append_and_its_replay_changes_nothing(
