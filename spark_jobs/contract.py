@@ -1,4 +1,12 @@
-"""The event contract (CONTRACT.md §1) as Spark column expressions.
+"""The event contract (CONTRACT.md §1) as Spark column expressions, compiled from
+a source's declaration (`warehouse.sources`, CONTRACT.md §10).
+
+What is the source's own (its event types, their payload fields and kinds, the
+id, time and subject fields, the rules across fields) comes from its
+declaration; what holds for every source (the reasons and their precedence,
+the envelope's rules, how numbers are judged) is written here. `plan` reads a
+declaration into what the expressions need, in pure Python; `_build_expressions`
+turns that into columns.
 
 A raw Kafka value is parsed once into Spark's VARIANT, which keeps each JSON
 value's own type: an integer stays an integer, `"1"` stays a string, and a
@@ -32,6 +40,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
+    DataType,
     DecimalType,
     IntegerType,
     StringType,
@@ -40,15 +49,20 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-EVENT_TYPES = (
-    "cart_item_added",
-    "cart_item_removed",
-    "order_placed",
-    "order_cancelled",
-    "payment_captured",
+from warehouse.base.declare import (
+    INT_MAX,
+    Count,
+    Field,
+    Items,
+    Kind,
+    Money,
+    OneOf,
+    Source,
+    SumOf,
+    Text,
 )
-CURRENCIES = ("EUR", "USD", "GBP")
-SCHEMA_VERSION = 1
+from warehouse.sources import shop
+
 MAX_VALUE_BYTES = 64 * 1024
 EARLIEST_EVENT_TIME = "2000-01-01 00:00:00"
 MAX_CLOCK_SKEW_HOURS = 24
@@ -67,33 +81,6 @@ REASONS = (
 )
 
 MONEY = DecimalType(18, 2)
-ITEM_SCHEMA = StructType(
-    [
-        StructField("product_id", StringType()),
-        StructField("quantity", IntegerType()),
-        StructField("unit_price", MONEY),
-    ]
-)
-
-# The typed event: envelope, then every payload field flattened (null where the
-# event type has no such field).
-EVENT_SCHEMA = StructType(
-    [
-        StructField("event_id", StringType()),
-        StructField("event_type", StringType()),
-        StructField("event_time", TimestampType()),
-        StructField("customer_id", StringType()),
-        StructField("schema_version", IntegerType()),
-        StructField("product_id", StringType()),
-        StructField("quantity", IntegerType()),
-        StructField("order_id", StringType()),
-        StructField("currency", StringType()),
-        StructField("items", ArrayType(ITEM_SCHEMA, containsNull=False)),
-        StructField("total", MONEY),
-        StructField("reason", StringType()),
-        StructField("amount", MONEY),
-    ]
-)
 # `reason` is also a payload field of order_cancelled, so while rows are being
 # validated the rejection reason is called `reject_reason`.
 
@@ -107,7 +94,6 @@ _NUMBER_KINDS = r"^(TINYINT|SMALLINT|INT|BIGINT|DECIMAL\(\d+,\d+\)|FLOAT|DOUBLE)
 _WHOLE_KINDS = r"^(TINYINT|SMALLINT|INT|BIGINT|DECIMAL\(\d+,0\))\z"
 _CENTS_KINDS = r"^(TINYINT|SMALLINT|INT|BIGINT|DECIMAL\(\d+,[0-2]\))\z"
 _BINARY_KINDS = r"^(FLOAT|DOUBLE)\z"
-INT_MAX = 2_147_483_647
 
 # An exponent-form number re-read from the text: exact to 22 decimals below
 # 10^16, which covers every valid count and amount of money.
@@ -116,24 +102,119 @@ EXACT = DecimalType(38, 22)
 # is unbounded work, and anything outside cannot be a valid count or amount anyway.
 # (0.0 is left out too, because a tiny number that underflowed reads as 0.0.)
 EXACT_RANGE = (1e-3, 1e17)
-# The fields that are numbers somewhere in the contract, as from_json reads them.
-_ITEM_NUMBERS = StructType([StructField("quantity", EXACT), StructField("unit_price", EXACT)])
-EXACT_SCHEMA = StructType(
-    [
-        StructField("schema_version", EXACT),
-        StructField(
-            "payload",
-            StructType(
-                [
-                    StructField("quantity", EXACT),
-                    StructField("total", EXACT),
-                    StructField("amount", EXACT),
-                    StructField("items", ArrayType(_ITEM_NUMBERS)),
-                ]
-            ),
-        ),
-    ]
-)
+
+
+# -- a declaration, read for compiling ------------------------------------------------
+def _sql_type(kind: Kind) -> DataType:
+    """The silver type of a value of `kind`."""
+    if isinstance(kind, Count):
+        return IntegerType()
+    if isinstance(kind, Money):
+        return MONEY
+    if isinstance(kind, Items):
+        fields = [StructField(f.name, _sql_type(f.kind)) for f in kind.fields]
+        return ArrayType(StructType(fields), containsNull=False)
+    return StringType()
+
+
+def _is_number(kind: Kind) -> bool:
+    return isinstance(kind, Count | Money)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the expressions need of a source's declaration, in the order they need it.
+
+    - `payload`: each event type's fields, in declaration order (the order of
+      their checks, so of which one a detail names).
+    - `columns`: every payload field once, in order of first declaration: the
+      typed event's columns after the envelope (null where a type lacks one).
+    - `items`: the payload's array of objects, if any type has one.
+    - `sums`: each event type's `SumOf` rule, if it has one.
+    """
+
+    source: Source
+    version: int
+    payload: dict[str, tuple[Field, ...]]
+    columns: tuple[Field, ...]
+    items: Field | None
+    sums: dict[str, SumOf]
+
+    @property
+    def event_schema(self) -> StructType:
+        """The typed event: envelope, then every payload field flattened."""
+        src = self.source
+        return StructType(
+            [
+                StructField(src.id_field, StringType()),
+                StructField("event_type", StringType()),
+                StructField(src.time_field, TimestampType()),
+                StructField(src.subject_field, StringType()),
+                StructField("schema_version", IntegerType()),
+                *[StructField(f.name, _sql_type(f.kind)) for f in self.columns],
+            ]
+        )
+
+    @property
+    def payload_names(self) -> list[str]:
+        return sorted(f.name for f in self.columns)
+
+    @property
+    def item_fields(self) -> tuple[Field, ...]:
+        return self.items.kind.fields if self.items and isinstance(self.items.kind, Items) else ()
+
+    @property
+    def number_paths(self) -> list[str]:
+        """The payload's scalar number fields, as paths."""
+        return [f"$.payload.{f.name}" for f in self.columns if _is_number(f.kind)]
+
+    @property
+    def exact_schema(self) -> StructType:
+        """The fields that are numbers somewhere in the contract, as from_json reads
+        them: scalars first, then the items' numbers."""
+        payload = [StructField(f.name, EXACT) for f in self.columns if _is_number(f.kind)]
+        if self.items is not None:
+            numbers = [StructField(f.name, EXACT) for f in self.item_fields if _is_number(f.kind)]
+            payload.append(StructField(self.items.name, ArrayType(StructType(numbers))))
+        return StructType(
+            [StructField("schema_version", EXACT), StructField("payload", StructType(payload))]
+        )
+
+
+def plan(source: Source) -> Plan:
+    """Read `source` for compiling, or refuse what the engine cannot compile yet."""
+    versions = {shape.version for t in source.event_types for shape in t.shapes}
+    if versions != {1}:
+        raise ValueError(
+            f"{source.name}: only schema version 1 is compiled yet, declared {sorted(versions)}"
+        )
+    payload = {t.name: t.newest.fields for t in source.event_types}
+    columns: dict[str, Field] = {}
+    for etype in source.event_types:
+        for f in etype.newest.fields:
+            held = columns.setdefault(f.name, f)
+            if held != f:
+                raise ValueError(
+                    f"{source.name}: payload.{f.name} is {held.kind} in one event type and "
+                    f"{f.kind} in {etype.name}; silver has one column per name"
+                )
+    clash = set(columns) & set(source.envelope)
+    if clash:
+        raise ValueError(f"{source.name}: payload fields {sorted(clash)} clash with the envelope")
+    arrays = [f for f in columns.values() if isinstance(f.kind, Items)]
+    if len(arrays) > 1:
+        raise ValueError(f"{source.name}: at most one array of items is supported yet")
+    sums = {t.name: rule for t in source.event_types for rule in t.newest.rules}
+    for etype_name, rule in sums.items():
+        if not arrays or rule.items != arrays[0].name:
+            raise ValueError(f"{etype_name}: SumOf must sum the payload's array of items")
+    return Plan(source, 1, payload, tuple(columns.values()), arrays[0] if arrays else None, sums)
+
+
+PLAN = plan(shop.SOURCE)
+EVENT_TYPES = PLAN.source.type_names
+SCHEMA_VERSION = PLAN.version
+EVENT_SCHEMA = PLAN.event_schema
 
 
 class Json:
@@ -142,7 +223,7 @@ class Json:
     `known` holds answers computed once per record in an earlier projection
     (see `validate`): the checks ask about the same fields dozens of times, and
     Spark evaluates a repeated expression inside a long CASE chain once per use.
-    `numbers` is the same value's EXACT_SCHEMA fields read from the JSON text
+    `numbers` is the same value's `Plan.exact_schema` fields read from the JSON text
     (null unless the record has a number in exponent form). `fields` holds, by
     path, the VARIANT of that path already taken out of its object (`_fields`).
     """
@@ -238,8 +319,8 @@ class Json:
         """A number >= 0 with at most two decimals that fits DECIMAL(18,2)."""
         return F.coalesce(self.cents(path) >= 0, F.lit(False))
 
-    def is_currency(self, path: str) -> Column:
-        return self.is_string(path) & self.get(path, "string").isin(*CURRENCIES)
+    def is_one_of(self, path: str, values: tuple[str, ...]) -> Column:
+        return self.is_string(path) & self.get(path, "string").isin(*values)
 
 
 KIND = "kind"  # Json.known's key for a path's schema_of_variant
@@ -264,28 +345,15 @@ def _object_kind(fields: Column, variant: Column) -> Column:
     return F.when(fields.isNotNull(), F.lit("OBJECT")).otherwise(F.schema_of_variant(variant))
 
 
-FieldRule = tuple[str, str]  # (field name, kind of value: string|count|money|currency|items)
-
-PAYLOAD_FIELDS: dict[str, list[FieldRule]] = {
-    "cart_item_added": [("product_id", "string"), ("quantity", "count")],
-    "cart_item_removed": [("product_id", "string"), ("quantity", "count")],
-    "order_placed": [
-        ("order_id", "string"),
-        ("currency", "currency"),
-        ("items", "items"),
-        ("total", "money"),
-    ],
-    "order_cancelled": [("order_id", "string"), ("reason", "string")],
-    "payment_captured": [("order_id", "string"), ("amount", "money"), ("currency", "currency")],
-}
-ITEM_FIELDS: list[FieldRule] = [
-    ("product_id", "string"),
-    ("quantity", "count"),
-    ("unit_price", "money"),
-]
-ENVELOPE = ["event_id", "event_type", "event_time", "customer_id", "schema_version", "payload"]
-PAYLOAD_NAMES = sorted({name for fields in PAYLOAD_FIELDS.values() for name, _ in fields})
-ITEM_NAMES = [name for name, _ in ITEM_FIELDS]
+_SOURCE = PLAN.source
+ENVELOPE = list(_SOURCE.envelope)
+_ID, _TIME, _SUBJECT = (
+    f"$.{n}" for n in (_SOURCE.id_field, _SOURCE.time_field, _SOURCE.subject_field)
+)
+PAYLOAD_NAMES = PLAN.payload_names
+ITEM_NAMES = [f.name for f in PLAN.item_fields]
+# The payload's array of items, if the contract has one.
+_ITEMS_PATH = f"$.payload.{PLAN.items.name}" if PLAN.items is not None else None
 # The paths validate computes once per record (Json.known).
 KIND_PATHS = [
     "$",
@@ -294,21 +362,15 @@ KIND_PATHS = [
 ]
 ITEMS = "items"  # Json.known's key for the items, each `_with_fields`
 TYPED_PATHS = [
-    ("$.event_id", "string"),
+    (_ID, "string"),
     ("$.event_type", "string"),
-    ("$.event_time", "string"),
-    ("$.customer_id", "string"),
+    (_TIME, "string"),
+    (_SUBJECT, "string"),
     ("$.schema_version", "bigint"),
-    ("$.payload.total", "decimal(18,2)"),
-    ("$.payload.items", ITEMS),
+    # What the SumOf rules compare, and the items they sum.
+    *dict.fromkeys((f"$.payload.{r.target}", "decimal(18,2)") for r in PLAN.sums.values()),
+    *([(_ITEMS_PATH, ITEMS)] if _ITEMS_PATH else []),
 ]
-_RULE_TEXT = {
-    "string": "a string",
-    "count": f"an integer from 1 to {INT_MAX}",
-    "money": "a number >= 0 with at most 2 decimals",
-    "currency": f"one of {', '.join(CURRENCIES)}",
-    "items": "a non-empty array of items",
-}
 
 
 def _with_fields(item: Column) -> Column:
@@ -317,11 +379,14 @@ def _with_fields(item: Column) -> Column:
 
 
 def _items(event: Json) -> Column:
-    """The items, each `_with_fields` (computed once per record in `validate`)."""
-    known = event.known.get(("$.payload.items", ITEMS))
+    """The items, each `_with_fields` (computed once per record in `validate`); an
+    empty array if the contract has none."""
+    if _ITEMS_PATH is None:
+        return F.array()
+    known = event.known.get((_ITEMS_PATH, ITEMS))
     if known is not None:
         return known
-    return F.transform(event.get("$.payload.items", "array<variant>"), _with_fields)
+    return F.transform(event.get(_ITEMS_PATH, "array<variant>"), _with_fields)
 
 
 def _item(x: Column, numbers: Column | None = None) -> Json:
@@ -336,7 +401,7 @@ def _item(x: Column, numbers: Column | None = None) -> Json:
 
 def _per_item(event: Json, f: Callable[[Json], Column]) -> Column:
     """f applied to each item, as an array; each item's Json carries its exact numbers."""
-    numbers = event.exact("$.payload.items")
+    numbers = event.exact(_ITEMS_PATH) if _ITEMS_PATH else F.lit(None)
     return F.transform(_items(event), lambda x, i: f(_item(x, F.get(numbers, i))))
 
 
@@ -350,21 +415,21 @@ def _item_lacks(name: str) -> Callable[[Json], Column]:
     return lambda item: item.is_object("$") & item.absent(f"$.{name}")
 
 
-def _item_breaks(name: str, kind: str) -> Callable[[Json], Column]:
+def _item_breaks(name: str, kind: Kind) -> Callable[[Json], Column]:
     """A test for one item: its field `name` is not a valid `kind`."""
     return lambda item: ~_valid(item, f"$.{name}", kind)
 
 
-def _valid(event: Json, path: str, kind: str) -> Column:
-    if kind == "string":
+def _valid(event: Json, path: str, kind: Kind) -> Column:
+    if isinstance(kind, Text):
         return event.is_string(path)
-    if kind == "count":
+    if isinstance(kind, Count):
         return event.is_count(path)
-    if kind == "money":
+    if isinstance(kind, Money):
         return event.is_money(path)
-    if kind == "currency":
-        return event.is_currency(path)
-    if kind == "items":
+    if isinstance(kind, OneOf):
+        return event.is_one_of(path, kind.values)
+    if isinstance(kind, Items):
         # The shape only: each item's fields have checks of their own, so the
         # detail names the one that failed.
         arr = _items(event)
@@ -410,50 +475,49 @@ def _checks(df_value: Column, kafka_ts: Column, event: Json, text_ok: Column) ->
         for name in ENVELOPE
     ]
     payload_is_object = event.is_object("$.payload")
-    for etype_name, fields in PAYLOAD_FIELDS.items():
+    for etype_name, fields in PLAN.payload.items():
         is_this = payload_is_object & (etype == etype_name)
         checks += [
             (
                 "missing_field",
-                is_this & event.absent(f"$.payload.{name}"),
-                lit(f"payload.{name} is missing or null"),
+                is_this & event.absent(f"$.payload.{f.name}"),
+                lit(f"payload.{f.name} is missing or null"),
             )
-            for name, _ in fields
+            for f in fields
         ]
-        if etype_name == "order_placed":
-            checks += [
-                (
-                    "missing_field",
-                    is_this & _any_item(event, _item_lacks(name)),
-                    lit(f"payload.items[].{name} is missing or null"),
-                )
-                for name, _ in ITEM_FIELDS
-            ]
-    event_time = F.try_to_timestamp(event.get("$.event_time", "string"))
-    item_sum = _item_sum(event)
+        # An item's missing fields come after all of its type's own.
+        checks += [
+            (
+                "missing_field",
+                is_this & _any_item(event, _item_lacks(item.name)),
+                lit(f"payload.{f.name}[].{item.name} is missing or null"),
+            )
+            for f in fields
+            if isinstance(f.kind, Items)
+            for item in f.kind.fields
+        ]
+    event_time = F.try_to_timestamp(event.get(_TIME, "string"))
+    src = PLAN.source
     checks += [
         (
             "invalid_field",
-            ~(event.is_string("$.event_id") & event.get("$.event_id", "string").rlike(_EVENT_ID)),
-            lit("event_id must be 1-64 characters of A-Z a-z 0-9 _ -"),
+            ~(event.is_string(_ID) & event.get(_ID, "string").rlike(_EVENT_ID)),
+            lit(f"{src.id_field} must be 1-64 characters of A-Z a-z 0-9 _ -"),
         ),
         ("invalid_field", ~event.is_string("$.event_type"), lit("event_type must be a string")),
         (
             "invalid_field",
             ~(
-                event.is_string("$.event_time")
-                & event.get("$.event_time", "string").rlike(_RFC3339)
+                event.is_string(_TIME)
+                & event.get(_TIME, "string").rlike(_RFC3339)
                 & event_time.isNotNull()
             ),
-            lit("event_time must be RFC 3339 with milliseconds and an offset or Z"),
+            lit(f"{src.time_field} must be RFC 3339 with milliseconds and an offset or Z"),
         ),
         (
             "invalid_field",
-            ~(
-                event.is_string("$.customer_id")
-                & F.length(event.get("$.customer_id", "string")).between(1, 64)
-            ),
-            lit("customer_id must be a string of 1-64 characters"),
+            ~(event.is_string(_SUBJECT) & F.length(event.get(_SUBJECT, "string")).between(1, 64)),
+            lit(f"{src.subject_field} must be a string of 1-64 characters"),
         ),
         (
             "invalid_field",
@@ -462,23 +526,24 @@ def _checks(df_value: Column, kafka_ts: Column, event: Json, text_ok: Column) ->
         ),
         ("invalid_field", ~payload_is_object, lit("payload must be an object")),
     ]
-    for etype_name, fields in PAYLOAD_FIELDS.items():
-        for name, kind in fields:
+    for etype_name, fields in PLAN.payload.items():
+        for f in fields:
             checks.append(
                 (
                     "invalid_field",
-                    (etype == etype_name) & ~_valid(event, f"$.payload.{name}", kind),
-                    lit(f"payload.{name} must be {_RULE_TEXT[kind]}"),
+                    (etype == etype_name) & ~_valid(event, f"$.payload.{f.name}", f.kind),
+                    lit(f"payload.{f.name} must be {f.kind.text}"),
                 )
             )
-            if kind == "items":
+            # An item's invalid fields come right after its array's own check.
+            if isinstance(f.kind, Items):
                 checks += [
                     (
                         "invalid_field",
-                        (etype == etype_name) & _any_item(event, _item_breaks(n, k)),
-                        lit(f"payload.items[].{n} must be {_RULE_TEXT[k]}"),
+                        (etype == etype_name) & _any_item(event, _item_breaks(i.name, i.kind)),
+                        lit(f"payload.{f.name}[].{i.name} must be {i.kind.text}"),
                     )
-                    for n, k in ITEM_FIELDS
+                    for i in f.kind.fields
                 ]
     checks += [
         (
@@ -503,62 +568,80 @@ def _checks(df_value: Column, kafka_ts: Column, event: Json, text_ok: Column) ->
                 "after the Kafka record timestamp"
             ),
         ),
-        (
-            "total_mismatch",
-            (etype == "order_placed") & (item_sum != event.cents("$.payload.total")),
-            F.format_string(
-                "total %s is not the sum of quantity x unit_price (%s)",
-                event.cents("$.payload.total").cast("string"),
-                item_sum.cast("string"),
-            ),
-        ),
     ]
+    for etype_name, rule in PLAN.sums.items():
+        item_sum = _item_sum(event, rule)
+        target = event.cents(f"$.payload.{rule.target}")
+        checks.append(
+            (
+                "total_mismatch",
+                (etype == etype_name) & (item_sum != target),
+                F.format_string(
+                    f"{rule.target} %s is not the sum of {' x '.join(rule.factors)} (%s)",
+                    target.cast("string"),
+                    item_sum.cast("string"),
+                ),
+            )
+        )
     return checks
 
 
-def _item_sum(event: Json) -> Column:
-    """The sum of quantity * unit_price over the items, exact in DECIMAL(38,2)."""
+def _exact_value(item: Json, path: str, kind: Kind) -> Column:
+    """A number field's value as an exact decimal: a count's as DECIMAL(20,0)."""
+    if isinstance(kind, Count):
+        return item.whole(path).cast(DecimalType(20, 0))
+    return item.cents(path)
+
+
+def _item_sum(event: Json, rule: SumOf) -> Column:
+    """The sum over the items of the product of `rule.factors`, exact in DECIMAL(38,2)."""
+    kinds = {f.name: f.kind for f in PLAN.item_fields}
+
+    def product(item: Json) -> Column:
+        factors = [_exact_value(item, f"$.{name}", kinds[name]) for name in rule.factors]
+        result = factors[0]
+        for factor in factors[1:]:
+            result = result * factor
+        return result
+
     return F.aggregate(
-        _per_item(
-            event,
-            lambda item: (
-                item.whole("$.quantity").cast(DecimalType(20, 0)) * item.cents("$.unit_price")
-            ),
-        ),
+        _per_item(event, product),
         F.lit(0).cast(DecimalType(38, 2)),
         lambda acc, product: (acc + product).cast(DecimalType(38, 2)),
     )
 
 
+def _typed(event: Json, path: str, kind: Kind) -> Column:
+    """The value at `path` in its silver type (`_sql_type`)."""
+    if isinstance(kind, Count):
+        return event.whole(path).try_cast("int")
+    if isinstance(kind, Money):
+        return event.cents(path)
+    if isinstance(kind, Items):
+        return _per_item(
+            event,
+            lambda item: F.struct(
+                *[_typed(item, f"$.{f.name}", f.kind).alias(f.name) for f in kind.fields]
+            ),
+        )
+    return event.get(path, "string")
+
+
 def _typed_event(event: Json) -> list[Column]:
     """The event's fields in their contract types (only meaningful when accepted)."""
-    items = _per_item(
-        event,
-        lambda item: F.struct(
-            item.get("$.product_id", "string").alias("product_id"),
-            item.whole("$.quantity").try_cast("int").alias("quantity"),
-            item.cents("$.unit_price").alias("unit_price"),
-        ),
-    )
+    src = PLAN.source
     return [
-        event.get("$.event_id", "string").alias("event_id"),
+        event.get(_ID, "string").alias(src.id_field),
         event.get("$.event_type", "string").alias("event_type"),
-        F.try_to_timestamp(event.get("$.event_time", "string")).alias("event_time"),
-        event.get("$.customer_id", "string").alias("customer_id"),
+        F.try_to_timestamp(event.get(_TIME, "string")).alias(src.time_field),
+        event.get(_SUBJECT, "string").alias(src.subject_field),
         event.whole("$.schema_version").try_cast("int").alias("schema_version"),
-        event.get("$.payload.product_id", "string").alias("product_id"),
-        event.whole("$.payload.quantity").try_cast("int").alias("quantity"),
-        event.get("$.payload.order_id", "string").alias("order_id"),
-        event.get("$.payload.currency", "string").alias("currency"),
-        items.alias("items"),
-        event.cents("$.payload.total").alias("total"),
-        event.get("$.payload.reason", "string").alias("reason"),
-        event.cents("$.payload.amount").alias("amount"),
+        *[_typed(event, f"$.payload.{f.name}", f.kind).alias(f.name) for f in PLAN.columns],
     ]
 
 
 def _numbers(text: Column, event: Json) -> Column:
-    """EXACT_SCHEMA's fields read from the text, for a record whose numbers include a DOUBLE
+    """`Plan.exact_schema`'s fields read from the text, for a record whose numbers include a DOUBLE
     (exponent form), as long as every such field is a plain number or a DOUBLE in
     EXACT_RANGE (the re-read must stay cheap, see EXACT_RANGE); else null.
 
@@ -575,20 +658,23 @@ def _numbers(text: Column, event: Json) -> Column:
         plain = (kind == "VOID") | (kind.rlike(_NUMBER_KINDS) & ~double)
         return F.coalesce(plain | (double & in_range), F.lit(False))
 
-    paths = ["$.schema_version", "$.payload.quantity", "$.payload.total", "$.payload.amount"]
+    paths = ["$.schema_version", *PLAN.number_paths]
     has_double = F.lit(False)
-    for path in [*paths, "$.payload.items"]:
+    for path in [*paths, *([_ITEMS_PATH] if _ITEMS_PATH else [])]:
         has_double = has_double | F.coalesce(event.kind(path).rlike("FLOAT|DOUBLE"), F.lit(False))
-    all_safe = F.coalesce(
-        F.forall(
-            _items(event),
-            lambda x: safe(_item(x), "$.quantity") & safe(_item(x), "$.unit_price"),
-        ),
-        F.lit(True),
-    )
+    item_numbers = [f"$.{f.name}" for f in PLAN.item_fields if _is_number(f.kind)]
+
+    def item_safe(x: Column) -> Column:
+        verdicts = [safe(_item(x), path) for path in item_numbers]
+        result = verdicts[0] if verdicts else F.lit(True)
+        for verdict in verdicts[1:]:
+            result = result & verdict
+        return result
+
+    all_safe = F.coalesce(F.forall(_items(event), item_safe), F.lit(True))
     for path in paths:
         all_safe = all_safe & safe(event, path)
-    return F.when(has_double, F.when(all_safe, F.from_json(text, EXACT_SCHEMA)))
+    return F.when(has_double, F.when(all_safe, F.from_json(text, PLAN.exact_schema)))
 
 
 @dataclass(frozen=True)
@@ -640,8 +726,9 @@ def _build_expressions() -> _Expressions:
     first_asks = {
         ("$", KIND): _object_kind(F.col("_e"), F.col("_v")),
         ("$.payload", KIND): _object_kind(F.col("_p"), variant.at("$.payload")),
-        ("$.payload.items", ITEMS): _items(variant),
     }
+    if _ITEMS_PATH is not None:
+        first_asks[(_ITEMS_PATH, ITEMS)] = _items(variant)
 
     def first_ask(path: str, kind: str) -> Column:
         asked = first_asks.get((path, kind))

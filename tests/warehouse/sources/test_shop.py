@@ -1,0 +1,70 @@
+"""The shop's declaration is CONTRACT.md §1, word for word."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from warehouse import sources
+from warehouse.base import registry
+from warehouse.base.declare import Count, Items, Money, OneOf, SumOf, Text
+
+
+def test_the_shop_source_is_found_by_its_file_and_keeps_its_topic():
+    shop = sources.get("shop")
+    assert set(sources.discover()) == {"shop"}
+    assert shop.topic == registry.TOPIC == "shop.events"
+    assert (shop.key, shop.id_field, shop.time_field, shop.subject_field) == (
+        "customer_id",
+        "event_id",
+        "event_time",
+        "customer_id",
+    )
+
+
+def test_the_shop_declares_contract_section_1s_payloads():
+    currency = OneOf(("EUR", "USD", "GBP"))
+    item = {"product_id": Text(), "quantity": Count(), "unit_price": Money()}
+    want: dict[str, dict[str, object]] = {
+        "cart_item_added": {"product_id": Text(), "quantity": Count()},
+        "cart_item_removed": {"product_id": Text(), "quantity": Count()},
+        "order_placed": {
+            "order_id": Text(),
+            "currency": currency,
+            "items": "items",
+            "total": Money(),
+        },
+        "order_cancelled": {"order_id": Text(), "reason": Text()},
+        "payment_captured": {"order_id": Text(), "amount": Money(), "currency": currency},
+    }
+    shop = sources.get("shop")
+    got: dict[str, dict[str, object]] = {}
+    for etype in shop.event_types:
+        assert [s.version for s in etype.shapes] == [1]
+        got[etype.name] = {
+            f.name: "items" if isinstance(f.kind, Items) else f.kind for f in etype.newest.fields
+        }
+    # Dicts compare without order; the order of checks is held by the lists.
+    assert got == want
+    assert [list(fields) for fields in got.values()] == [list(f) for f in want.values()]
+    (placed,) = [t for t in shop.event_types if t.name == "order_placed"]
+    (items,) = [f.kind for f in placed.newest.fields if isinstance(f.kind, Items)]
+    assert {f.name: f.kind for f in items.fields} == item
+    assert [f.name for f in items.fields] == list(item)
+    assert placed.newest.rules == (SumOf("total", "items", ("quantity", "unit_price")),)
+
+
+def test_an_unknown_source_is_named_with_those_there_are():
+    with pytest.raises(KeyError, match="unknown source 'web'; known: shop"):
+        sources.get("web")
+
+
+def test_declarations_load_without_spark():
+    """In a fresh interpreter: this one may have Spark loaded by other tests."""
+    code = (
+        "import sys; from warehouse import sources; sources.discover(); "
+        "sys.exit(1 if 'pyspark' in sys.modules else 0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
