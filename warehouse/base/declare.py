@@ -107,6 +107,10 @@ class SumOf:
     items: str
     factors: tuple[str, ...]
 
+    @property
+    def text(self) -> str:
+        return "equal to Σ " + " x ".join(f"{self.items}[].{f}" for f in self.factors)
+
     def check(self, fields: tuple[Field, ...]) -> None:
         by_name = {f.name: f.kind for f in fields}
         if not isinstance(by_name.get(self.target), Money):
@@ -208,3 +212,49 @@ def _distinct(where: str, fields: tuple[Field, ...]) -> None:
     names = [f.name for f in fields]
     if not names or len(set(names)) != len(names):
         raise ValueError(f"{where}: fields must be distinct and at least one, got {names}")
+
+
+# -- a declaration as a table (`regauge sources show`, docs/contract.md) -----------------
+COLUMNS = ("event type", "schema version", "field", "must be")
+
+
+def rows(source: Source) -> list[tuple[str, str, str, str]]:
+    """Every payload field of every event type and schema version, with what it must
+    be, in the order they are checked. Every field is required (present, not null)."""
+    found = []
+    for etype in source.event_types:
+        for shape in etype.shapes:
+            rules = {r.target: r.text for r in shape.rules}
+            for f in shape.fields:
+                rule = f.kind.text + (f"; {rules[f.name]}" if f.name in rules else "")
+                found.append((etype.name, str(shape.version), f.name, rule))
+                if isinstance(f.kind, Items):
+                    found += [
+                        (etype.name, str(shape.version), f"{f.name}[].{i.name}", i.kind.text)
+                        for i in f.kind.fields
+                    ]
+    return found
+
+
+def summary(source: Source) -> str:
+    """One line: the topic, its key and the envelope's own fields."""
+    return (
+        f"source {source.name}: topic {source.topic}, keyed by {source.key}; event id "
+        f"{source.id_field}, event time {source.time_field}, subject {source.subject_field} "
+        f"(what an erasure goes by); {len(source.event_types)} event types"
+    )
+
+
+def markdown(source: Source) -> str:
+    """`rows` as a Markdown table, under `summary`."""
+    lines = [
+        summary(source) + ".",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    lines += [
+        "| " + " | ".join(f"`{c}`" if i in (0, 2) else c for i, c in enumerate(row)) + " |"
+        for row in rows(source)
+    ]
+    return "\n".join(lines) + "\n"

@@ -169,6 +169,7 @@ def build_parser(version: str = "unknown") -> argparse.ArgumentParser:
         return p
 
     _stack(add)
+    _sources(add)
     _pipeline(add)
     _versions(add)
     _checks(add)
@@ -226,6 +227,21 @@ def _stack(add: Add) -> None:
         "command with those settings, e.g. `regauge cluster run -- regauge query ...`",
     )
     p.add_argument("argv", nargs=argparse.REMAINDER, help="for run: the command")
+
+
+def _sources(add: Add) -> None:
+    p = add(
+        "sources",
+        "sources:sources",
+        "the declared sources (one file each in warehouse/sources/, CONTRACT.md §10): list "
+        "them, or show one's contract: its topic, envelope fields and, per event type and "
+        "schema version, every payload field and what it must be",
+    )
+    p.add_argument("action", choices=("list", "show"), help="list: every source; show: one")
+    p.add_argument("source", nargs="?", metavar="SOURCE", help="for show: the source, e.g. shop")
+    p.add_argument(
+        "--markdown", action="store_true", help="for show: a Markdown table (docs/contract.md's)"
+    )
 
 
 def _pipeline(add: Add) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from spark_jobs import generator
 from spark_jobs.views import runner
+from warehouse.cli import main
 from warehouse.cli import parser as cli
 from warehouse.ops import audit
 from warehouse.sql import trino_client, versions
@@ -202,4 +203,33 @@ def test_forget_refuses_a_reason_the_erasure_log_must_not_keep(reason, says, cap
 
     # Refused before PostgreSQL, Spark or the pipeline is touched (none runs here).
     assert main(["forget", "customer", "cust-00042", "--reason", reason]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_sources_show_prints_a_declared_contract_without_loading_spark():
+    """`regauge sources show shop`, in a fresh interpreter: no Spark is loaded."""
+    probe = (
+        "import sys\n"
+        "from warehouse.cli import main\n"
+        "code = main(['sources', 'show', 'shop'])\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j'))\n"
+        "print('EXIT', code, 'HEAVY', heavy)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.startswith("source shop: topic shop.events, keyed by customer_id")
+    assert "items[].unit_price" in out and "one of EUR, USD, GBP" in out
+    assert out.strip().splitlines()[-1] == "EXIT 0 HEAVY []"
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["sources", "show", "web"], "unknown source 'web'; known: shop"),
+        (["sources", "show"], "sources show needs a SOURCE; known: shop"),
+    ],
+)
+def test_sources_show_names_the_sources_there_are(argv, says, capsys):
+    assert main(argv) == 2
     assert says in capsys.readouterr().err
