@@ -67,12 +67,13 @@ cluster-down:  ## stop the one-box cluster (its data stays in .state/cluster)
 test-cluster: setup  ## the tests of the cluster profile, on the one-box cluster (started if need be)
 	@$(PYTEST) tests/cluster
 
-lint:  ## ruff, mypy, the layer contracts (import-linter) and sqlfluff on the dbt models
+lint:  ## ruff, mypy, the layer contracts (import-linter), sqlfluff on the dbt models, and the sources' contracts
 	@.venv/bin/ruff check spark_jobs warehouse tests dags
 	@.venv/bin/ruff format --check --quiet spark_jobs warehouse tests dags
 	@.venv/bin/mypy
 	@.venv/bin/lint-imports --no-cache
 	@.venv/bin/sqlfluff lint dbt/models
+	@.venv/bin/regauge sources check
 
 format:  ## rewrite the code as `make lint` wants it (ruff format and import order, sqlfluff fix)
 	@.venv/bin/ruff check --fix --quiet spark_jobs warehouse tests dags

@@ -122,23 +122,53 @@ def _is_number(kind: Kind) -> bool:
 
 
 @dataclass(frozen=True)
-class Plan:
-    """What the expressions need of a source's declaration, in the order they need it.
+class Checked:
+    """One schema version of one event type, as its records are checked.
 
-    - `payload`: each event type's fields, in declaration order (the order of
-      their checks, so of which one a detail names).
-    - `columns`: every payload field once, in order of first declaration: the
-      typed event's columns after the envelope (null where a type lacks one).
+    `version` None: the type's only version, so its records' version is not asked
+    (a version the type lacks is `unsupported_schema_version` further down). With
+    several, an older version's checks apply to records of that version; the
+    newest's to every other record of the type (`older`: the versions that are
+    not it), so a version the contract does not know yet is checked as the newest.
+    """
+
+    event_type: str
+    version: int | None
+    older: tuple[int, ...]
+    fields: tuple[Field, ...]
+    rules: tuple[SumOf, ...]
+
+
+@dataclass(frozen=True)
+class Upcast:
+    """Records of `event_type` at `versions` lack `field`: they read its default."""
+
+    event_type: str
+    versions: tuple[int, ...]
+    field: Field
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the expressions need of one contract version of a source's declaration.
+
+    - `shapes`: every schema version of every event type, in declaration order
+      (the order of their checks, so of which one a detail names).
+    - `columns`: every payload field once, in the order contract versions, event
+      types and fields declared it: the typed event's columns after the envelope
+      (null where a type lacks one). Each type is held in its newest shape.
     - `items`: the payload's array of objects, if any type has one.
-    - `sums`: each event type's `SumOf` rule, if it has one.
+    - `versions`: the schema versions of each event type.
+    - `upcasts`: the fields older versions lack, read as their defaults.
     """
 
     source: Source
-    version: int
-    payload: dict[str, tuple[Field, ...]]
+    contract_version: int
+    shapes: tuple[Checked, ...]
     columns: tuple[Field, ...]
     items: Field | None
-    sums: dict[str, SumOf]
+    versions: tuple[tuple[str, tuple[int, ...]], ...]  # (event type, its versions)
+    upcasts: tuple[Upcast, ...]
 
     @property
     def event_schema(self) -> StructType:
@@ -180,40 +210,78 @@ class Plan:
             [StructField("schema_version", EXACT), StructField("payload", StructType(payload))]
         )
 
+    @property
+    def rules(self) -> list[SumOf]:
+        return [rule for shape in self.shapes for rule in shape.rules]
 
-def plan(source: Source) -> Plan:
-    """Read `source` for compiling, or refuse what the engine cannot compile yet."""
-    versions = {shape.version for t in source.event_types for shape in t.shapes}
-    if versions != {1}:
-        raise ValueError(
-            f"{source.name}: only schema version 1 is compiled yet, declared {sorted(versions)}"
-        )
-    payload = {t.name: t.newest.fields for t in source.event_types}
+
+def plan(source: Source, contract_version: int | None = None) -> Plan:
+    """Read contract `contract_version` of `source` (its newest by default) for
+    compiling, or refuse, naming it, what silver could not hold."""
+    version = source.contract_version if contract_version is None else contract_version
+    src = source.at(version)
     columns: dict[str, Field] = {}
-    for etype in source.event_types:
-        for f in etype.newest.fields:
-            held = columns.setdefault(f.name, f)
-            if held != f:
-                raise ValueError(
-                    f"{source.name}: payload.{f.name} is {held.kind} in one event type and "
-                    f"{f.kind} in {etype.name}; silver has one column per name"
-                )
-    clash = set(columns) & set(source.envelope)
+    for n in range(1, version + 1):
+        for etype in src.event_types:
+            for shape in etype.shapes:
+                if shape.since != n:
+                    continue
+                for f in shape.fields:
+                    held = columns.setdefault(f.name, f)
+                    if held.kind != f.kind:
+                        raise ValueError(
+                            f"{src.name}: payload.{f.name} is {held.kind} in one event type "
+                            f"and {f.kind} in {etype.name} v{shape.version}; silver has one "
+                            "column per name"
+                        )
+    clash = set(columns) & set(src.envelope)
     if clash:
-        raise ValueError(f"{source.name}: payload fields {sorted(clash)} clash with the envelope")
+        raise ValueError(f"{src.name}: payload fields {sorted(clash)} clash with the envelope")
     arrays = [f for f in columns.values() if isinstance(f.kind, Items)]
     if len(arrays) > 1:
-        raise ValueError(f"{source.name}: at most one array of items is supported yet")
-    sums = {t.name: rule for t in source.event_types for rule in t.newest.rules}
-    for etype_name, rule in sums.items():
-        if not arrays or rule.items != arrays[0].name:
-            raise ValueError(f"{etype_name}: SumOf must sum the payload's array of items")
-    return Plan(source, 1, payload, tuple(columns.values()), arrays[0] if arrays else None, sums)
+        raise ValueError(f"{src.name}: at most one array of items is supported yet")
+    shapes, upcasts = [], []
+    for etype in src.event_types:
+        every = tuple(s.version for s in etype.shapes)
+        for shape in etype.shapes:
+            only = len(every) == 1
+            newest = shape is etype.newest
+            older = tuple(v for v in every if v != shape.version) if newest and not only else ()
+            for rule in shape.rules:
+                if not arrays or rule.items != arrays[0].name:
+                    raise ValueError(f"{etype.name}: SumOf must sum the payload's array of items")
+            checked = Checked(
+                etype.name, None if only else shape.version, older, shape.fields, shape.rules
+            )
+            shapes.append(checked)
+        newest_names = {f.name for f in etype.newest.fields}
+        for shape in etype.shapes[:-1]:
+            gone = {f.name for f in shape.fields} - newest_names
+            if gone:
+                raise ValueError(
+                    f"{etype.name} v{shape.version}: fields {sorted(gone)} are not in the "
+                    "newest version; silver holds each type in its newest shape"
+                )
+        for f in etype.newest.fields:
+            lacking = tuple(
+                s.version for s in etype.shapes if f.name not in {g.name for g in s.fields}
+            )
+            if lacking and f.default is None:
+                raise ValueError(
+                    f"{etype.name} v{etype.newest.version}: field {f.name} has no default "
+                    f"for records of v{', v'.join(map(str, lacking))}"
+                )
+            if lacking:
+                upcasts.append(Upcast(etype.name, lacking, f))
+    versions = tuple((t.name, tuple(s.version for s in t.shapes)) for t in src.event_types)
+    items = arrays[0] if arrays else None
+    return Plan(
+        src, version, tuple(shapes), tuple(columns.values()), items, versions, tuple(upcasts)
+    )
 
 
 PLAN = plan(shop.SOURCE)
 EVENT_TYPES = PLAN.source.type_names
-SCHEMA_VERSION = PLAN.version
 EVENT_SCHEMA = PLAN.event_schema
 
 
@@ -345,101 +413,7 @@ def _object_kind(fields: Column, variant: Column) -> Column:
     return F.when(fields.isNotNull(), F.lit("OBJECT")).otherwise(F.schema_of_variant(variant))
 
 
-_SOURCE = PLAN.source
-ENVELOPE = list(_SOURCE.envelope)
-_ID, _TIME, _SUBJECT = (
-    f"$.{n}" for n in (_SOURCE.id_field, _SOURCE.time_field, _SOURCE.subject_field)
-)
-PAYLOAD_NAMES = PLAN.payload_names
-ITEM_NAMES = [f.name for f in PLAN.item_fields]
-# The payload's array of items, if the contract has one.
-_ITEMS_PATH = f"$.payload.{PLAN.items.name}" if PLAN.items is not None else None
-# The paths validate computes once per record (Json.known).
-KIND_PATHS = [
-    "$",
-    *[f"$.{n}" for n in ENVELOPE],
-    *[f"$.payload.{name}" for name in PAYLOAD_NAMES],
-]
 ITEMS = "items"  # Json.known's key for the items, each `_with_fields`
-TYPED_PATHS = [
-    (_ID, "string"),
-    ("$.event_type", "string"),
-    (_TIME, "string"),
-    (_SUBJECT, "string"),
-    ("$.schema_version", "bigint"),
-    # What the SumOf rules compare, and the items they sum.
-    *dict.fromkeys((f"$.payload.{r.target}", "decimal(18,2)") for r in PLAN.sums.values()),
-    *([(_ITEMS_PATH, ITEMS)] if _ITEMS_PATH else []),
-]
-
-
-def _with_fields(item: Column) -> Column:
-    """One item as (v: its VARIANT, f: its ITEM_NAMES' `_fields`)."""
-    return F.struct(item.alias("v"), _fields(item, ITEM_NAMES).alias("f"))
-
-
-def _items(event: Json) -> Column:
-    """The items, each `_with_fields` (computed once per record in `validate`); an
-    empty array if the contract has none."""
-    if _ITEMS_PATH is None:
-        return F.array()
-    known = event.known.get((_ITEMS_PATH, ITEMS))
-    if known is not None:
-        return known
-    return F.transform(event.get(_ITEMS_PATH, "array<variant>"), _with_fields)
-
-
-def _item(x: Column, numbers: Column | None = None) -> Json:
-    """The Json of one element of `_items`."""
-    return Json(
-        x["v"],
-        known={("$", KIND): _object_kind(x["f"], x["v"])},
-        numbers=numbers,
-        fields={f"$.{name}": x["f"][name] for name in ITEM_NAMES},
-    )
-
-
-def _per_item(event: Json, f: Callable[[Json], Column]) -> Column:
-    """f applied to each item, as an array; each item's Json carries its exact numbers."""
-    numbers = event.exact(_ITEMS_PATH) if _ITEMS_PATH else F.lit(None)
-    return F.transform(_items(event), lambda x, i: f(_item(x, F.get(numbers, i))))
-
-
-def _any_item(event: Json, test: Callable[[Json], Column]) -> Column:
-    verdicts = _per_item(event, lambda item: F.coalesce(test(item), F.lit(False)))
-    return F.coalesce(F.array_contains(verdicts, True), F.lit(False))
-
-
-def _item_lacks(name: str) -> Callable[[Json], Column]:
-    """A test for one item: it is an object without `name` (or with it null)."""
-    return lambda item: item.is_object("$") & item.absent(f"$.{name}")
-
-
-def _item_breaks(name: str, kind: Kind) -> Callable[[Json], Column]:
-    """A test for one item: its field `name` is not a valid `kind`."""
-    return lambda item: ~_valid(item, f"$.{name}", kind)
-
-
-def _valid(event: Json, path: str, kind: Kind) -> Column:
-    if isinstance(kind, Text):
-        return event.is_string(path)
-    if isinstance(kind, Count):
-        return event.is_count(path)
-    if isinstance(kind, Money):
-        return event.is_money(path)
-    if isinstance(kind, OneOf):
-        return event.is_one_of(path, kind.values)
-    if isinstance(kind, Items):
-        # The shape only: each item's fields have checks of their own, so the
-        # detail names the one that failed.
-        arr = _items(event)
-        objects = F.forall(arr, lambda x: _item(x).is_object("$"))
-        return F.coalesce(
-            event.kind(path).startswith("ARRAY") & (F.size(arr) > 0) & objects, F.lit(False)
-        )
-    raise ValueError(f"unknown field kind {kind!r}")
-
-
 Check = tuple[str, Column, Column]  # (reason, failing condition, detail)
 
 
@@ -453,139 +427,6 @@ def _first(checks: list[Check]) -> Column:
     )
 
 
-def _checks(df_value: Column, kafka_ts: Column, event: Json, text_ok: Column) -> list[Check]:
-    lit = F.lit
-    etype = event.get("$.event_type", "string")
-    known_type = event.is_string("$.event_type") & etype.isin(*EVENT_TYPES)
-    checks: list[Check] = [
-        (
-            "oversize",
-            F.length(df_value) > MAX_VALUE_BYTES,
-            F.format_string(
-                f"value is %d bytes; the limit is {MAX_VALUE_BYTES}", F.length(df_value)
-            ),
-        ),
-        ("malformed_json", df_value.isNull(), lit("record has no value")),
-        ("malformed_json", ~text_ok, lit("value is not valid UTF-8")),
-        ("malformed_json", event.v.isNull(), lit("value is not valid JSON")),
-        ("malformed_json", ~event.is_object("$"), lit("value is JSON but not an object")),
-    ]
-    checks += [
-        ("missing_field", event.absent(f"$.{name}"), lit(f"{name} is missing or null"))
-        for name in ENVELOPE
-    ]
-    payload_is_object = event.is_object("$.payload")
-    for etype_name, fields in PLAN.payload.items():
-        is_this = payload_is_object & (etype == etype_name)
-        checks += [
-            (
-                "missing_field",
-                is_this & event.absent(f"$.payload.{f.name}"),
-                lit(f"payload.{f.name} is missing or null"),
-            )
-            for f in fields
-        ]
-        # An item's missing fields come after all of its type's own.
-        checks += [
-            (
-                "missing_field",
-                is_this & _any_item(event, _item_lacks(item.name)),
-                lit(f"payload.{f.name}[].{item.name} is missing or null"),
-            )
-            for f in fields
-            if isinstance(f.kind, Items)
-            for item in f.kind.fields
-        ]
-    event_time = F.try_to_timestamp(event.get(_TIME, "string"))
-    src = PLAN.source
-    checks += [
-        (
-            "invalid_field",
-            ~(event.is_string(_ID) & event.get(_ID, "string").rlike(_EVENT_ID)),
-            lit(f"{src.id_field} must be 1-64 characters of A-Z a-z 0-9 _ -"),
-        ),
-        ("invalid_field", ~event.is_string("$.event_type"), lit("event_type must be a string")),
-        (
-            "invalid_field",
-            ~(
-                event.is_string(_TIME)
-                & event.get(_TIME, "string").rlike(_RFC3339)
-                & event_time.isNotNull()
-            ),
-            lit(f"{src.time_field} must be RFC 3339 with milliseconds and an offset or Z"),
-        ),
-        (
-            "invalid_field",
-            ~(event.is_string(_SUBJECT) & F.length(event.get(_SUBJECT, "string")).between(1, 64)),
-            lit(f"{src.subject_field} must be a string of 1-64 characters"),
-        ),
-        (
-            "invalid_field",
-            ~event.is_number("$.schema_version") | event.has_fraction("$.schema_version"),
-            lit("schema_version must be an integer"),
-        ),
-        ("invalid_field", ~payload_is_object, lit("payload must be an object")),
-    ]
-    for etype_name, fields in PLAN.payload.items():
-        for f in fields:
-            checks.append(
-                (
-                    "invalid_field",
-                    (etype == etype_name) & ~_valid(event, f"$.payload.{f.name}", f.kind),
-                    lit(f"payload.{f.name} must be {f.kind.text}"),
-                )
-            )
-            # An item's invalid fields come right after its array's own check.
-            if isinstance(f.kind, Items):
-                checks += [
-                    (
-                        "invalid_field",
-                        (etype == etype_name) & _any_item(event, _item_breaks(i.name, i.kind)),
-                        lit(f"payload.{f.name}[].{i.name} must be {i.kind.text}"),
-                    )
-                    for i in f.kind.fields
-                ]
-    checks += [
-        (
-            "unknown_event_type",
-            ~known_type,
-            F.format_string("event_type %s is not one of the known types", etype),
-        ),
-        (
-            "unsupported_schema_version",
-            ~F.coalesce(event.whole("$.schema_version") == SCHEMA_VERSION, F.lit(False)),
-            F.format_string(
-                f"schema_version %s is not supported (only {SCHEMA_VERSION})",
-                event.get("$.schema_version", "string"),
-            ),
-        ),
-        (
-            "event_time_out_of_range",
-            (event_time < F.to_timestamp(lit(EARLIEST_EVENT_TIME)))
-            | (event_time > kafka_ts + F.expr(f"INTERVAL {MAX_CLOCK_SKEW_HOURS} HOURS")),
-            lit(
-                f"event_time is before 2000-01-01 or more than {MAX_CLOCK_SKEW_HOURS} h "
-                "after the Kafka record timestamp"
-            ),
-        ),
-    ]
-    for etype_name, rule in PLAN.sums.items():
-        item_sum = _item_sum(event, rule)
-        target = event.cents(f"$.payload.{rule.target}")
-        checks.append(
-            (
-                "total_mismatch",
-                (etype == etype_name) & (item_sum != target),
-                F.format_string(
-                    f"{rule.target} %s is not the sum of {' x '.join(rule.factors)} (%s)",
-                    target.cast("string"),
-                    item_sum.cast("string"),
-                ),
-            )
-        )
-    return checks
-
-
 def _exact_value(item: Json, path: str, kind: Kind) -> Column:
     """A number field's value as an exact decimal: a count's as DECIMAL(20,0)."""
     if isinstance(kind, Count):
@@ -593,88 +434,457 @@ def _exact_value(item: Json, path: str, kind: Kind) -> Column:
     return item.cents(path)
 
 
-def _item_sum(event: Json, rule: SumOf) -> Column:
-    """The sum over the items of the product of `rule.factors`, exact in DECIMAL(38,2)."""
-    kinds = {f.name: f.kind for f in PLAN.item_fields}
-
-    def product(item: Json) -> Column:
-        factors = [_exact_value(item, f"$.{name}", kinds[name]) for name in rule.factors]
-        result = factors[0]
-        for factor in factors[1:]:
-            result = result * factor
-        return result
-
-    return F.aggregate(
-        _per_item(event, product),
-        F.lit(0).cast(DecimalType(38, 2)),
-        lambda acc, product: (acc + product).cast(DecimalType(38, 2)),
-    )
+def _default(f: Field) -> Column:
+    """A field's declared default, in its silver type."""
+    return F.lit(f.default).cast(_sql_type(f.kind))
 
 
-def _typed(event: Json, path: str, kind: Kind) -> Column:
-    """The value at `path` in its silver type (`_sql_type`)."""
-    if isinstance(kind, Count):
-        return event.whole(path).try_cast("int")
-    if isinstance(kind, Money):
-        return event.cents(path)
-    if isinstance(kind, Items):
-        return _per_item(
-            event,
-            lambda item: F.struct(
-                *[_typed(item, f"$.{f.name}", f.kind).alias(f.name) for f in kind.fields]
+class _Compiler:
+    """One plan's expressions. What the source declares comes from `plan`; the
+    paths below are where its envelope and payload fields are in a record."""
+
+    def __init__(self, plan: Plan) -> None:
+        src = plan.source
+        self.plan = plan
+        self.envelope = list(src.envelope)
+        self.id, self.time, self.subject = (
+            f"$.{n}" for n in (src.id_field, src.time_field, src.subject_field)
+        )
+        self.payload_names = plan.payload_names
+        self.item_names = [f.name for f in plan.item_fields]
+        # The payload's array of items, if the contract has one.
+        self.items_path = f"$.payload.{plan.items.name}" if plan.items is not None else None
+        # The paths validate computes once per record (Json.known).
+        self.kind_paths = [
+            "$",
+            *[f"$.{n}" for n in self.envelope],
+            *[f"$.payload.{name}" for name in self.payload_names],
+        ]
+        money = [r.target for r in plan.rules] + [r.less for r in plan.rules if r.less]
+        self.typed_paths = [
+            (self.id, "string"),
+            ("$.event_type", "string"),
+            (self.time, "string"),
+            (self.subject, "string"),
+            ("$.schema_version", "bigint"),
+            # What the SumOf rules compare, and the items they sum.
+            *dict.fromkeys((f"$.payload.{name}", "decimal(18,2)") for name in money),
+            *([(self.items_path, ITEMS)] if self.items_path else []),
+        ]
+
+    # -- the items ---------------------------------------------------------------------
+    def with_fields(self) -> Callable[[Column], Column]:
+        names = self.item_names
+
+        def with_fields(item: Column) -> Column:
+            """One item as (v: its VARIANT, f: its item names' `_fields`)."""
+            return F.struct(item.alias("v"), _fields(item, names).alias("f"))
+
+        return with_fields
+
+    def items(self, event: Json) -> Column:
+        """The items, each `with_fields` (computed once per record in `validate`); an
+        empty array if the contract has none."""
+        if self.items_path is None:
+            return F.array()
+        known = event.known.get((self.items_path, ITEMS))
+        if known is not None:
+            return known
+        return F.transform(event.get(self.items_path, "array<variant>"), self.with_fields())
+
+    def item(self, x: Column, numbers: Column | None = None) -> Json:
+        """The Json of one element of `items`."""
+        return Json(
+            x["v"],
+            known={("$", KIND): _object_kind(x["f"], x["v"])},
+            numbers=numbers,
+            fields={f"$.{name}": x["f"][name] for name in self.item_names},
+        )
+
+    def per_item(self, event: Json, f: Callable[[Json], Column]) -> Column:
+        """f applied to each item, as an array; each item's Json carries its exact numbers."""
+        numbers = event.exact(self.items_path) if self.items_path else F.lit(None)
+        return F.transform(self.items(event), lambda x, i: f(self.item(x, F.get(numbers, i))))
+
+    def any_item(self, event: Json, test: Callable[[Json], Column]) -> Column:
+        verdicts = self.per_item(event, lambda item: F.coalesce(test(item), F.lit(False)))
+        return F.coalesce(F.array_contains(verdicts, True), F.lit(False))
+
+    def item_lacks(self, name: str) -> Callable[[Json], Column]:
+        """A test for one item: it is an object without `name` (or with it null)."""
+        return lambda item: item.is_object("$") & item.absent(f"$.{name}")
+
+    def item_breaks(self, name: str, kind: Kind) -> Callable[[Json], Column]:
+        """A test for one item: its field `name` is not a valid `kind`."""
+        return lambda item: ~self.valid(item, f"$.{name}", kind)
+
+    def valid(self, event: Json, path: str, kind: Kind) -> Column:
+        if isinstance(kind, Text):
+            return event.is_string(path)
+        if isinstance(kind, Count):
+            return event.is_count(path)
+        if isinstance(kind, Money):
+            return event.is_money(path)
+        if isinstance(kind, OneOf):
+            return event.is_one_of(path, kind.values)
+        if isinstance(kind, Items):
+            # The shape only: each item's fields have checks of their own, so the
+            # detail names the one that failed.
+            arr = self.items(event)
+            objects = F.forall(arr, lambda x: self.item(x).is_object("$"))
+            return F.coalesce(
+                event.kind(path).startswith("ARRAY") & (F.size(arr) > 0) & objects, F.lit(False)
+            )
+        raise ValueError(f"unknown field kind {kind!r}")
+
+    def item_sum(self, event: Json, rule: SumOf) -> Column:
+        """The sum over the items of the product of `rule.factors`, exact in DECIMAL(38,2)."""
+        kinds = {f.name: f.kind for f in self.plan.item_fields}
+
+        def product(item: Json) -> Column:
+            factors = [_exact_value(item, f"$.{name}", kinds[name]) for name in rule.factors]
+            result = factors[0]
+            for factor in factors[1:]:
+                result = result * factor
+            return result
+
+        return F.aggregate(
+            self.per_item(event, product),
+            F.lit(0).cast(DecimalType(38, 2)),
+            lambda acc, product: (acc + product).cast(DecimalType(38, 2)),
+        )
+
+    # -- the checks, in the contract's order ---------------------------------------------
+    def of_shape(self, event: Json, etype: Column, shape: Checked) -> Column:
+        """A record is of this event type and, where the type has several, this version."""
+        this = etype == shape.event_type
+        if shape.version is None:
+            return this
+        version = event.whole("$.schema_version")
+        if shape.older:
+            return this & ~F.coalesce(version.isin(*shape.older), F.lit(False))
+        return this & F.coalesce(version == shape.version, F.lit(False))
+
+    def checks(
+        self, df_value: Column, kafka_ts: Column, event: Json, text_ok: Column
+    ) -> list[Check]:
+        lit = F.lit
+        plan, src = self.plan, self.plan.source
+        etype = event.get("$.event_type", "string")
+        known_type = event.is_string("$.event_type") & etype.isin(*src.type_names)
+        checks: list[Check] = [
+            (
+                "oversize",
+                F.length(df_value) > MAX_VALUE_BYTES,
+                F.format_string(
+                    f"value is %d bytes; the limit is {MAX_VALUE_BYTES}", F.length(df_value)
+                ),
+            ),
+            ("malformed_json", df_value.isNull(), lit("record has no value")),
+            ("malformed_json", ~text_ok, lit("value is not valid UTF-8")),
+            ("malformed_json", event.v.isNull(), lit("value is not valid JSON")),
+            ("malformed_json", ~event.is_object("$"), lit("value is JSON but not an object")),
+        ]
+        checks += [
+            ("missing_field", event.absent(f"$.{name}"), lit(f"{name} is missing or null"))
+            for name in self.envelope
+        ]
+        payload_is_object = event.is_object("$.payload")
+        for shape in plan.shapes:
+            is_this = payload_is_object & self.of_shape(event, etype, shape)
+            checks += [
+                (
+                    "missing_field",
+                    is_this & event.absent(f"$.payload.{f.name}"),
+                    lit(f"payload.{f.name} is missing or null"),
+                )
+                for f in shape.fields
+            ]
+            # An item's missing fields come after all of its type's own.
+            checks += [
+                (
+                    "missing_field",
+                    is_this & self.any_item(event, self.item_lacks(item.name)),
+                    lit(f"payload.{f.name}[].{item.name} is missing or null"),
+                )
+                for f in shape.fields
+                if isinstance(f.kind, Items)
+                for item in f.kind.fields
+            ]
+        event_time = F.try_to_timestamp(event.get(self.time, "string"))
+        checks += [
+            (
+                "invalid_field",
+                ~(event.is_string(self.id) & event.get(self.id, "string").rlike(_EVENT_ID)),
+                lit(f"{src.id_field} must be 1-64 characters of A-Z a-z 0-9 _ -"),
+            ),
+            (
+                "invalid_field",
+                ~event.is_string("$.event_type"),
+                lit("event_type must be a string"),
+            ),
+            (
+                "invalid_field",
+                ~(
+                    event.is_string(self.time)
+                    & event.get(self.time, "string").rlike(_RFC3339)
+                    & event_time.isNotNull()
+                ),
+                lit(f"{src.time_field} must be RFC 3339 with milliseconds and an offset or Z"),
+            ),
+            (
+                "invalid_field",
+                ~(
+                    event.is_string(self.subject)
+                    & F.length(event.get(self.subject, "string")).between(1, 64)
+                ),
+                lit(f"{src.subject_field} must be a string of 1-64 characters"),
+            ),
+            (
+                "invalid_field",
+                ~event.is_number("$.schema_version") | event.has_fraction("$.schema_version"),
+                lit("schema_version must be an integer"),
+            ),
+            ("invalid_field", ~payload_is_object, lit("payload must be an object")),
+        ]
+        for shape in plan.shapes:
+            is_this = self.of_shape(event, etype, shape)
+            less = {r.less: r for r in shape.rules if r.less}
+            for f in shape.fields:
+                checks.append(
+                    (
+                        "invalid_field",
+                        is_this & ~self.valid(event, f"$.payload.{f.name}", f.kind),
+                        lit(f"payload.{f.name} must be {f.kind.text}"),
+                    )
+                )
+                # An item's invalid fields come right after its array's own check.
+                if isinstance(f.kind, Items):
+                    checks += [
+                        (
+                            "invalid_field",
+                            is_this & self.any_item(event, self.item_breaks(i.name, i.kind)),
+                            lit(f"payload.{f.name}[].{i.name} must be {i.kind.text}"),
+                        )
+                        for i in f.kind.fields
+                    ]
+                # What a sum is less by cannot exceed the sum.
+                rule = less.get(f.name)
+                if rule is not None:
+                    checks.append(
+                        (
+                            "invalid_field",
+                            is_this
+                            & (event.cents(f"$.payload.{f.name}") > self.item_sum(event, rule)),
+                            lit(f"payload.{f.name} must be at most {rule.sum_text}"),
+                        )
+                    )
+        checks += [
+            (
+                "unknown_event_type",
+                ~known_type,
+                F.format_string("event_type %s is not one of the known types", etype),
+            ),
+            self.version_check(event, etype),
+            (
+                "event_time_out_of_range",
+                (event_time < F.to_timestamp(lit(EARLIEST_EVENT_TIME)))
+                | (event_time > kafka_ts + F.expr(f"INTERVAL {MAX_CLOCK_SKEW_HOURS} HOURS")),
+                lit(
+                    f"event_time is before 2000-01-01 or more than {MAX_CLOCK_SKEW_HOURS} h "
+                    "after the Kafka record timestamp"
+                ),
+            ),
+        ]
+        for shape in plan.shapes:
+            for rule in shape.rules:
+                checks.append(self.sum_check(event, self.of_shape(event, etype, shape), rule))
+        return checks
+
+    def version_check(self, event: Json, etype: Column) -> Check:
+        """`unsupported_schema_version`: a version its event type does not declare."""
+        version = event.whole("$.schema_version")
+        given = event.get("$.schema_version", "string")
+        every = {versions for _, versions in self.plan.versions}
+        if every == {(1,)}:
+            # Every type has version 1 only: one test for all (CONTRACT.md §1's words).
+            return (
+                "unsupported_schema_version",
+                ~F.coalesce(version == 1, F.lit(False)),
+                F.format_string("schema_version %s is not supported (only 1)", given),
+            )
+        known = F.lit(False)
+        only = F.lit(None).cast("string")
+        for name, versions in reversed(self.plan.versions):
+            known = F.when(etype == name, version.isin(*versions)).otherwise(known)
+            only = F.when(etype == name, F.lit(", ".join(map(str, versions)))).otherwise(only)
+        return (
+            "unsupported_schema_version",
+            ~F.coalesce(known, F.lit(False)),
+            F.format_string(
+                "schema_version %s is not supported for %s (only %s)", given, etype, only
             ),
         )
-    return event.get(path, "string")
 
+    def sum_check(self, event: Json, is_this: Column, rule: SumOf) -> Check:
+        """`total_mismatch`: the target is not the sum (less what the rule says)."""
+        item_sum = self.item_sum(event, rule)
+        target = event.cents(f"$.payload.{rule.target}")
+        factors = " x ".join(rule.factors)
+        if rule.less is None:
+            want, words = item_sum, f"the sum of {factors}"
+        else:
+            want = (item_sum - event.cents(f"$.payload.{rule.less}")).cast(DecimalType(38, 2))
+            words = f"the sum of {factors} less {rule.less}"
+        return (
+            "total_mismatch",
+            is_this & (want != target),
+            F.format_string(
+                f"{rule.target} %s is not {words} (%s)",
+                target.cast("string"),
+                want.cast("string"),
+            ),
+        )
 
-def _typed_event(event: Json) -> list[Column]:
-    """The event's fields in their contract types (only meaningful when accepted)."""
-    src = PLAN.source
-    return [
-        event.get(_ID, "string").alias(src.id_field),
-        event.get("$.event_type", "string").alias("event_type"),
-        F.try_to_timestamp(event.get(_TIME, "string")).alias(src.time_field),
-        event.get(_SUBJECT, "string").alias(src.subject_field),
-        event.whole("$.schema_version").try_cast("int").alias("schema_version"),
-        *[_typed(event, f"$.payload.{f.name}", f.kind).alias(f.name) for f in PLAN.columns],
-    ]
+    # -- typed values ----------------------------------------------------------------------
+    def typed(self, event: Json, path: str, kind: Kind) -> Column:
+        """The value at `path` in its silver type (`_sql_type`)."""
+        if isinstance(kind, Count):
+            return event.whole(path).try_cast("int")
+        if isinstance(kind, Money):
+            return event.cents(path)
+        if isinstance(kind, Items):
+            return self.per_item(
+                event,
+                lambda item: F.struct(
+                    *[self.typed(item, f"$.{f.name}", f.kind).alias(f.name) for f in kind.fields]
+                ),
+            )
+        return event.get(path, "string")
 
+    def column(self, event: Json, f: Field) -> Column:
+        """A payload column: the record's value, or for a record of an older version
+        that lacks the field, its declared default (upcasting)."""
+        value = self.typed(event, f"$.payload.{f.name}", f.kind)
+        upcasts = [u for u in self.plan.upcasts if u.field.name == f.name]
+        if not upcasts:
+            return value
+        etype = event.get("$.event_type", "string")
+        version = event.whole("$.schema_version")
+        result = None
+        for u in upcasts:
+            older = (etype == u.event_type) & F.coalesce(version.isin(*u.versions), F.lit(False))
+            result = (F if result is None else result).when(older, _default(u.field))
+        assert result is not None
+        return result.otherwise(value)
 
-def _numbers(text: Column, event: Json) -> Column:
-    """`Plan.exact_schema`'s fields read from the text, for a record whose numbers include a DOUBLE
-    (exponent form), as long as every such field is a plain number or a DOUBLE in
-    EXACT_RANGE (the re-read must stay cheap, see EXACT_RANGE); else null.
+    def typed_event(self, event: Json) -> list[Column]:
+        """The event's fields in their contract types (only meaningful when accepted)."""
+        src = self.plan.source
+        return [
+            event.get(self.id, "string").alias(src.id_field),
+            event.get("$.event_type", "string").alias("event_type"),
+            F.try_to_timestamp(event.get(self.time, "string")).alias(src.time_field),
+            event.get(self.subject, "string").alias(src.subject_field),
+            event.whole("$.schema_version").try_cast("int").alias("schema_version"),
+            *[self.column(event, f).alias(f.name) for f in self.plan.columns],
+        ]
 
-    Whether there is a DOUBLE at all is asked of the kinds computed once per record
-    (an array's kind names every kind in it), so an ordinary record pays a few
-    string tests and nothing more."""
+    def numbers(self, text: Column, event: Json) -> Column:
+        """`Plan.exact_schema`'s fields read from the text, for a record whose numbers
+        include a DOUBLE (exponent form), as long as every such field is a plain number
+        or a DOUBLE in EXACT_RANGE (the re-read must stay cheap, see EXACT_RANGE); else
+        null.
 
-    def safe(json: Json, path: str) -> Column:
-        kind = F.coalesce(json.kind(path), F.lit("VOID"))
-        magnitude = F.abs(json.get(path, "double"))
-        double = kind.rlike(_BINARY_KINDS)
-        in_range = (magnitude >= EXACT_RANGE[0]) & (magnitude < EXACT_RANGE[1])
-        # Not a string: from_json would parse "1e-999999999" into a decimal too.
-        plain = (kind == "VOID") | (kind.rlike(_NUMBER_KINDS) & ~double)
-        return F.coalesce(plain | (double & in_range), F.lit(False))
+        Whether there is a DOUBLE at all is asked of the kinds computed once per record
+        (an array's kind names every kind in it), so an ordinary record pays a few
+        string tests and nothing more."""
 
-    paths = ["$.schema_version", *PLAN.number_paths]
-    has_double = F.lit(False)
-    for path in [*paths, *([_ITEMS_PATH] if _ITEMS_PATH else [])]:
-        has_double = has_double | F.coalesce(event.kind(path).rlike("FLOAT|DOUBLE"), F.lit(False))
-    item_numbers = [f"$.{f.name}" for f in PLAN.item_fields if _is_number(f.kind)]
+        def safe(json: Json, path: str) -> Column:
+            kind = F.coalesce(json.kind(path), F.lit("VOID"))
+            magnitude = F.abs(json.get(path, "double"))
+            double = kind.rlike(_BINARY_KINDS)
+            in_range = (magnitude >= EXACT_RANGE[0]) & (magnitude < EXACT_RANGE[1])
+            # Not a string: from_json would parse "1e-999999999" into a decimal too.
+            plain = (kind == "VOID") | (kind.rlike(_NUMBER_KINDS) & ~double)
+            return F.coalesce(plain | (double & in_range), F.lit(False))
 
-    def item_safe(x: Column) -> Column:
-        verdicts = [safe(_item(x), path) for path in item_numbers]
-        result = verdicts[0] if verdicts else F.lit(True)
-        for verdict in verdicts[1:]:
-            result = result & verdict
-        return result
+        paths = ["$.schema_version", *self.plan.number_paths]
+        has_double = F.lit(False)
+        for path in [*paths, *([self.items_path] if self.items_path else [])]:
+            has_double = has_double | F.coalesce(
+                event.kind(path).rlike("FLOAT|DOUBLE"), F.lit(False)
+            )
+        item_numbers = [f"$.{f.name}" for f in self.plan.item_fields if _is_number(f.kind)]
 
-    all_safe = F.coalesce(F.forall(_items(event), item_safe), F.lit(True))
-    for path in paths:
-        all_safe = all_safe & safe(event, path)
-    return F.when(has_double, F.when(all_safe, F.from_json(text, PLAN.exact_schema)))
+        def item_safe(x: Column) -> Column:
+            verdicts = [safe(self.item(x), path) for path in item_numbers]
+            result = verdicts[0] if verdicts else F.lit(True)
+            for verdict in verdicts[1:]:
+                result = result & verdict
+            return result
+
+        all_safe = F.coalesce(F.forall(self.items(event), item_safe), F.lit(True))
+        for path in paths:
+            all_safe = all_safe & safe(event, path)
+        return F.when(has_double, F.when(all_safe, F.from_json(text, self.plan.exact_schema)))
+
+    # -- all of it -------------------------------------------------------------------------
+    def build(self) -> _Expressions:
+        text = F.col("value").cast(BinaryType()).cast(StringType())
+        text_ok = F.is_valid_utf8(text)
+        small = F.length(F.col("value")) <= MAX_VALUE_BYTES
+        # The envelope's and the payload's fields are taken out of their objects
+        # once per record (`_fields`); every later question about one of them starts
+        # from its own VARIANT instead of walking from the root.
+        fields = {f"$.{n}": F.col("_e")[n] for n in self.envelope} | {
+            f"$.payload.{n}": F.col("_p")[n] for n in self.payload_names
+        }
+        variant = Json(F.col("_v"), fields=fields)
+        # What the checks ask about most, once per record, as columns of their own
+        # projection (Spark does not fold a projection into the next one when that
+        # would repeat an expensive expression). On 2 cores this took validating 100k
+        # records from 6.1 s to 2.8 s (`make bench`, docs/BENCHMARKS.md).
+        first_asks = {
+            ("$", KIND): _object_kind(F.col("_e"), F.col("_v")),
+            ("$.payload", KIND): _object_kind(F.col("_p"), variant.at("$.payload")),
+        }
+        if self.items_path is not None:
+            first_asks[(self.items_path, ITEMS)] = self.items(variant)
+
+        def first_ask(path: str, kind: str) -> Column:
+            asked = first_asks.get((path, kind))
+            if asked is not None:
+                return asked
+            return variant.kind(path) if kind == KIND else variant.get(path, kind)
+
+        known = {
+            (path, kind): f"_known{i}"
+            for i, (path, kind) in enumerate(
+                [(p, KIND) for p in self.kind_paths] + self.typed_paths
+            )
+        }
+        event = Json(F.col("_v"), {key: F.col(name) for key, name in known.items()}, fields=fields)
+        numbers = self.numbers(text, event)
+        event = Json(event.v, event.known, numbers=F.col("_numbers"), fields=fields)
+        verdict = self.checks(F.col("value"), F.col("kafka_timestamp"), event, text_ok)
+        return _Expressions(
+            parse=F.when(small & text_ok, F.try_parse_json(text)),
+            envelope=_fields(F.col("_v"), self.envelope),
+            payload=_fields(variant.at("$.payload"), self.payload_names),
+            known=[first_ask(p, k).alias(name) for (p, k), name in known.items()],
+            numbers=numbers,
+            verdict=_first(verdict),
+            outputs=[
+                F.col("_verdict.r").alias("reject_reason"),
+                F.col("_verdict.d").alias("reject_detail"),
+                # Canonical JSON: a VARIANT object's keys are sorted and its numbers
+                # normalised, so equal events hash equal however they were spelled.
+                F.sha2(F.to_json(F.col("_v")), 256).alias("content_hash"),
+                *self.typed_event(event),
+            ],
+            scratch=["_v", "_e", "_p", "_verdict", "_numbers", *known.values()],
+        )
 
 
 @dataclass(frozen=True)
@@ -691,81 +901,32 @@ class _Expressions:
     scratch: list[str]
 
 
-# Built once per JVM and reused by every batch: the expressions name columns only,
-# so they fit any bronze-shaped DataFrame, and building them is thousands of calls
-# into the JVM. That cost 2 s of every silver micro-batch on 2 cores, however
-# few its records (a 6-record batch took 7 s).
-_BUILT: dict[int, _Expressions] = {}
+# Built once per JVM and plan, and reused by every batch: the expressions name
+# columns only, so they fit any bronze-shaped DataFrame, and building them is
+# thousands of calls into the JVM. That cost 2 s of every silver micro-batch on 2
+# cores, however few its records (a 6-record batch took 7 s).
+_BUILT: dict[tuple[int, Plan], _Expressions] = {}
 
 
-def _expressions() -> _Expressions:
+def _expressions(plan: Plan) -> _Expressions:
     # Keyed by the Py4J gateway: a Column holds references into that JVM. Under
     # Spark Connect there is no gateway, and a Column is plain Python.
-    key = id(SparkContext._gateway)
+    key = (id(SparkContext._gateway), plan)
     built = _BUILT.get(key)
     if built is None:
-        built = _BUILT[key] = _build_expressions()
+        built = _BUILT[key] = _build_expressions(plan)
     return built
 
 
-def _build_expressions() -> _Expressions:
-    text = F.col("value").cast(BinaryType()).cast(StringType())
-    text_ok = F.is_valid_utf8(text)
-    small = F.length(F.col("value")) <= MAX_VALUE_BYTES
-    # The envelope's and the payload's fields are taken out of their objects
-    # once per record (`_fields`); every later question about one of them starts
-    # from its own VARIANT instead of walking from the root.
-    fields = {f"$.{n}": F.col("_e")[n] for n in ENVELOPE} | {
-        f"$.payload.{n}": F.col("_p")[n] for n in PAYLOAD_NAMES
-    }
-    variant = Json(F.col("_v"), fields=fields)
-    # What the checks ask about most, once per record, as columns of their own
-    # projection (Spark does not fold a projection into the next one when that
-    # would repeat an expensive expression). On 2 cores this took validating 100k
-    # records from 6.1 s to 2.8 s (`make bench`, docs/BENCHMARKS.md).
-    first_asks = {
-        ("$", KIND): _object_kind(F.col("_e"), F.col("_v")),
-        ("$.payload", KIND): _object_kind(F.col("_p"), variant.at("$.payload")),
-    }
-    if _ITEMS_PATH is not None:
-        first_asks[(_ITEMS_PATH, ITEMS)] = _items(variant)
-
-    def first_ask(path: str, kind: str) -> Column:
-        asked = first_asks.get((path, kind))
-        if asked is not None:
-            return asked
-        return variant.kind(path) if kind == KIND else variant.get(path, kind)
-
-    known = {
-        (path, kind): f"_known{i}"
-        for i, (path, kind) in enumerate([(p, KIND) for p in KIND_PATHS] + TYPED_PATHS)
-    }
-    event = Json(F.col("_v"), {key: F.col(name) for key, name in known.items()}, fields=fields)
-    numbers = _numbers(text, event)
-    event = Json(event.v, event.known, numbers=F.col("_numbers"), fields=fields)
-    return _Expressions(
-        parse=F.when(small & text_ok, F.try_parse_json(text)),
-        envelope=_fields(F.col("_v"), ENVELOPE),
-        payload=_fields(variant.at("$.payload"), PAYLOAD_NAMES),
-        known=[first_ask(p, k).alias(name) for (p, k), name in known.items()],
-        numbers=numbers,
-        verdict=_first(_checks(F.col("value"), F.col("kafka_timestamp"), event, text_ok)),
-        outputs=[
-            F.col("_verdict.r").alias("reject_reason"),
-            F.col("_verdict.d").alias("reject_detail"),
-            # Canonical JSON: a VARIANT object's keys are sorted and its numbers
-            # normalised, so equal events hash equal however they were spelled.
-            F.sha2(F.to_json(F.col("_v")), 256).alias("content_hash"),
-            *_typed_event(event),
-        ],
-        scratch=["_v", "_e", "_p", "_verdict", "_numbers", *known.values()],
-    )
+def _build_expressions(plan: Plan = PLAN) -> _Expressions:
+    return _Compiler(plan).build()
 
 
-def validate(records: DataFrame) -> DataFrame:
+def validate(records: DataFrame, plan: Plan = PLAN) -> DataFrame:
     """Bronze rows (one per Kafka record) -> the same rows with `reject_reason`,
-    `reject_detail`, `content_hash` and the typed event columns (one per record)."""
-    e = _expressions()
+    `reject_detail`, `content_hash` and the typed event columns (one per record),
+    by `plan` (the shop's newest contract by default)."""
+    e = _expressions(plan)
     return (
         records.withColumn("_v", e.parse)
         .withColumn("_e", e.envelope)

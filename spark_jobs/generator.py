@@ -35,6 +35,9 @@ SEGMENTS = ("consumer", "consumer", "consumer", "business", "vip")
 CATEGORIES = ("books", "games", "garden", "kitchen", "music", "outdoor", "toys")
 CANCEL_REASONS = ("changed_mind", "found_cheaper", "late_delivery", "duplicate_order")
 N_PRODUCTS = 200
+# The schema version of every event this generator writes: its payloads are each
+# type's version 1 (CONTRACT.md §1).
+SCHEMA_VERSION = 1
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -133,7 +136,7 @@ def _event(
         "event_type": etype,
         "event_time": _ts(t, rng),
         "customer_id": cust.customer_id,
-        "schema_version": contract.SCHEMA_VERSION,
+        "schema_version": SCHEMA_VERSION,
         "payload": payload,
     }
 
@@ -408,6 +411,6 @@ _TEMPLATE: dict[str, Any] = {
     "event_type": "cart_item_added",
     "event_time": "2026-01-01T10:00:00.000Z",
     "customer_id": "cust-00000",
-    "schema_version": contract.SCHEMA_VERSION,
+    "schema_version": SCHEMA_VERSION,
     "payload": {"product_id": "prod-0001", "quantity": 1},
 }

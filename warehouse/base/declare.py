@@ -17,7 +17,9 @@ and `regauge sources` prints it, anywhere.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from decimal import Decimal, InvalidOperation
+from typing import Any
 
 # The largest count: a 32-bit signed integer, as silver types counts.
 INT_MAX = 2_147_483_647
@@ -88,33 +90,66 @@ Kind = Text | Count | Money | OneOf | Items
 
 @dataclass(frozen=True)
 class Field:
-    """A required payload field: present, not null, and a valid `kind`."""
+    """A required payload field: present, not null, and a valid `kind`.
+
+    `default`: what a record of an older schema version of its event type, which
+    has no such field, reads in silver (its JSON text, e.g. "0.00"). A field new
+    in a version needs one: silver holds each event type in its newest shape.
+    """
 
     name: str
     kind: Kind
+    default: str | None = None
 
     def __post_init__(self) -> None:
         _check_name("field", self.name)
+        if self.default is not None and not _fits(self.kind, self.default):
+            raise ValueError(f"field {self.name}: default {self.default!r} is not {self.kind.text}")
+
+
+def _fits(kind: Kind, text: str) -> bool:
+    """Whether the JSON text `text` is a valid value of `kind` (for a default)."""
+    if isinstance(kind, Text):
+        return True
+    if isinstance(kind, OneOf):
+        return text in kind.values
+    if isinstance(kind, Items):
+        return False
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        return False
+    if isinstance(kind, Count):
+        return value == value.to_integral_value() and 1 <= value <= INT_MAX
+    return value >= 0 and value == round(value, 2) and len(text) <= 19
 
 
 # -- rules across fields ------------------------------------------------------------------
 @dataclass(frozen=True)
 class SumOf:
-    """`target` equals the sum over the `items` array of the product of `factors`
-    (a `total_mismatch` otherwise): total = Σ quantity x unit_price."""
+    """`target` equals the sum over the `items` array of the product of `factors`,
+    less the Money field `less` if given (a `total_mismatch` otherwise): total =
+    Σ quantity x unit_price - discount. A `less` greater than the sum is an
+    `invalid_field`."""
 
     target: str
     items: str
     factors: tuple[str, ...]
+    less: str | None = None
+
+    @property
+    def sum_text(self) -> str:
+        return "Σ " + " x ".join(f"{self.items}[].{f}" for f in self.factors)
 
     @property
     def text(self) -> str:
-        return "equal to Σ " + " x ".join(f"{self.items}[].{f}" for f in self.factors)
+        return f"equal to {self.sum_text}" + (f" - {self.less}" if self.less else "")
 
     def check(self, fields: tuple[Field, ...]) -> None:
         by_name = {f.name: f.kind for f in fields}
-        if not isinstance(by_name.get(self.target), Money):
-            raise ValueError(f"SumOf: {self.target} must be a Money field of the shape")
+        for name in (self.target, *([self.less] if self.less else [])):
+            if not isinstance(by_name.get(name), Money):
+                raise ValueError(f"SumOf: {name} must be a Money field of the shape")
         items = by_name.get(self.items)
         if not isinstance(items, Items):
             raise ValueError(f"SumOf: {self.items} must be an Items field of the shape")
@@ -130,15 +165,21 @@ Rule = SumOf
 # -- shapes, event types, sources ---------------------------------------------------------
 @dataclass(frozen=True)
 class Shape:
-    """One schema version of an event type's payload."""
+    """One schema version of an event type's payload. `since`: the version of the
+    source's contract that first knew it (a contract, like a schema registry's
+    subject, keeps its history: contract 1 may know `order_placed` v1 only, and
+    contract 2 add v2)."""
 
     version: int
     fields: tuple[Field, ...]
     rules: tuple[Rule, ...] = ()
+    since: int = 1
 
     def __post_init__(self) -> None:
         if self.version < 1:
             raise ValueError(f"schema versions start at 1, got {self.version}")
+        if self.since < 1:
+            raise ValueError(f"contract versions start at 1, got since={self.since}")
         _distinct(f"schema version {self.version}", self.fields)
         for rule in self.rules:
             rule.check(self.fields)
@@ -156,10 +197,19 @@ class EventType:
             raise ValueError(
                 f"{self.name}: schema versions must be 1, 2, ... in order, got {versions}"
             )
+        since = [s.since for s in self.shapes]
+        if since != sorted(since):
+            raise ValueError(
+                f"{self.name}: a later schema version cannot be known before an earlier one "
+                f"(since={since})"
+            )
 
     @property
     def newest(self) -> Shape:
         return self.shapes[-1]
+
+    def shape(self, version: int) -> Shape:
+        return self.shapes[version - 1]
 
 
 @dataclass(frozen=True)
@@ -185,6 +235,31 @@ class Source:
         names = [t.name for t in self.event_types]
         if not names or len(set(names)) != len(names):
             raise ValueError(f"{self.name}: event types must be distinct, got {names}")
+        since = {s.since for t in self.event_types for s in t.shapes}
+        if since != set(range(1, max(since) + 1)):
+            raise ValueError(
+                f"{self.name}: every contract version from 1 on must add a schema version; "
+                f"declared since={sorted(since)}"
+            )
+
+    @property
+    def contract_version(self) -> int:
+        """The newest version of this source's contract."""
+        return max(s.since for t in self.event_types for s in t.shapes)
+
+    def at(self, contract_version: int) -> Source:
+        """This source as its contract `contract_version` knew it."""
+        if not 1 <= contract_version <= self.contract_version:
+            raise ValueError(
+                f"{self.name} has contract versions 1 to {self.contract_version}, "
+                f"not {contract_version}"
+            )
+        types = tuple(
+            replace(t, shapes=kept)
+            for t in self.event_types
+            if (kept := tuple(s for s in t.shapes if s.since <= contract_version))
+        )
+        return replace(self, event_types=types)
 
     @property
     def envelope(self) -> tuple[str, ...]:
@@ -258,3 +333,140 @@ def markdown(source: Source) -> str:
         for row in rows(source)
     ]
     return "\n".join(lines) + "\n"
+
+
+# -- compatibility, in the manner of a schema registry's BACKWARD rule ----------------------
+def _kind_form(kind: Kind) -> dict[str, Any]:
+    form: dict[str, Any] = {"kind": type(kind).__name__}
+    if isinstance(kind, OneOf):
+        form["values"] = list(kind.values)
+    if isinstance(kind, Items):
+        form["fields"] = [_field_form(f) for f in kind.fields]
+    return form
+
+
+def _field_form(f: Field) -> dict[str, Any]:
+    return {"name": f.name, **_kind_form(f.kind), "default": f.default}
+
+
+def canonical(source: Source) -> dict[str, Any]:
+    """The source's contract as JSON-able data, every contract version in it: what
+    `regauge sources accept` records, and what later declarations are checked against."""
+    return {
+        "topic": source.topic,
+        "envelope": list(source.envelope),
+        "key": source.key,
+        "event_types": {
+            t.name: {
+                str(s.version): {
+                    "since": s.since,
+                    "fields": [_field_form(f) for f in s.fields],
+                    "rules": [{"rule": type(r).__name__, "text": r.text} for r in s.rules],
+                }
+                for s in t.shapes
+            }
+            for t in source.event_types
+        },
+    }
+
+
+def _describe_field(form: dict[str, Any]) -> str:
+    kind = form["kind"]
+    if "values" in form:
+        kind += "(" + ", ".join(form["values"]) + ")"
+    return kind
+
+
+def _shape_changes(where: str, old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """How one accepted schema version was changed in place: each is refused."""
+    problems = []
+    old_fields = {f["name"]: f for f in old["fields"]}
+    new_fields = {f["name"]: f for f in new["fields"]}
+    for name, was in old_fields.items():
+        now = new_fields.get(name)
+        if now is None:
+            problems.append(f"{where}, field {name}: removed")
+        elif now != was:
+            problems.append(
+                f"{where}, field {name}: was {_describe_field(was)}, now {_describe_field(now)}"
+                + ("" if now["default"] == was["default"] else " (or its default changed)")
+            )
+    problems += [
+        f"{where}, field {name}: added to a version already accepted (declare a new "
+        "schema version instead)"
+        for name in new_fields.keys() - old_fields.keys()
+    ]
+    if [f["name"] for f in old["fields"]] != [f["name"] for f in new["fields"]] and not problems:
+        problems.append(
+            f"{where}: its fields were reordered, which changes which one a detail names"
+        )
+    if old["rules"] != new["rules"]:
+        problems.append(f"{where}, rules: were {old['rules']}, now {new['rules']}")
+    if old["since"] != new["since"]:
+        problems.append(
+            f"{where}: its contract version changed from {old['since']} to {new['since']}"
+        )
+    return problems
+
+
+def _new_version_problems(
+    name: str, version: str, previous: dict[str, Any], new: dict[str, Any]
+) -> list[str]:
+    """Whether a new schema version can hold the older records: silver holds the newest
+    shape, so every older field stays, with its kind, and a new one has a default."""
+    where = f"{name} v{version}"
+    before = {f["name"]: f for f in previous["fields"]}
+    problems = []
+    for f in new["fields"]:
+        was = before.get(f["name"])
+        if was is None and f["default"] is None:
+            problems.append(
+                f"{where}, field {f['name']}: new, and without a default for the older "
+                "versions' records to read"
+            )
+        elif was is not None and _kind_form_of(was) != _kind_form_of(f):
+            problems.append(
+                f"{where}, field {f['name']}: {_describe_field(was)} in v{int(version) - 1}, "
+                f"{_describe_field(f)} here; silver has one column per name"
+            )
+    kept = {f["name"] for f in new["fields"]}
+    problems += [
+        f"{where}, field {gone}: dropped; older records hold it in silver"
+        for gone in before.keys() - kept
+    ]
+    return problems
+
+
+def _kind_form_of(form: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in form.items() if k not in ("name", "default")}
+
+
+def incompatibilities(accepted: dict[str, Any] | None, declared: Source) -> list[str]:
+    """What in `declared` would change how a record already accepted under the
+    `accepted` contract (its `canonical` form; None if none was) validates or
+    reads, each naming the event type, the schema version and the field; and what
+    a new schema version lacks to read older records. Empty: compatible."""
+    new = canonical(declared)
+    if accepted is None:
+        accepted = {**new, "event_types": {}}
+    problems = [
+        f"{declared.name}: {what} changed from {accepted[what]!r} to {new[what]!r}"
+        for what in ("topic", "envelope", "key")
+        if accepted[what] != new[what]
+    ]
+    for name, versions in accepted["event_types"].items():
+        now = new["event_types"].get(name)
+        if now is None:
+            problems.append(f"{name}: the event type was removed")
+            continue
+        for version, shape in versions.items():
+            if version not in now:
+                problems.append(f"{name} v{version}: the schema version was removed")
+            else:
+                problems += _shape_changes(f"{name} v{version}", shape, now[version])
+    for name, versions in new["event_types"].items():
+        for version, shape in versions.items():
+            if version in accepted["event_types"].get(name, {}) or version == "1":
+                continue
+            problems += _new_version_problems(name, version, versions[str(int(version) - 1)], shape)
+    return problems

@@ -234,11 +234,21 @@ def _sources(add: Add) -> None:
         "sources",
         "sources:sources",
         "the declared sources (one file each in warehouse/sources/, CONTRACT.md §10): list "
-        "them, or show one's contract: its topic, envelope fields and, per event type and "
-        "schema version, every payload field and what it must be",
+        "them; show one's contract (its topic, envelope fields and, per event type and "
+        "schema version, every payload field and what it must be); check every declaration "
+        "against the contract accepted before it (exit 1 naming the event type, schema "
+        "version and field of each change that would alter how an accepted record "
+        "validates or reads, or if a contract version is not accepted yet); accept a "
+        "source's new contract versions once they pass",
     )
-    p.add_argument("action", choices=("list", "show"), help="list: every source; show: one")
-    p.add_argument("source", nargs="?", metavar="SOURCE", help="for show: the source, e.g. shop")
+    p.add_argument(
+        "action",
+        choices=("list", "show", "check", "accept"),
+        help="list: every source; show, accept: one; check: all",
+    )
+    p.add_argument(
+        "source", nargs="?", metavar="SOURCE", help="for show and accept: the source, e.g. shop"
+    )
     p.add_argument(
         "--markdown", action="store_true", help="for show: a Markdown table (docs/contract.md's)"
     )

@@ -14,15 +14,30 @@ def sources(args: argparse.Namespace) -> int:
         for source in sorted(sources_mod.discover().values(), key=lambda s: s.name):
             print(declare.summary(source))
         return 0
+    if args.action == "check":
+        return check()
     if not args.source:
         known = ", ".join(sorted(sources_mod.discover()))
-        print(f"regauge: sources show needs a SOURCE; known: {known}", file=sys.stderr)
+        print(f"regauge: sources {args.action} needs a SOURCE; known: {known}", file=sys.stderr)
         return 2
     try:
         source = sources_mod.get(args.source)
     except KeyError as exc:
         print(f"regauge: {exc.args[0]}", file=sys.stderr)
         return 2
+    if args.action == "accept":
+        new = sources_mod.unaccepted_versions(source)
+        problems = sources_mod.accept(source)
+        for problem in problems:
+            print(f"regauge: {source.name}: refused: {problem}", file=sys.stderr)
+        if problems:
+            return 1
+        said = ", ".join(map(str, new)) if new else "none new"
+        print(
+            f"{source.name}: contract versions accepted ({said}); recorded in "
+            f"{sources_mod.accepted_path(source.name).name}"
+        )
+        return 0
     if args.markdown:
         print(declare.markdown(source), end="")
         return 0
@@ -35,3 +50,14 @@ def sources(args: argparse.Namespace) -> int:
         if n == 0:
             print("  ".join("-" * w for w in widths) + "  " + "-" * len(row[-1]))
     return 0
+
+
+def check() -> int:
+    """Every declaration against its accepted contract; 1 on any problem or a
+    contract version not accepted yet (`make lint` and the view host run it)."""
+    wrong, right = sources_mod.check()
+    for line in right:
+        print(line)
+    for line in wrong:
+        print(f"regauge: {line}", file=sys.stderr)
+    return 1 if wrong else 0

@@ -31,6 +31,7 @@ from spark_jobs import views as views_mod
 from spark_jobs.session import build_session
 from spark_jobs.views import runner
 from spark_jobs.views.base import View
+from warehouse import sources
 from warehouse.base import metrics
 from warehouse.base.settings import REPO_ROOT, Settings
 from warehouse.base.text import first_line
@@ -324,6 +325,13 @@ def run_view_host(settings: Settings) -> int:
     that dies is restarted after a backoff (its error in the status file
     meanwhile); the others run on.
     """
+    # Ingest validates by the declared contracts: never by one that would read an
+    # accepted record differently, or that nobody accepted (`regauge sources check`).
+    wrong, _ = sources.check()
+    if wrong:
+        for line in wrong:
+            log.error("the view host will not start: %s", line)
+        return 2
     stop = _stop_on_signals()
     daemon = streams.host(settings)
     # Fair scheduling between pools: ingest's weighs most, and each view query

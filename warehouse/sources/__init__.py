@@ -8,9 +8,15 @@ engine's.
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
+from pathlib import Path
+from typing import Any
 
+from warehouse.base import declare
 from warehouse.base.declare import Source
+
+_HERE = Path(__file__).parent
 
 
 def discover() -> dict[str, Source]:
@@ -32,3 +38,61 @@ def get(name: str) -> Source:
         return sources[name]
     except KeyError:
         raise KeyError(f"unknown source {name!r}; known: {', '.join(sorted(sources))}") from None
+
+
+# -- accepted contracts: what `regauge sources check` holds the declarations to -------------
+def accepted_path(name: str) -> Path:
+    """Where a source's accepted contract is recorded, beside its declaration: like a
+    schema registry's subject, but in the repository, so `make lint` checks it."""
+    return _HERE / f"{name}.accepted.json"
+
+
+def accepted(name: str) -> dict[str, Any] | None:
+    path = accepted_path(name)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def unaccepted_versions(source: Source) -> list[int]:
+    """The contract versions declared but not yet accepted."""
+    known = accepted(source.name)
+    since = (
+        set()
+        if known is None
+        else {
+            shape["since"]
+            for versions in known["event_types"].values()
+            for shape in versions.values()
+        }
+    )
+    return [n for n in range(1, source.contract_version + 1) if n not in since]
+
+
+def accept(source: Source) -> list[str]:
+    """Record `source`'s contract as accepted, unless it is incompatible with what was:
+    then nothing is written, and the problems are returned."""
+    problems = declare.incompatibilities(accepted(source.name), source)
+    if not problems:
+        text = json.dumps(declare.canonical(source), indent=2, ensure_ascii=False)
+        accepted_path(source.name).write_text(text + "\n")
+    return problems
+
+
+def check() -> tuple[list[str], list[str]]:
+    """Every declaration against its accepted contract: (what is wrong, each naming its
+    source; what is right, one line per source). Wrong: a change that would alter how
+    an accepted record validates or reads, or a contract version not accepted yet."""
+    wrong, right = [], []
+    for name, source in sorted(discover().items()):
+        problems = declare.incompatibilities(accepted(name), source)
+        wrong += [f"{name}: incompatible: {p}" for p in problems]
+        new = unaccepted_versions(source)
+        if new and not problems:
+            wrong.append(
+                f"{name}: contract version(s) {', '.join(map(str, new))} compatible but not "
+                f"accepted yet; run `regauge sources accept {name}`"
+            )
+        if not problems and not new:
+            right.append(
+                f"{name}: contract version {source.contract_version}, compatible and accepted"
+            )
+    return wrong, right

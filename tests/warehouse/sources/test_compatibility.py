@@ -1,0 +1,107 @@
+"""`regauge sources check`'s rule (a schema registry's BACKWARD, for data already in
+silver): a change that alters how an accepted record validates or reads is refused,
+naming the event type, the schema version and the field."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tests.warehouse.sources.shop_v2 import ORDER_V2, SHOP_V2
+from warehouse import sources
+from warehouse.base import declare
+from warehouse.base.declare import Field, Money, Shape, Text
+from warehouse.sources import shop
+
+ACCEPTED_V1 = declare.canonical(shop.SOURCE)
+
+
+def _with_order(*shapes: Shape) -> declare.Source:
+    return dataclasses.replace(
+        shop.SOURCE,
+        event_types=tuple(
+            dataclasses.replace(t, shapes=shapes) if t.name == "order_placed" else t
+            for t in shop.SOURCE.event_types
+        ),
+    )
+
+
+V1 = SHOP_V2.event_types[2].shape(1)
+
+
+def test_the_shop_as_declared_is_the_shop_as_accepted():
+    assert sources.accepted("shop") == ACCEPTED_V1
+    assert sources.unaccepted_versions(shop.SOURCE) == []
+    assert sources.check() == ([], ["shop: contract version 1, compatible and accepted"])
+
+
+def test_a_new_schema_version_with_a_default_for_older_records_is_compatible():
+    assert declare.incompatibilities(ACCEPTED_V1, SHOP_V2) == []
+    assert SHOP_V2.contract_version == 2
+    assert SHOP_V2.at(1) == shop.SOURCE
+
+
+@pytest.mark.parametrize(
+    ("declared", "says"),
+    [
+        (
+            _with_order(
+                dataclasses.replace(V1, fields=(*V1.fields[:3], Field("total", Text())), rules=())
+            ),
+            "order_placed v1, field total: was Money, now Text",
+        ),
+        (
+            _with_order(dataclasses.replace(V1, fields=V1.fields[:3], rules=())),
+            "order_placed v1, field total: removed",
+        ),
+        (
+            _with_order(dataclasses.replace(V1, fields=(*V1.fields, Field("note", Text())))),
+            "order_placed v1, field note: added to a version already accepted",
+        ),
+        (
+            _with_order(
+                V1,
+                dataclasses.replace(ORDER_V2, fields=(*V1.fields, Field("d", Money())), rules=()),
+            ),
+            "order_placed v2, field d: new, and without a default",
+        ),
+        (
+            _with_order(V1, dataclasses.replace(ORDER_V2, fields=V1.fields[:3], rules=())),
+            "order_placed v2, field total: dropped; older records hold it in silver",
+        ),
+        (
+            _with_order(
+                V1,
+                dataclasses.replace(
+                    ORDER_V2, fields=(Field("order_id", Money()), *ORDER_V2.fields[1:])
+                ),
+            ),
+            "order_placed v2, field order_id: Text in v1, Money here",
+        ),
+        (
+            dataclasses.replace(shop.SOURCE, event_types=shop.SOURCE.event_types[:4]),
+            "payment_captured: the event type was removed",
+        ),
+        (dataclasses.replace(shop.SOURCE, key="event_id"), "shop: key changed from"),
+    ],
+)
+def test_a_change_that_would_read_an_accepted_record_differently_is_refused(declared, says):
+    problems = declare.incompatibilities(ACCEPTED_V1, declared)
+    assert any(says in p for p in problems), problems
+
+
+def test_a_contract_version_not_accepted_yet_is_named_and_accepting_records_it(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(sources, "accepted_path", lambda name: tmp_path / f"{name}.json")
+    assert sources.unaccepted_versions(SHOP_V2) == [1, 2]
+    assert sources.accept(shop.SOURCE) == []
+    assert sources.unaccepted_versions(SHOP_V2) == [2]
+    assert sources.accept(SHOP_V2) == []
+    assert sources.unaccepted_versions(SHOP_V2) == []
+    recorded = (tmp_path / "shop.json").read_text()
+    # Once accepted, v1 cannot change in place: refused, and nothing is written.
+    broken = _with_order(dataclasses.replace(V1, fields=V1.fields[:3], rules=()), ORDER_V2)
+    assert "order_placed v1, field total: removed" in sources.accept(broken)
+    assert (tmp_path / "shop.json").read_text() == recorded
