@@ -217,12 +217,17 @@ class Plan:
 
 def plan(source: Source, contract_version: int | None = None) -> Plan:
     """Read contract `contract_version` of `source` (its newest by default) for
-    compiling, or refuse, naming it, what silver could not hold."""
+    compiling, or refuse, naming it, what silver could not hold.
+
+    The contract version decides which records are accepted; silver's columns are
+    the whole declaration's, whichever version runs, so moving between contract
+    versions never changes silver's schema (a record reads a field its version
+    lacks as the field's default)."""
     version = source.contract_version if contract_version is None else contract_version
     src = source.at(version)
     columns: dict[str, Field] = {}
-    for n in range(1, version + 1):
-        for etype in src.event_types:
+    for n in range(1, source.contract_version + 1):
+        for etype in source.event_types:
             for shape in etype.shapes:
                 if shape.since != n:
                     continue
@@ -240,7 +245,7 @@ def plan(source: Source, contract_version: int | None = None) -> Plan:
     arrays = [f for f in columns.values() if isinstance(f.kind, Items)]
     if len(arrays) > 1:
         raise ValueError(f"{src.name}: at most one array of items is supported yet")
-    shapes, upcasts = [], []
+    shapes = []
     for etype in src.event_types:
         every = tuple(s.version for s in etype.shapes)
         for shape in etype.shapes:
@@ -254,6 +259,8 @@ def plan(source: Source, contract_version: int | None = None) -> Plan:
                 etype.name, None if only else shape.version, older, shape.fields, shape.rules
             )
             shapes.append(checked)
+    upcasts = []
+    for etype in source.event_types:
         newest_names = {f.name for f in etype.newest.fields}
         for shape in etype.shapes[:-1]:
             gone = {f.name for f in shape.fields} - newest_names

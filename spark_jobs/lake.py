@@ -528,6 +528,25 @@ def ensure_table(
             time.sleep(0.5 * attempt + random.random())
 
 
+def ensure_columns(spark: SparkSession, path: str, schema: StructType) -> list[str]:
+    """Add to the table at `path` the columns of `schema` it lacks (a contract that
+    gained a field: CONTRACT.md §10), each after the column `schema` puts before it;
+    returns their names. Adding a column is a metadata commit: no file is rewritten,
+    and rows already there read null, which is what they held."""
+    have = {f.name for f in spark.read.format("delta").load(path).schema.fields}
+    added = []
+    for i, f in enumerate(schema.fields):
+        if f.name in have:
+            continue
+        place = f"AFTER `{schema.fields[i - 1].name}`" if i else "FIRST"
+        kind = f.dataType.simpleString()
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS (`{f.name}` {kind} {place})")
+        log.info("%s: added column %s %s", path, f.name, kind)
+        have.add(f.name)
+        added.append(f.name)
+    return added
+
+
 def ensure_properties(spark: SparkSession, path: str, properties: dict[str, str]) -> None:
     """Set those of `properties` the table at `path` does not have as given."""
     found = table_properties(spark, path)

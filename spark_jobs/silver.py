@@ -258,6 +258,8 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
         {"delta.enableChangeDataFeed": "true"},
         partitioned_by=SILVER_PARTITIONS,
     )
+    # A lake made under an older declaration gains the columns newer ones add.
+    lake.ensure_columns(spark, SILVER.path(settings), SILVER_SCHEMA)
     lake.ensure_table(spark, QUARANTINE.path(settings), QUARANTINE_SCHEMA)
     lake.ensure_table(spark, LEDGER.path(settings), LEDGER_SCHEMA)
 

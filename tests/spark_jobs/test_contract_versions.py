@@ -121,17 +121,21 @@ def test_silver_holds_the_newest_shape_and_older_records_read_the_declared_defau
     assert names[-2:] == ["amount", "discount"]  # new columns come last
 
 
-def test_contract_version_1_of_the_evolved_declaration_is_todays_contract(spark):
-    """The shop at contract version 1 compiles to exactly the expressions of the
-    hand-written contract, and a v2 order is unsupported there, as it is today."""
-    assert contract.plan(SHOP_V2, 1) == contract.plan(contract.shop.SOURCE)
-    record = spark.createDataFrame(
-        [(0, 0, KAFKA_TS, order())],
+def test_at_contract_version_1_a_v2_order_is_unsupported_and_silver_keeps_its_columns(spark):
+    """Deployed at contract version 1, the evolved declaration accepts what today's
+    contract does: a v2 order is unsupported, as it is today. Silver's columns stay
+    the whole declaration's, so moving between versions never changes its schema."""
+    at_1 = contract.plan(SHOP_V2, 1)
+    assert at_1.event_schema == contract.plan(SHOP_V2).event_schema
+    records = spark.createDataFrame(
+        [(0, 0, KAFKA_TS, order()), (0, 1, KAFKA_TS, order(1, total=12.5, discount=None))],
         "partition int, offset long, kafka_timestamp timestamp, value binary",
     )
-    (row,) = contract.validate(record, contract.plan(SHOP_V2, 1)).collect()
-    assert (row.reject_reason, row.reject_detail) == (
+    v2, v1 = contract.validate(records, at_1).orderBy("offset").collect()
+    assert (v2.reject_reason, v2.reject_detail) == (
         "unsupported_schema_version",
         "schema_version 2 is not supported (only 1)",
     )
-    assert _fingerprints(contract.plan(SHOP_V2, 1)) == _fingerprints()
+    assert (v1.reject_reason, v1.discount) == (None, Decimal("0.00"))
+    # The declaration as contract version 1 knew it compiles to today's contract.
+    assert _fingerprints(contract.plan(SHOP_V2.at(1))) == _fingerprints()

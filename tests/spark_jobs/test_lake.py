@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import DecimalType, LongType, StringType, StructField, StructType
 
 from spark_jobs import lake
 from spark_jobs.lake import USER_METADATA
@@ -323,3 +323,24 @@ def test_an_append_once_takes_the_settings_of_its_rows_session(spark, tmp_path):
         ).first() or (None,)
         assert meta == "batch 7", how
     assert spark.conf.get(USER_METADATA, None) is None
+
+
+def test_a_table_gains_the_columns_a_newer_schema_adds_where_the_schema_puts_them(spark, tmp_path):
+    """A silver made under an older contract gains a newer one's column (CONTRACT.md
+    §10): in place, after the column before it, and its rows read null there."""
+    path = str(tmp_path / "t")
+    old = StructType([StructField("a", StringType()), StructField("z", StringType())])
+    new = StructType(
+        [
+            StructField("a", StringType()),
+            StructField("m", DecimalType(18, 2)),
+            StructField("z", StringType()),
+        ]
+    )
+    lake.ensure_table(spark, path, old)
+    spark.createDataFrame([("x", "y")], old).write.format("delta").mode("append").save(path)
+    assert lake.ensure_columns(spark, path, new) == ["m"]
+    assert lake.ensure_columns(spark, path, new) == []  # once
+    table = spark.read.format("delta").load(path)
+    assert table.schema == new
+    assert [tuple(r) for r in table.collect()] == [("x", None, "y")]
