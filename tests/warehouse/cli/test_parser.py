@@ -92,6 +92,13 @@ def test_every_replay_source_has_one_name(command):
         cli.build_parser().parse_args([*argv[:-1], "silver"])
 
 
+def _in_a_fresh_interpreter(code: str) -> str:
+    """What `code` prints in a new Python: this one may have Spark loaded by other tests."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+
+
 def test_help_and_version_answer_without_loading_spark_or_trino():
     probe = (
         "import sys\n"
@@ -105,9 +112,7 @@ def test_help_and_version_answer_without_loading_spark_or_trino():
         "('pyspark', 'py4j', 'delta', 'trino', 'psycopg', 'confluent_kafka'))\n"
         "print('HEAVY', heavy)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
-    ).stdout
+    out = _in_a_fresh_interpreter(probe)
     assert "usage: regauge" in out
     assert "regauge 0." in out
     assert out.strip().splitlines()[-1] == "HEAVY []"
@@ -215,9 +220,7 @@ def test_sources_show_prints_a_declared_contract_without_loading_spark():
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j'))\n"
         "print('EXIT', code, 'HEAVY', heavy)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
-    ).stdout
+    out = _in_a_fresh_interpreter(probe)
     assert out.startswith("source shop: topic shop.events, keyed by customer_id")
     assert "items[].unit_price" in out and "one of EUR, USD, GBP" in out
     assert out.strip().splitlines()[-1] == "EXIT 0 HEAVY []"
