@@ -127,14 +127,16 @@ class Checked:
 
     `version` None: the type's only version, so its records' version is not asked
     (a version the type lacks is `unsupported_schema_version` further down). With
-    several, an older version's checks apply to records of that version; the
-    newest's to every other record of the type (`older`: the versions that are
-    not it), so a version the contract does not know yet is checked as the newest.
+    several, a later version's checks apply to records of that version, and the
+    first's to every other record of the type (`others`: the versions that are not
+    it): one of a version the contract does not know yet, or whose version is not
+    an integer at all, is checked by the fields every version keeps, and so ends
+    as `unsupported_schema_version` or `invalid_field` as under contract 1.
     """
 
     event_type: str
     version: int | None
-    older: tuple[int, ...]
+    others: tuple[int, ...]
     fields: tuple[Field, ...]
     rules: tuple[SumOf, ...]
 
@@ -232,31 +234,24 @@ def plan(source: Source, contract_version: int | None = None) -> Plan:
                 if shape.since != n:
                     continue
                 for f in shape.fields:
-                    held = columns.setdefault(f.name, f)
-                    if held.kind != f.kind:
-                        raise ValueError(
-                            f"{src.name}: payload.{f.name} is {held.kind} in one event type "
-                            f"and {f.kind} in {etype.name} v{shape.version}; silver has one "
-                            "column per name"
-                        )
+                    # One kind per name, and one array of items: Source holds both.
+                    columns.setdefault(f.name, f)
     clash = set(columns) & set(src.envelope)
     if clash:
         raise ValueError(f"{src.name}: payload fields {sorted(clash)} clash with the envelope")
     arrays = [f for f in columns.values() if isinstance(f.kind, Items)]
-    if len(arrays) > 1:
-        raise ValueError(f"{src.name}: at most one array of items is supported yet")
     shapes = []
     for etype in src.event_types:
         every = tuple(s.version for s in etype.shapes)
         for shape in etype.shapes:
             only = len(every) == 1
-            newest = shape is etype.newest
-            older = tuple(v for v in every if v != shape.version) if newest and not only else ()
+            first = shape.version == 1
+            others = tuple(v for v in every if v != 1) if first and not only else ()
             for rule in shape.rules:
                 if not arrays or rule.items != arrays[0].name:
                     raise ValueError(f"{etype.name}: SumOf must sum the payload's array of items")
             checked = Checked(
-                etype.name, None if only else shape.version, older, shape.fields, shape.rules
+                etype.name, None if only else shape.version, others, shape.fields, shape.rules
             )
             shapes.append(checked)
     upcasts = []
@@ -441,7 +436,7 @@ def _exact_value(item: Json, path: str, kind: Kind) -> Column:
     return item.cents(path)
 
 
-def _default(f: Field) -> Column:
+def default(f: Field) -> Column:
     """A field's declared default, in its silver type."""
     return F.lit(f.default).cast(_sql_type(f.kind))
 
@@ -568,8 +563,8 @@ class _Compiler:
         if shape.version is None:
             return this
         version = event.whole("$.schema_version")
-        if shape.older:
-            return this & ~F.coalesce(version.isin(*shape.older), F.lit(False))
+        if shape.others:
+            return this & ~F.coalesce(version.isin(*shape.others), F.lit(False))
         return this & F.coalesce(version == shape.version, F.lit(False))
 
     def checks(
@@ -781,7 +776,7 @@ class _Compiler:
         result = None
         for u in upcasts:
             older = (etype == u.event_type) & F.coalesce(version.isin(*u.versions), F.lit(False))
-            result = (F if result is None else result).when(older, _default(u.field))
+            result = (F if result is None else result).when(older, default(u.field))
         assert result is not None
         return result.otherwise(value)
 

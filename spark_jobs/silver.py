@@ -74,16 +74,24 @@ _POSITION = [
     StructField("partition", IntegerType(), False),
     StructField("offset", LongType(), False),
 ]
-SILVER_SCHEMA = StructType(
-    [
-        *contract.EVENT_SCHEMA.fields,
-        *_POSITION,
-        StructField("kafka_timestamp", TimestampType(), False),
-        StructField("content_hash", StringType(), False),
-        # The UTC date of event_time: with event_type, how silver is laid out.
-        StructField("event_date", DateType(), False),
-    ]
-)
+
+
+def silver_schema(event_schema: StructType) -> StructType:
+    """Silver's columns: the typed event (`contract.Plan.event_schema`), the kept
+    record's position, and how it is laid out."""
+    return StructType(
+        [
+            *event_schema.fields,
+            *_POSITION,
+            StructField("kafka_timestamp", TimestampType(), False),
+            StructField("content_hash", StringType(), False),
+            # The UTC date of event_time: with event_type, how silver is laid out.
+            StructField("event_date", DateType(), False),
+        ]
+    )
+
+
+SILVER_SCHEMA = silver_schema(contract.EVENT_SCHEMA)
 # Silver is partitioned by what views look events up by: their type (a revenue
 # view never reads cart events) and their event date (a live micro-batch that
 # recomputes one hour reads that day, not all of history). Filters on these
@@ -258,10 +266,34 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
         {"delta.enableChangeDataFeed": "true"},
         partitioned_by=SILVER_PARTITIONS,
     )
-    # A lake made under an older declaration gains the columns newer ones add.
-    lake.ensure_columns(spark, SILVER.path(settings), SILVER_SCHEMA)
+    evolve(spark, SILVER.path(settings), contract.PLAN)
     lake.ensure_table(spark, QUARANTINE.path(settings), QUARANTINE_SCHEMA)
     lake.ensure_table(spark, LEDGER.path(settings), LEDGER_SCHEMA)
+
+
+def evolve(spark: SparkSession, path: str, plan: contract.Plan) -> None:
+    """Bring a silver made under an older declaration to `plan`'s: the columns newer
+    versions add, and in them, for the records of versions without the field, its
+    declared default (CONTRACT.md §10: v1 orders read a discount of 0.00), as if
+    they had been validated under `plan`.
+
+    Each step finds what is left to do, so a start that stopped between them is
+    finished by the next. The defaults are an UPDATE, which views follow through
+    silver's change feed like any other change (their rows do not move: the views
+    do not read fields a contract adds)."""
+    lake.ensure_columns(spark, path, silver_schema(plan.event_schema))
+    for up in plan.upcasts:
+        lacking = (
+            (F.col("event_type") == up.event_type)
+            & F.col("schema_version").isin(*up.versions)
+            & F.col(up.field.name).isNull()
+        )
+        if spark.read.format("delta").load(path).where(lacking).isEmpty():
+            continue
+        DeltaTable.forPath(spark, path).update(lacking, {up.field.name: contract.default(up.field)})
+        log.info(
+            "%s: %s of %s v%s read its default", path, up.field.name, up.event_type, up.versions
+        )
 
 
 @dataclass

@@ -11,10 +11,11 @@ from datetime import datetime
 from decimal import Decimal
 
 import pytest
+from pyspark.sql import functions as F
 
-from spark_jobs import contract
-from tests.spark_jobs.test_contract_compiled import _fingerprints
+from spark_jobs import contract, lake, silver
 from tests.warehouse.sources.shop_v2 import SHOP_V2
+from warehouse.sources import shop
 
 KAFKA_TS = datetime(2026, 1, 1, 12, 0, 0)
 ITEMS = [
@@ -36,7 +37,7 @@ def _record(event_type: str, version: object, payload: dict) -> bytes:
     ).encode()
 
 
-def order(version: int = 2, **payload: object) -> bytes:
+def order(version: object = 2, **payload: object) -> bytes:
     base = {"order_id": "o1", "currency": "EUR", "items": ITEMS, "total": 10.00, "discount": 2.5}
     return _record("order_placed", version, {**base, **payload})
 
@@ -78,10 +79,16 @@ CASES: dict[str, tuple[bytes, str | None, str | None]] = {
         "unsupported_schema_version",
         "schema_version 3 is not supported for order_placed (only 1, 2)",
     ),
+    # A version the contract does not know is checked by the fields every version keeps.
     "v3 order lacking v2's discount": (
         order(3, discount=None),
-        "missing_field",
-        "payload.discount is missing or null",
+        "unsupported_schema_version",
+        "schema_version 3 is not supported for order_placed (only 1, 2)",
+    ),
+    "v1 order whose version is a string": (
+        order("1", total=12.5, discount=None),
+        "invalid_field",
+        "schema_version must be an integer",
     ),
     "v2 cart": (
         _record("cart_item_added", 2, CART),
@@ -121,21 +128,57 @@ def test_silver_holds_the_newest_shape_and_older_records_read_the_declared_defau
     assert names[-2:] == ["amount", "discount"]  # new columns come last
 
 
-def test_at_contract_version_1_a_v2_order_is_unsupported_and_silver_keeps_its_columns(spark):
-    """Deployed at contract version 1, the evolved declaration accepts what today's
-    contract does: a v2 order is unsupported, as it is today. Silver's columns stay
-    the whole declaration's, so moving between versions never changes its schema."""
+def test_at_contract_version_1_records_are_judged_as_today_and_silver_keeps_its_columns(spark):
+    """Deployed at contract version 1, the evolved declaration judges every record as
+    the shop's declaration of today does (a v2 order is unsupported), while silver's
+    columns stay the whole declaration's, so moving between versions never changes its
+    schema."""
     at_1 = contract.plan(SHOP_V2, 1)
     assert at_1.event_schema == contract.plan(SHOP_V2).event_schema
+    rows = [(n, 0, i, KAFKA_TS, value) for i, (n, (value, _, _)) in enumerate(CASES.items())]
     records = spark.createDataFrame(
-        [(0, 0, KAFKA_TS, order()), (0, 1, KAFKA_TS, order(1, total=12.5, discount=None))],
-        "partition int, offset long, kafka_timestamp timestamp, value binary",
+        rows, "name string, partition int, offset long, kafka_timestamp timestamp, value binary"
     )
-    v2, v1 = contract.validate(records, at_1).orderBy("offset").collect()
-    assert (v2.reject_reason, v2.reject_detail) == (
+
+    def judged(plan):
+        found = contract.validate(records, plan).select("name", "reject_reason", "reject_detail")
+        return {r.name: (r.reject_reason, r.reject_detail) for r in found.collect()}
+
+    today = judged(contract.plan(shop.SOURCE))
+    assert judged(at_1) == today
+    assert today["v2 order"] == (
         "unsupported_schema_version",
         "schema_version 2 is not supported (only 1)",
     )
-    assert (v1.reject_reason, v1.discount) == (None, Decimal("0.00"))
-    # The declaration as contract version 1 knew it compiles to today's contract.
-    assert _fingerprints(contract.plan(SHOP_V2.at(1))) == _fingerprints()
+    (v1,) = contract.validate(records, at_1).where("name = 'v1 order'").collect()
+    assert v1.discount == Decimal("0.00")
+
+
+def test_a_silver_made_before_v2_gains_its_column_and_v1_orders_read_the_default(spark, tmp_path):
+    """Silver made under the shop of today, then brought to the evolved declaration:
+    the discount column is added, a v1 order reads 0.00 there (as one validated under
+    contract 2 would), a cart reads null, and a second run changes nothing."""
+    path = str(tmp_path / "silver")
+    today = contract.plan(shop.SOURCE)
+    records = spark.createDataFrame(
+        [
+            (0, 0, KAFKA_TS, order(1, total=12.5, discount=None)),
+            (0, 1, KAFKA_TS, _record("cart_item_added", 1, CART)),
+        ],
+        "partition int, offset long, kafka_timestamp timestamp, value binary",
+    )
+    checked = contract.validate(records, today).withColumn("content_hash", F.lit("h"))
+    lake.ensure_table(spark, path, silver.silver_schema(today.event_schema))
+    silver.to_silver_rows(checked).write.format("delta").mode("append").save(path)
+
+    evolved = contract.plan(SHOP_V2)
+    silver.evolve(spark, path, evolved)
+    table = spark.read.format("delta").load(path)
+    assert table.schema == silver.silver_schema(evolved.event_schema)
+    got = {r.event_type: r.discount for r in table.collect()}
+    assert got == {"order_placed": Decimal("0.00"), "cart_item_added": None}
+    want = contract.validate(records, evolved).where("event_type = 'order_placed'").first()
+    assert want is not None and want.discount == got["order_placed"]
+    commits = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").count()
+    silver.evolve(spark, path, evolved)
+    assert spark.sql(f"DESCRIBE HISTORY delta.`{path}`").count() == commits

@@ -17,8 +17,8 @@ and `regauge sources` prints it, anywhere.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 # The largest count: a 32-bit signed integer, as silver types counts.
@@ -108,20 +108,18 @@ class Field:
 
 
 def _fits(kind: Kind, text: str) -> bool:
-    """Whether the JSON text `text` is a valid value of `kind` (for a default)."""
+    """Whether `text` is a valid default of `kind`, spelled as silver's cast reads it:
+    a count as plain digits, money as plain digits with up to 2 decimals and below
+    10^16 (DECIMAL(18,2)), never in exponent form."""
     if isinstance(kind, Text):
         return True
     if isinstance(kind, OneOf):
         return text in kind.values
-    if isinstance(kind, Items):
-        return False
-    try:
-        value = Decimal(text)
-    except InvalidOperation:
-        return False
     if isinstance(kind, Count):
-        return value == value.to_integral_value() and 1 <= value <= INT_MAX
-    return value >= 0 and value == round(value, 2) and len(text) <= 19
+        return re.fullmatch(r"[1-9][0-9]*", text) is not None and int(text) <= INT_MAX
+    if isinstance(kind, Money):
+        return re.fullmatch(r"[0-9]{1,16}(\.[0-9]{1,2})?", text) is not None
+    return False
 
 
 # -- rules across fields ------------------------------------------------------------------
@@ -235,6 +233,19 @@ class Source:
         names = [t.name for t in self.event_types]
         if not names or len(set(names)) != len(names):
             raise ValueError(f"{self.name}: event types must be distinct, got {names}")
+        kinds: dict[str, Kind] = {}
+        for etype in self.event_types:
+            for shape in etype.shapes:
+                for f in shape.fields:
+                    if kinds.setdefault(f.name, f.kind) != f.kind:
+                        raise ValueError(
+                            f"{self.name}: payload.{f.name} is {kinds[f.name]} somewhere and "
+                            f"{f.kind} in {etype.name} v{shape.version}; silver has one "
+                            "column per name"
+                        )
+        arrays = {name for name, kind in kinds.items() if isinstance(kind, Items)}
+        if len(arrays) > 1:
+            raise ValueError(f"{self.name}: at most one array of items, got {sorted(arrays)}")
         since = {s.since for t in self.event_types for s in t.shapes}
         if since != set(range(1, max(since) + 1)):
             raise ValueError(
@@ -377,6 +388,30 @@ def _describe_field(form: dict[str, Any]) -> str:
     return kind
 
 
+def _field_changes(where: str, path: str, was: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """How one field of an accepted version changed, naming it down to an item's field."""
+    if was["kind"] == now["kind"] == "Items":
+        old_items = {f["name"]: f for f in was["fields"]}
+        new_items = {f["name"]: f for f in now["fields"]}
+        found = [
+            f"{where}, field {path}[].{n}: removed" for n in old_items.keys() - new_items.keys()
+        ]
+        found += [
+            f"{where}, field {path}[].{n}: added to a version already accepted"
+            for n in new_items.keys() - old_items.keys()
+        ]
+        for n in old_items.keys() & new_items.keys():
+            found += _field_changes(where, f"{path}[].{n}", old_items[n], new_items[n])
+        if not found and was != now:
+            found.append(f"{where}, field {path}: its items' fields were reordered")
+        return found
+    if was == now:
+        return []
+    if _kind_form_of(was) != _kind_form_of(now):
+        return [f"{where}, field {path}: was {_describe_field(was)}, now {_describe_field(now)}"]
+    return [f"{where}, field {path}: its default was {was['default']!r}, now {now['default']!r}"]
+
+
 def _shape_changes(where: str, old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """How one accepted schema version was changed in place: each is refused."""
     problems = []
@@ -386,11 +421,8 @@ def _shape_changes(where: str, old: dict[str, Any], new: dict[str, Any]) -> list
         now = new_fields.get(name)
         if now is None:
             problems.append(f"{where}, field {name}: removed")
-        elif now != was:
-            problems.append(
-                f"{where}, field {name}: was {_describe_field(was)}, now {_describe_field(now)}"
-                + ("" if now["default"] == was["default"] else " (or its default changed)")
-            )
+        else:
+            problems += _field_changes(where, name, was, now)
     problems += [
         f"{where}, field {name}: added to a version already accepted (declare a new "
         "schema version instead)"
@@ -410,13 +442,20 @@ def _shape_changes(where: str, old: dict[str, Any], new: dict[str, Any]) -> list
 
 
 def _new_version_problems(
-    name: str, version: str, previous: dict[str, Any], new: dict[str, Any]
+    name: str, version: str, previous: dict[str, Any], new: dict[str, Any], since: int
 ) -> list[str]:
     """Whether a new schema version can hold the older records: silver holds the newest
-    shape, so every older field stays, with its kind, and a new one has a default."""
+    shape, so every older field stays, with its kind and its default, and a new one
+    has a default. `since`: the newest contract version accepted, which a new
+    schema version must come after."""
     where = f"{name} v{version}"
     before = {f["name"]: f for f in previous["fields"]}
     problems = []
+    if new["since"] <= since:
+        problems.append(
+            f"{where}: new, so it must come with a new contract version (since={since + 1}, "
+            f"not {new['since']}): contract {new['since']} was accepted without it"
+        )
     for f in new["fields"]:
         was = before.get(f["name"])
         if was is None and f["default"] is None:
@@ -429,6 +468,12 @@ def _new_version_problems(
                 f"{where}, field {f['name']}: {_describe_field(was)} in v{int(version) - 1}, "
                 f"{_describe_field(f)} here; silver has one column per name"
             )
+        elif was is not None and was["default"] != f["default"]:
+            problems.append(
+                f"{where}, field {f['name']}: its default was {was['default']!r} in "
+                f"v{int(version) - 1}, {f['default']!r} here; older records would read "
+                "another value"
+            )
     kept = {f["name"] for f in new["fields"]}
     problems += [
         f"{where}, field {gone}: dropped; older records hold it in silver"
@@ -439,6 +484,17 @@ def _new_version_problems(
 
 def _kind_form_of(form: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in form.items() if k not in ("name", "default")}
+
+
+def _newest_since(form: dict[str, Any]) -> int:
+    return max(
+        (
+            shape["since"]
+            for versions in form["event_types"].values()
+            for shape in versions.values()
+        ),
+        default=0,
+    )
 
 
 def incompatibilities(accepted: dict[str, Any] | None, declared: Source) -> list[str]:
@@ -464,9 +520,18 @@ def incompatibilities(accepted: dict[str, Any] | None, declared: Source) -> list
                 problems.append(f"{name} v{version}: the schema version was removed")
             else:
                 problems += _shape_changes(f"{name} v{version}", shape, now[version])
+    since = _newest_since(accepted)
     for name, versions in new["event_types"].items():
         for version, shape in versions.items():
-            if version in accepted["event_types"].get(name, {}) or version == "1":
+            if version in accepted["event_types"].get(name, {}):
                 continue
-            problems += _new_version_problems(name, version, versions[str(int(version) - 1)], shape)
+            if version == "1":
+                if shape["since"] <= since:
+                    problems.append(
+                        f"{name}: a new event type, so it must come with a new contract "
+                        f"version (since={since + 1}, not {shape['since']})"
+                    )
+                continue
+            previous = versions[str(int(version) - 1)]
+            problems += _new_version_problems(name, version, previous, shape, since)
     return problems

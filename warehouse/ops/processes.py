@@ -47,8 +47,20 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
+def _contracts_accepted(what: str) -> bool:
+    """Ingest validates by the declared contracts: never by one that would read an
+    accepted record differently, or that nobody accepted (`regauge sources check`)."""
+    wrong, _ = sources.check()
+    for line in wrong:
+        log.error("%s will not start: %s", what, line)
+    return not wrong
+
+
 def run_ingest(settings: Settings, trigger: str | None) -> int:
-    """Kafka -> bronze -> silver until stopped; exit 3 on a gap in the log."""
+    """Kafka -> bronze -> silver until stopped; exit 3 on a gap in the log, 2 if the
+    sources' contracts fail their check."""
+    if not _contracts_accepted("ingest"):
+        return 2
     stop = _stop_on_signals()
     lock = writers.ingest(settings, "`regauge ingest run`").acquire()
     spark = build_session("regauge-ingest", settings)
@@ -325,12 +337,7 @@ def run_view_host(settings: Settings) -> int:
     that dies is restarted after a backoff (its error in the status file
     meanwhile); the others run on.
     """
-    # Ingest validates by the declared contracts: never by one that would read an
-    # accepted record differently, or that nobody accepted (`regauge sources check`).
-    wrong, _ = sources.check()
-    if wrong:
-        for line in wrong:
-            log.error("the view host will not start: %s", line)
+    if not _contracts_accepted("the view host"):
         return 2
     stop = _stop_on_signals()
     daemon = streams.host(settings)

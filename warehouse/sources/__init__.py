@@ -53,7 +53,8 @@ def accepted(name: str) -> dict[str, Any] | None:
 
 
 def unaccepted_versions(source: Source) -> list[int]:
-    """The contract versions declared but not yet accepted."""
+    """The contract versions declared but not yet accepted (`check` also finds a
+    declaration changed within an accepted version)."""
     known = accepted(source.name)
     since = (
         set()
@@ -83,15 +84,19 @@ def check() -> tuple[list[str], list[str]]:
     an accepted record validates or reads, or a contract version not accepted yet."""
     wrong, right = [], []
     for name, source in sorted(discover().items()):
-        problems = declare.incompatibilities(accepted(name), source)
+        known = accepted(name)
+        problems = declare.incompatibilities(known, source)
         wrong += [f"{name}: incompatible: {p}" for p in problems]
-        new = unaccepted_versions(source)
-        if new and not problems:
+        # Accepted means as recorded, not merely compatible with it.
+        changed = known != declare.canonical(source)
+        if changed and not problems:
+            new = unaccepted_versions(source)
+            what = f"contract version(s) {', '.join(map(str, new))}" if new else "the contract"
             wrong.append(
-                f"{name}: contract version(s) {', '.join(map(str, new))} compatible but not "
-                f"accepted yet; run `regauge sources accept {name}`"
+                f"{name}: {what} compatible but not accepted yet; run "
+                f"`regauge sources accept {name}`"
             )
-        if not problems and not new:
+        if not problems and not changed:
             right.append(
                 f"{name}: contract version {source.contract_version}, compatible and accepted"
             )

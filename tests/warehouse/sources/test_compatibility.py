@@ -11,7 +11,7 @@ import pytest
 from tests.warehouse.sources.shop_v2 import ORDER_V2, SHOP_V2
 from warehouse import sources
 from warehouse.base import declare
-from warehouse.base.declare import Field, Money, Shape, Text
+from warehouse.base.declare import Field, Items, Money, Shape, Text
 from warehouse.sources import shop
 
 ACCEPTED_V1 = declare.canonical(shop.SOURCE)
@@ -38,6 +38,8 @@ def test_the_shop_as_declared_is_the_shop_as_accepted():
 
 def test_a_new_schema_version_with_a_default_for_older_records_is_compatible():
     assert declare.incompatibilities(ACCEPTED_V1, SHOP_V2) == []
+    # ... and nothing at all, on a new lake.
+    assert declare.incompatibilities(None, SHOP_V2) == []
     assert SHOP_V2.contract_version == 2
     assert SHOP_V2.at(1) == shop.SOURCE
 
@@ -74,10 +76,34 @@ def test_a_new_schema_version_with_a_default_for_older_records_is_compatible():
             _with_order(
                 V1,
                 dataclasses.replace(
-                    ORDER_V2, fields=(Field("order_id", Money()), *ORDER_V2.fields[1:])
+                    ORDER_V2, fields=(*V1.fields, Field("discount", Money(), default="1.00"))
                 ),
+                dataclasses.replace(ORDER_V2, version=3, since=3),
             ),
-            "order_placed v2, field order_id: Text in v1, Money here",
+            "order_placed v3, field discount: its default was '1.00' in v2, '0.00' here",
+        ),
+        (
+            _with_order(dataclasses.replace(ORDER_V2, version=1, since=1), ORDER_V2),
+            "order_placed v1, field discount: added to a version already accepted",
+        ),
+        (
+            _with_order(V1, dataclasses.replace(ORDER_V2, since=1)),
+            "order_placed v2: new, so it must come with a new contract version (since=2, not 1)",
+        ),
+        (
+            _with_order(
+                dataclasses.replace(
+                    V1,
+                    fields=tuple(
+                        Field("items", Items((Field("product_id", Text()),)))
+                        if f.name == "items"
+                        else f
+                        for f in V1.fields
+                    ),
+                    rules=(),
+                )
+            ),
+            "order_placed v1, field items[].unit_price: removed",
         ),
         (
             dataclasses.replace(shop.SOURCE, event_types=shop.SOURCE.event_types[:4]),
