@@ -67,13 +67,14 @@ cluster-down:  ## stop the one-box cluster (its data stays in .state/cluster)
 test-cluster: setup  ## the tests of the cluster profile, on the one-box cluster (started if need be)
 	@$(PYTEST) tests/cluster
 
-lint:  ## ruff, mypy, the layer contracts (import-linter), sqlfluff on the dbt models, and the sources' contracts
+lint:  ## ruff, mypy, the layer contracts (import-linter), sqlfluff on the dbt models, the sources' contracts, and what the docs name
 	@.venv/bin/ruff check spark_jobs warehouse tests dags
 	@.venv/bin/ruff format --check --quiet spark_jobs warehouse tests dags
 	@.venv/bin/mypy
 	@.venv/bin/lint-imports --no-cache
 	@.venv/bin/sqlfluff lint dbt/models
 	@.venv/bin/regauge sources check
+	@.venv/bin/regauge docs check
 
 format:  ## rewrite the code as `make lint` wants it (ruff format and import order, sqlfluff fix)
 	@.venv/bin/ruff check --fix --quiet spark_jobs warehouse tests dags

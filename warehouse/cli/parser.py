@@ -170,6 +170,7 @@ def build_parser(version: str = "unknown") -> argparse.ArgumentParser:
 
     _stack(add)
     _sources(add)
+    _docs(add)
     _pipeline(add)
     _versions(add)
     _checks(add)
@@ -252,6 +253,17 @@ def _sources(add: Add) -> None:
     p.add_argument(
         "--markdown", action="store_true", help="for show: a Markdown table (docs/contract.md's)"
     )
+
+
+def _docs(add: Add) -> None:
+    p = add(
+        "docs",
+        "docs:docs_check",
+        "check that what the docs name exists: every relative link, every repository "
+        "path in backticks, every `regauge COMMAND`, and that every make target and DAG "
+        "is named in a doc (exit 1 naming each miss; `make lint` runs it)",
+    )
+    p.add_argument("action", choices=("check",), help="check: the docs against the code")
 
 
 def _pipeline(add: Add) -> None:
