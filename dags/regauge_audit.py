@@ -4,7 +4,7 @@ Fails loudly (the task fails, and `lakehouse.gold.audit_runs` says which keys
 differ) on any mismatch: Kafka -> bronze -> silver -> gold, and routing.
 
 Beside it, scrub_erasure_runs deletes the regauge_forget runs that have
-succeeded: their params hold the customer id they erased (CONTRACT.md §8).
+succeeded: their params hold the customer id they erased (docs/contract.md §8).
 """
 
 from __future__ import annotations

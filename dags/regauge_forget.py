@@ -1,4 +1,4 @@
-"""regauge_forget(customer_id, reason): erase one customer everywhere (CONTRACT.md §8).
+"""regauge_forget(customer_id, reason): erase one customer everywhere (docs/contract.md §8).
 
 Runs `regauge forget customer`: ingest and the view streams stop meanwhile,
 every layer and every view version loses the customer's rows, Delta's history

@@ -17,7 +17,7 @@ with DAG(
     **dag_args(__doc__),
 ) as dag:
     # No retry: the refusal while users are routed to the version is a verdict
-    # (CONTRACT.md §5); re-running by hand finishes whatever a failed run left.
+    # (docs/contract.md §5); re-running by hand finishes whatever a failed run left.
     no_retry(
         regauge(
             "retire",

@@ -104,7 +104,7 @@ def starting_offsets(spark: SparkSession, settings: Settings) -> str:
     ):
         return "earliest"
     # A forgotten record counts as copied: bronze no longer holds it, and must
-    # not copy it again (CONTRACT.md §8).
+    # not copy it again (docs/contract.md §8).
     copied = (
         spark.read.format("delta")
         .load(path)
@@ -153,7 +153,7 @@ def read_kafka(
 
 
 def forgotten_positions(spark: SparkSession, settings: Settings) -> DataFrame | None:
-    """The Kafka positions an erasure forgot (CONTRACT.md §8), which Kafka holds
+    """The Kafka positions an erasure forgot (docs/contract.md §8), which Kafka holds
     until its retention deletes them; None while nothing is forgotten.
 
     Read when ingest's query starts (an erasure stops ingest and starts it

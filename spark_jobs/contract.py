@@ -1,5 +1,5 @@
-"""The event contract (CONTRACT.md §1) as Spark column expressions, compiled from
-a source's declaration (`warehouse.sources`, CONTRACT.md §10).
+"""The event contract (docs/contract.md §1) as Spark column expressions, compiled from
+a source's declaration (`warehouse.sources`, docs/contract.md §10).
 
 What is the source's own (its event types, their payload fields and kinds, the
 id, time and subject fields, the rules across fields) comes from its
@@ -13,7 +13,7 @@ value's own type: an integer stays an integer, `"1"` stays a string, and a
 number keeps its exact decimal digits (12.345 is DECIMAL(5,3)), so "at most
 two decimals" and "money is never a float" are checked without rounding.
 
-A number is judged by its value, whatever its spelling (CONTRACT.md §1):
+A number is judged by its value, whatever its spelling (docs/contract.md §1):
 `3.0` is the integer 3 and `12.500` has one decimal (parse_json already
 normalises both). Only exponent form (`1e2`) arrives as a DOUBLE, which can
 hold neither "at most two decimals" nor 18 digits of money, so for records
@@ -25,7 +25,7 @@ exact decimals (`Json.exact`).
 contract's order gives the reason; `reason` is null for an accepted event.
 Duplicates (`conflicting_duplicate`) need history and are decided by silver.
 
-Over 400 lines on purpose: the rules follow CONTRACT.md §1's precedence from
+Over 400 lines on purpose: the rules follow docs/contract.md §1's precedence from
 top to bottom, and splitting them would hide which rule wins.
 """
 
@@ -709,7 +709,7 @@ class _Compiler:
         given = event.get("$.schema_version", "string")
         every = {versions for _, versions in self.plan.versions}
         if every == {(1,)}:
-            # Every type has version 1 only: one test for all (CONTRACT.md §1's words).
+            # Every type has version 1 only: one test for all (docs/contract.md §1's words).
             return (
                 "unsupported_schema_version",
                 ~F.coalesce(version == 1, F.lit(False)),

@@ -1,4 +1,4 @@
-"""Excision (CONTRACT.md §8): one customer's events out of every lake table, for good.
+"""Excision (docs/contract.md §8): one customer's events out of every lake table, for good.
 
 What is forgotten is a set of Kafka positions (partition, offset): every record
 that names the customer (its key, its parsed `customer_id`, or, for a record

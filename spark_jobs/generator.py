@@ -36,7 +36,7 @@ CATEGORIES = ("books", "games", "garden", "kitchen", "music", "outdoor", "toys")
 CANCEL_REASONS = ("changed_mind", "found_cheaper", "late_delivery", "duplicate_order")
 N_PRODUCTS = 200
 # The schema version of every event this generator writes: its payloads are each
-# type's version 1 (CONTRACT.md §1).
+# type's version 1 (docs/contract.md §1).
 SCHEMA_VERSION = 1
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -530,7 +530,7 @@ def ensure_table(
 
 def ensure_columns(spark: SparkSession, path: str, schema: StructType) -> list[str]:
     """Add to the table at `path` the columns of `schema` it lacks (a contract that
-    gained a field: CONTRACT.md §10), each after the column `schema` puts before it;
+    gained a field: docs/contract.md §10), each after the column `schema` puts before it;
     returns their names. Adding a column is a metadata commit: no file is rewritten,
     and rows already there read null, which is what they held."""
     have = {f.name for f in spark.read.format("delta").load(path).schema.fields}

@@ -1,6 +1,6 @@
 """Bronze -> silver: validated, deduplicated events, and a quarantine for the rest.
 
-Every bronze record ends in exactly one place (CONTRACT.md §1):
+Every bronze record ends in exactly one place (docs/contract.md §1):
 
 - silver, if it passes the contract and is the first record of its `event_id`
   in log order (smallest partition, then offset);
@@ -274,7 +274,7 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
 def evolve(spark: SparkSession, path: str, plan: contract.Plan) -> None:
     """Bring a silver made under an older declaration to `plan`'s: the columns newer
     versions add, and in them, for the records of versions without the field, its
-    declared default (CONTRACT.md §10: v1 orders read a discount of 0.00), as if
+    declared default (docs/contract.md §10: v1 orders read a discount of 0.00), as if
     they had been validated under `plan`.
 
     Each step finds what is left to do, so a start that stopped between them is

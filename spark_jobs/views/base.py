@@ -4,7 +4,7 @@ and a declaration of which gold rows an event can touch.
 The function takes the silver DataFrame (any subset of it that holds every
 event the output rows depend on) and returns the gold rows. It never decides
 how it runs: the runner makes it a live stream, a replay or a batch, and owns
-checkpoints, triggers and writes (CONTRACT.md §3, DESIGN.md).
+checkpoints, triggers and writes (docs/contract.md §3, DESIGN.md).
 
 What incremental work needs (which gold rows a changed event touches, which
 silver rows decide them, where a late event lands) is derived from the

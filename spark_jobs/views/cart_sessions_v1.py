@@ -1,4 +1,4 @@
-"""cart_sessions v1: shopping sessions per customer, 30-minute inactivity gap (CONTRACT.md §3).
+"""cart_sessions v1: shopping sessions per customer, 30-minute inactivity gap (docs/contract.md §3).
 
 Same semantics as Spark's session_window: a session ends 30 minutes after its
 last event, and events at most 30 minutes apart share a session. Built with a

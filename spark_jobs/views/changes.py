@@ -1,4 +1,4 @@
-"""Pushing a live view version's committed changes to Kafka (CONTRACT.md §9).
+"""Pushing a live view version's committed changes to Kafka (docs/contract.md §9).
 
 Every gold commit of a view version goes to the compacted topic
 `regauge.view.<view>_v<N>` in one Kafka transaction of its own: an upsert per

@@ -1,10 +1,10 @@
-"""Restatements (CONTRACT.md §3, lateness and finality): which final windows an event
+"""Restatements (docs/contract.md §3, lateness and finality): which final windows an event
 changed, recorded in `gold.restatements` so an analyst sees which closed numbers
 moved and why.
 
 A window is final once the view's watermark has passed its end: the newest time
 it has seen, minus the allowed lateness, where an event's time counts at most
-up to its Kafka record timestamp (CONTRACT.md §3), so one producer with a clock
+up to its Kafka record timestamp (docs/contract.md §3), so one producer with a clock
 a day fast cannot make every on-time window "final". The runner calls `record` after
 each micro-batch's MERGE; the view's declared scope says where an event lands.
 """
@@ -64,7 +64,7 @@ REMOVED = ("update_preimage", "delete")
 
 
 def vouched_time() -> Column:
-    """The time an event vouches for (CONTRACT.md §3): its event time, at most its
+    """The time an event vouches for (docs/contract.md §3): its event time, at most its
     Kafka record timestamp."""
     return F.least("event_time", "kafka_timestamp")
 
@@ -158,7 +158,7 @@ def ensure_table(spark: SparkSession, settings: Settings) -> None:
     if "reason" in spark.read.format("delta").load(path).columns:
         return
     table = f"delta.`{path}`"
-    log.info("%s: adding the reason column (CONTRACT.md §3)", RESTATEMENTS.trino_name)
+    log.info("%s: adding the reason column (docs/contract.md §3)", RESTATEMENTS.trino_name)
     for statement in (
         # The column last: it is what says the migration happened.
         f"ALTER TABLE {table} ALTER COLUMN event_id DROP NOT NULL",

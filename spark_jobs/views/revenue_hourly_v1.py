@@ -1,4 +1,4 @@
-"""revenue_hourly v1: gross revenue per UTC hour and currency (CONTRACT.md §3)."""
+"""revenue_hourly v1: gross revenue per UTC hour and currency (docs/contract.md §3)."""
 
 from __future__ import annotations
 

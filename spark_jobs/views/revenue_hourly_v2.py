@@ -1,4 +1,4 @@
-"""revenue_hourly v2: net of cancellations, attributed to the order's hour (CONTRACT.md §3).
+"""revenue_hourly v2: net of cancellations, attributed to the order's hour (docs/contract.md §3).
 
 An order is cancelled if any `order_cancelled` with its order_id exists in
 silver, whenever it arrived (before the order too); twice counts once. Each

@@ -49,7 +49,7 @@ SILVER = registry.SILVER_EVENTS
 log = logging.getLogger(__name__)
 
 
-# What a replay or batch reads (CONTRACT.md §5 names them): "bronze" is all of
+# What a replay or batch reads (docs/contract.md §5 names them): "bronze" is all of
 # history as the lake keeps it (bronze, validated and deduplicated into silver);
 # "kafka" is every record Kafka still holds, validated and deduplicated on the fly.
 SOURCES = ("bronze", "kafka")

@@ -103,7 +103,7 @@ def test_ingest_and_an_analysts_query_on_the_cluster(cluster_settings: Settings)
     _judge(s, run)
 
     # The analyst logs in with their own password, over HTTPS; their rules apply.
-    # Silver is theirs to read (CONTRACT.md §7): the run's winners, as sent.
+    # Silver is theirs to read (docs/contract.md §7): the run's winners, as sent.
     analyst = replace(s, trino_login=cluster.ANALYST, trino_password=cluster.analyst_password())
     runs_silver = (
         f'SELECT event_id, partition, "offset" FROM {SILVER_EVENTS.trino_name} '

@@ -1,7 +1,7 @@
 """The DAG files as Airflow itself loads them (in Airflow's own virtualenv).
 
 Checks that every file parses, that the DAG ids and params are the contract's
-(CONTRACT.md §5), that each param schema refuses what it must, that tasks
+(docs/contract.md §5), that each param schema refuses what it must, that tasks
 run the pipeline's CLI with params passed only through the environment, that
 no task defers (the stack runs no triggerer), and that every DAG shows its
 file's docstring and every task retries (unless its failure is a verdict) and

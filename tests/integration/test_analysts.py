@@ -2,7 +2,7 @@
 
 Each example runs as written, as an analyst, and must equal an answer the test
 computes itself: from the Delta tables through Spark and from PostgreSQL
-directly, never through Trino (CONTRACT.md §2, §7).
+directly, never through Trino (docs/contract.md §2, §7).
 """
 
 from __future__ import annotations

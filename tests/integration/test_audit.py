@@ -308,7 +308,7 @@ def test_silver_rides_over_a_rewritten_bronze(settings, honest):
     assert ids.passed, ids.summary
 
 
-# -- erasure (CONTRACT.md §8); last: it removes the history the tests above restore from ----
+# -- erasure (docs/contract.md §8); last: it removes the history the tests above restore from ----
 def _customer_with_sessions(spark: SparkSession, settings: Settings) -> tuple[str, dict]:
     """A customer with cart events and orders in silver, and one of their events as
     produced: they are in cart sessions, in hourly revenue and in the marts."""

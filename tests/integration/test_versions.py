@@ -2,7 +2,7 @@
 
 Every DAG run goes through Airflow's REST API, scheduler and executor; its
 tasks run the pipeline's CLI against the real Spark, Kafka, PostgreSQL and
-Trino, while ingest keeps taking new events (CONTRACT.md §4-§5).
+Trino, while ingest keeps taking new events (docs/contract.md §4-§5).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ ROUTING_QUERIES_AT_ONCE = 4
 
 def _users(below: int, above: int) -> list[str]:
     """Analysts of whom `below` are under the rollout's 10 % cut and `above` over it
-    (CONTRACT.md §4's cohorts), so that 10 % routes some of them and not others.
+    (docs/contract.md §4's cohorts), so that 10 % routes some of them and not others.
     Few: each routing check is a query per user through Trino."""
     under: list[str] = []
     over: list[str] = []
@@ -229,7 +229,7 @@ def test_reprocess_roll_out_and_retire_while_events_flow(
     topic = registry.view_topic(VIEW, 1)
     assert kafka.topic_config(settings, topic)["cleanup.policy"] == "compact"
     # A user above the 10 % cut, whom the rollout below pins to v2 and back: a
-    # subscriber follows their route from v1's whole table on (CONTRACT.md §9).
+    # subscriber follows their route from v1's whole table on (docs/contract.md §9).
     pinned = next(u for u in USERS if versions.cohort(u) >= 10)
     subscriber = Subscription(VIEW, pinned, tmp_path / "subscriber.log")
     try:

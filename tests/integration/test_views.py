@@ -1,6 +1,6 @@
 """Views through real Kafka, ingest, Delta and Trino, against answers computed in plain Python.
 
-The expected answers below are written from CONTRACT.md §3 directly, over the
+The expected answers below are written from docs/contract.md §3 directly, over the
 events the generator says silver holds; they never call the view code.
 """
 

@@ -1,4 +1,4 @@
-"""One test per contract rule (CONTRACT.md §1) and per precedence case."""
+"""One test per contract rule (docs/contract.md §1) and per precedence case."""
 
 import json
 from datetime import datetime

@@ -1,4 +1,4 @@
-"""Schema versions (CONTRACT.md §10), compiled from a declaration: the shop as its
+"""Schema versions (docs/contract.md §10), compiled from a declaration: the shop as its
 contract version 2 declares it, with `order_placed` v2 (a `discount`; total = Σ
 quantity x unit_price - discount), against real Spark.
 

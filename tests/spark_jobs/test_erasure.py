@@ -1,4 +1,4 @@
-"""Excision (CONTRACT.md §8) against real Delta tables in a temp lake: what is matched,
+"""Excision (docs/contract.md §8) against real Delta tables in a temp lake: what is matched,
 what is deleted, the erasure restatements, and that no file keeps the id afterwards."""
 
 from __future__ import annotations

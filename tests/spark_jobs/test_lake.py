@@ -326,7 +326,7 @@ def test_an_append_once_takes_the_settings_of_its_rows_session(spark, tmp_path):
 
 
 def test_a_table_gains_the_columns_a_newer_schema_adds_where_the_schema_puts_them(spark, tmp_path):
-    """A silver made under an older contract gains a newer one's column (CONTRACT.md
+    """A silver made under an older contract gains a newer one's column (docs/contract.md
     §10): in place, after the column before it, and its rows read null there."""
     path = str(tmp_path / "t")
     old = StructType([StructField("a", StringType()), StructField("z", StringType())])

@@ -1,4 +1,4 @@
-"""The words a source's declaration is written in (CONTRACT.md §10).
+"""The words a source's declaration is written in (docs/contract.md §10).
 
 A source is one Kafka topic and the contract its records keep: which envelope
 fields hold the event id, the event time and the subject erasure goes by (§8),

@@ -1,7 +1,7 @@
 """The one registry of names: every topic, Delta path, Trino name and checkpoint.
 
 No other module spells a table path or a topic; they ask here. Names follow
-CONTRACT.md §1-§2.
+docs/contract.md §1-§2.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ SILVER_QUARANTINE = Table("silver", "shop_events_quarantine")
 # Every accepted record (event_id, position, content hash): silver's memory for
 # exact dedup over all history, and how an audit counts exact duplicates.
 SILVER_LEDGER = Table("silver", "shop_events_ledger")
-# The Kafka positions erased customers' records held (CONTRACT.md §8): no
+# The Kafka positions erased customers' records held (docs/contract.md §8): no
 # personal data, what ingest and replays skip, and the accounting's `forgotten`.
 SILVER_FORGOTTEN = Table("silver", "shop_events_forgotten")
 GOLD_RESTATEMENTS = Table("gold", "restatements")
@@ -97,7 +97,7 @@ def gold_view_table(view: str, version: int) -> Table:
 
 
 def view_topic(view: str, version: int) -> str:
-    """The compacted topic a live view version publishes its changes to (CONTRACT.md §9)."""
+    """The compacted topic a live view version publishes its changes to (docs/contract.md §9)."""
     return f"regauge.view.{view}_v{version}"
 
 

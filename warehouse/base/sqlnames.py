@@ -16,7 +16,7 @@ _IDENTIFIER = re.compile(r"[a-z][a-z0-9_]{0,62}")
 _USER = re.compile(r"[a-z][a-z0-9_.@-]{0,63}")
 # Locations are lake paths or URIs; no quotes, no control characters.
 _LOCATION = re.compile(r"[A-Za-z0-9_./:\-]{1,1024}")
-# CONTRACT.md §1: customer_id is a string of 1-64 characters. One with a quote, a
+# docs/contract.md §1: customer_id is a string of 1-64 characters. One with a quote, a
 # control character or a path separator is refused before it reaches any query.
 _CUSTOMER_ID = re.compile(r"[A-Za-z0-9_.@:+-]{1,64}")
 # Words and simple punctuation: a reason is for people, and must not carry an id.
@@ -63,7 +63,7 @@ def check_customer_id(customer_id: str) -> str:
     if not _CUSTOMER_ID.fullmatch(customer_id):
         raise UnsafeNameError(
             f"customer id {customer_id!r} is not 1-64 characters of letters, digits and "
-            "_ . @ : + - (CONTRACT.md §1)"
+            "_ . @ : + - (docs/contract.md §1)"
         )
     return customer_id
 

@@ -7,7 +7,7 @@ only when the command runs.
 
 Every command that names a view version takes `VIEW VERSION` as two
 positional arguments, and every replay names its source `bronze` (all of
-history, the default) or `kafka` (CONTRACT.md §5).
+history, the default) or `kafka` (docs/contract.md §5).
 
 Over 400 lines on purpose: every command's arguments and help text in one
 file keeps their wording consistent, and keeps `--help` free of heavy imports.
@@ -234,7 +234,7 @@ def _sources(add: Add) -> None:
     p = add(
         "sources",
         "sources:sources",
-        "the declared sources (one file each in warehouse/sources/, CONTRACT.md §10): list "
+        "the declared sources (one file each in warehouse/sources/, docs/contract.md §10): list "
         "them; show one's contract (its topic, envelope fields and, per event type and "
         "schema version, every payload field and what it must be); check every declaration "
         "against the contract accepted before it (exit 1 naming the event type, schema "
@@ -463,7 +463,7 @@ def _checks(add: Add) -> None:
     p = add(
         "forget",
         "checks:forget",
-        "erase one customer from every place regauge keeps data (CONTRACT.md §8): bronze, "
+        "erase one customer from every place regauge keeps data (docs/contract.md §8): bronze, "
         "silver, the ledger, the quarantine, every view version (archived ones too), the "
         "restatements, the dbt marts, the reference data and Delta's history; ingest and "
         "replays skip their Kafka records until retention deletes them. Stops ingest and "

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 FINISHED = ("success", "failed")
 # Params whose values never go into a log line: an erasure's customer id is what the
-# erasure removes (CONTRACT.md §8).
+# erasure removes (docs/contract.md §8).
 PRIVATE_PARAMS = frozenset({"customer_id"})
 
 

@@ -107,7 +107,7 @@ def check_kafka_bronze(settings: Settings) -> list[Finding]:
                   SELECT "offset" AS o, "offset" - row_number() OVER (ORDER BY "offset") AS run
                   FROM (SELECT "offset" FROM {BRONZE}
                         WHERE topic = ? AND partition = ? AND "offset" >= ?
-                        -- an erased record is accounted for, not missing (CONTRACT.md §8)
+                        -- an erased record is accounted for, not missing (docs/contract.md §8)
                         UNION SELECT "offset" FROM {FORGOTTEN}
                         WHERE partition = ? AND "offset" >= ?))
                 GROUP BY run ORDER BY 1""",
@@ -227,7 +227,7 @@ RETURNED_SQL = (
 
 
 def check_forgotten(settings: Settings) -> Finding:
-    """Nothing an erasure removed is back in bronze or silver (CONTRACT.md §8)."""
+    """Nothing an erasure removed is back in bronze or silver (docs/contract.md §8)."""
     back = trino_client.query(settings, RETURNED_SQL).rows
     (n,) = trino_client.query(settings, f"SELECT count(*) FROM {FORGOTTEN}").rows[0]
     return Finding(

@@ -161,7 +161,7 @@ def run(settings: Settings, args: Sequence[str]) -> int:
         log.info("catalog rebuilt from the lake: %s", ", ".join(t.key for t in tables))
     try:
         # dbt logs its process's command line as `invocation_command`: in-process that
-        # would be regauge's, e.g. an erasure's `forget customer ID` (CONTRACT.md §8).
+        # would be regauge's, e.g. an erasure's `forget customer ID` (docs/contract.md §8).
         argv, sys.argv = sys.argv, ["dbt", *args]
         try:
             result = dbtRunner().invoke(dbt_args(settings, args, profiles))

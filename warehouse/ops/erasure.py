@@ -1,5 +1,5 @@
 """`regauge forget customer ID`: one customer out of every place regauge keeps data
-(CONTRACT.md §8), with the steps logged in `control.erasures`.
+(docs/contract.md §8), with the steps logged in `control.erasures`.
 
 The pipeline stands still meanwhile: ingest and every view stream are stopped
 and their writer locks held (the watchdog waits for the erasure lock), because

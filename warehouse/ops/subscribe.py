@@ -1,4 +1,4 @@
-"""Following a view as one user sees it, from the versions' change topics (CONTRACT.md §9).
+"""Following a view as one user sees it, from the versions' change topics (docs/contract.md §9).
 
 A subscriber reads the topic of the version the user is routed to (§4) and
 applies its records in order: an upsert sets a row, a tombstone removes one.
@@ -8,7 +8,7 @@ becomes the new version's whole table (a `reset`, then its rows) and then
 follows its changes. With `from_start` the first version is read from its
 first record too (the compacted topic holds every row's latest state);
 without, only changes from now on. An erasure deletes and creates each live
-version's topic again (CONTRACT.md §8): the subscriber sees the topic's new id
+version's topic again (docs/contract.md §8): the subscriber sees the topic's new id
 and starts over the same way, so its copy loses the erased rows too.
 """
 

@@ -1,4 +1,4 @@
-"""The shop's events (CONTRACT.md §1): carts, orders and payments, keyed by customer."""
+"""The shop's events (docs/contract.md §1): carts, orders and payments, keyed by customer."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The contract's accounting, asked of Trino: every bronze record is in exactly one place.
 
 Per partition and in total, `bronze = silver + quarantine + exact duplicates
-+ forgotten` (CONTRACT.md §8). Bronze counts records as produced: the rows it
++ forgotten` (docs/contract.md §8). Bronze counts records as produced: the rows it
 holds plus those an erasure removed. An exact duplicate is an accepted record
 (in the ledger) that is neither silver's kept record nor quarantined. The same
 SQL serves the demo, the tests and the audit.

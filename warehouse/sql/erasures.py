@@ -1,4 +1,4 @@
-"""The erasure log, `control.erasures` (CONTRACT.md §8), and the reference data an
+"""The erasure log, `control.erasures` (docs/contract.md §8), and the reference data an
 erasure removes. The log never holds the customer's id: only an erasure id,
 times, the operator's reason and the rows removed per layer."""
 

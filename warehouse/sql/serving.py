@@ -95,7 +95,7 @@ def view_sql(view: str, columns: Mapping[int, Sequence[Column]]) -> str:
     # subqueries per status made a 25-stage plan, about 250 ms a query, and a
     # freshness probe polling twice a second kept half a core busy in Trino.
     return f"""CREATE OR REPLACE VIEW {trino_name(view)}
-COMMENT 'regauge: routes each user to one live version of {view} (CONTRACT.md section 4)'
+COMMENT 'regauge: routes each user to one live version of {view} (docs/contract.md section 4)'
 SECURITY DEFINER AS
 WITH live AS (
     SELECT max(version) FILTER (WHERE status = 'serving') AS serving,

@@ -1,4 +1,4 @@
-"""The version registry (CONTRACT.md §4): which versions of a view exist, which are
+"""The version registry (docs/contract.md §4): which versions of a view exist, which are
 live, and who is routed to which.
 
 `regauge.control.view_versions` holds one row per version, `view_pins` the
@@ -57,7 +57,7 @@ def check_rollout(view: str, percent: int, pin: str | None, unpin: str | None) -
 
 
 def cohort(user: str) -> int:
-    """CONTRACT.md §4: the first 8 bytes of SHA-256, signed big-endian, floor-mod 100."""
+    """docs/contract.md §4: the first 8 bytes of SHA-256, signed big-endian, floor-mod 100."""
     return int.from_bytes(hashlib.sha256(user.encode()).digest()[:8], "big", signed=True) % 100
 
 
@@ -84,7 +84,7 @@ class Version:
 
 # -- pure rules ------------------------------------------------------------------------
 def route(versions: Sequence[Version], pins: Mapping[str, int], user: str) -> int | None:
-    """The version `user` sees (CONTRACT.md §4); None if the view has no live version.
+    """The version `user` sees (docs/contract.md §4); None if the view has no live version.
 
     The serving view in Trino computes the same thing in SQL; tests hold the two equal.
     """

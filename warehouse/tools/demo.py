@@ -29,7 +29,7 @@ from warehouse.tools.examples import analyst_examples
 log = logging.getLogger(__name__)
 
 VIEW = "revenue_hourly"
-# Three analysts whose cohorts (CONTRACT.md §4) are 8, 25 and 85: they move to v2
+# Three analysts whose cohorts (docs/contract.md §4) are 8, 25 and 85: they move to v2
 # at 10 %, 50 % and 100 % respectively.
 ANALYSTS = ("analyst.yuki", "analyst.grace", "analyst.alice")
 

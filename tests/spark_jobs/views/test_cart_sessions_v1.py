@@ -1,4 +1,4 @@
-"""cart_sessions v1 on small silver tables (CONTRACT.md §3)."""
+"""cart_sessions v1 on small silver tables (docs/contract.md §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What a view version publishes per gold commit (CONTRACT.md §9): applied in order, the
+"""What a view version publishes per gold commit (docs/contract.md §9): applied in order, the
 records of every commit rebuild the table, whatever the commit did to it (append,
 MERGE with updates and deletes, a replay's overwrite)."""
 

@@ -1,4 +1,4 @@
-"""The shop as CONTRACT.md §10 evolves it: contract version 2 adds `order_placed`
+"""The shop as docs/contract.md §10 evolves it: contract version 2 adds `order_placed`
 schema_version 2, which has a `discount` (v1 records read 0.00) and total = Σ
 quantity x unit_price - discount. Tests compile and check it before the shop's
 own declaration takes it."""

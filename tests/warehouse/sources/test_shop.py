@@ -1,4 +1,4 @@
-"""The shop's declaration is CONTRACT.md §1, word for word."""
+"""The shop's declaration is docs/contract.md §1, word for word."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ def v(version: int, status: str, percent: int = 0) -> Version:
 
 
 def test_cohort_is_the_contracts_formula():
-    # int.from_bytes(sha256(u)[:8], signed) % 100, as CONTRACT.md §4 writes it.
+    # int.from_bytes(sha256(u)[:8], signed) % 100, as docs/contract.md §4 writes it.
     for user in ("analyst.alice", "bob", "engineer.x", "r"):
         raw = int.from_bytes(hashlib.sha256(user.encode()).digest()[:8], "big", signed=True)
         assert cohort(user) == raw % 100

@@ -161,7 +161,7 @@ def ensure_topic(
 
 
 def ensure_view_topic(settings: Settings, view: str, version: int) -> None:
-    """The compacted topic a live view version publishes its changes to (CONTRACT.md §9).
+    """The compacted topic a live view version publishes its changes to (docs/contract.md §9).
 
     One partition: a subscriber then reads the commits in the order they were made,
     so its copy is always the table as of one commit.
