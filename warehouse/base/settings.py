@@ -171,9 +171,12 @@ class Settings:
         abfss://, ...): the local Trino and Spark Connect's clients need one."""
         return "://" not in self.lake_root
 
-    def postgres_dsn(self, db: str | None = None) -> str:
+    def postgres_dsn(self, db: str | None = None, *, password: bool = True) -> str:
+        """The DSN to connect with; `password=False` for one to show (a status line,
+        a log), which must not print the secret."""
+        secret = f":{self.postgres_password}" if password else ""
         return (
-            f"postgresql://{self.postgres_user}:{self.postgres_password}"
+            f"postgresql://{self.postgres_user}{secret}"
             f"@{self.postgres_host}:{self.postgres_port}/{db or self.postgres_db}"
         )
 

@@ -239,4 +239,5 @@ class Postgres(Service):
 
     def note(self) -> str:
         s = self.settings
-        return f"psql {s.postgres_dsn()}"
+        # Never the password itself: a status line is read over shoulders and pasted.
+        return f"psql {s.postgres_dsn(password=False)} (password: REGAUGE_POSTGRES_PASSWORD)"

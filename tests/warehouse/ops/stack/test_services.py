@@ -394,3 +394,12 @@ def test_a_stale_postmaster_pid_reused_by_another_program_is_no_reason_to_stop(p
     pg = services.Postgres(settings)
     pg._place_home("postgres")
     assert pg.home.resolve() == outside and not pidfile.exists()
+
+
+def test_postgres_status_names_the_dsn_without_its_password(local):
+    """`regauge status` shows how to connect, not the secret (issue 68, A.1)."""
+    secret = dataclasses.replace(local, postgres_password="s3cr3t-pw")
+    note = services.Postgres(secret).note()
+    assert note.startswith(f"psql postgresql://{secret.postgres_user}@127.0.0.1:")
+    assert "s3cr3t-pw" not in note
+    assert secret.postgres_dsn().startswith(f"postgresql://{secret.postgres_user}:s3cr3t-pw@")
