@@ -254,7 +254,12 @@ def _content_differences(
     )
     bronze = read(registry.BRONZE_EVENTS.path(settings)).where(F.col("topic") == registry.TOPIC)
     # Validated once: silver, the quarantine and the ledger are all derived from it.
-    checked = contract.validate(bronze.join(settled, ["partition", "offset"], "left_semi"))
+    # By the contract the lake runs: a record it accepts that is still quarantined
+    # under an older one (not re-admitted yet, docs/contract.md §10) is a difference.
+    checked = contract.validate(
+        bronze.join(settled, ["partition", "offset"], "left_semi"),
+        silver_mod.deployed_plan(spark, settings),
+    )
     derived = silver_mod.settle_checked(checked.localCheckpoint(eager=True))
     want = {"silver": derived.silver, "quarantine": derived.quarantine, "ledger": derived.ledger}
     found = []

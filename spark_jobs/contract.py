@@ -31,6 +31,7 @@ top to bottom, and splitting them would hide which rule wins.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -282,7 +283,22 @@ def plan(source: Source, contract_version: int | None = None) -> Plan:
     )
 
 
-PLAN = plan(shop.SOURCE)
+@functools.cache
+def shop_plan(contract_version: int) -> Plan:
+    """The shop's contract at `contract_version`, compiled once per process."""
+    return plan(shop.SOURCE, contract_version)
+
+
+# A deployment starts at the shop's first contract version (docs/contract.md §1: any
+# schema_version but 1 is unsupported) and moves on with `regauge sources deploy`,
+# which silver records (`silver.deployed_plan`). The pure functions below judge by
+# PLAN unless told otherwise; what runs against a lake asks silver.
+FIRST_VERSION = 1
+PLAN = shop_plan(FIRST_VERSION)
+# The newest contract accepts every record any older one did, and reads it the same
+# (`regauge sources check` holds declarations to that): records already settled are
+# read again by it, whichever version admitted them.
+NEWEST = shop_plan(shop.SOURCE.contract_version)
 EVENT_TYPES = PLAN.source.type_names
 EVENT_SCHEMA = PLAN.event_schema
 
@@ -927,7 +943,7 @@ def _build_expressions(plan: Plan = PLAN) -> _Expressions:
 def validate(records: DataFrame, plan: Plan = PLAN) -> DataFrame:
     """Bronze rows (one per Kafka record) -> the same rows with `reject_reason`,
     `reject_detail`, `content_hash` and the typed event columns (one per record),
-    by `plan` (the shop's newest contract by default)."""
+    by `plan` (the shop's first contract version by default)."""
     e = _expressions(plan)
     return (
         records.withColumn("_v", e.parse)

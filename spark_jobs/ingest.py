@@ -27,7 +27,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from spark_jobs import bronze, erasure, lake, ledger_index, silver
+from spark_jobs import bronze, contract, erasure, lake, ledger_index, silver
 from spark_jobs import session as session_mod
 from spark_jobs.testing import faults
 from warehouse.base import metrics, registry
@@ -269,10 +269,12 @@ def process_batch(
     forgotten: DataFrame | None,
     checkpoint: str,
     index: ledger_index.LedgerIndex | None = None,
+    plan: contract.Plan = contract.PLAN,
 ) -> silver.BatchResult:
     """One micro-batch of Kafka records into bronze, then into silver, the ledger and
     the quarantine. Retried after a crash, it skips what it committed (txn ids).
-    `index`: the query's ledger index (`silver.process_batch`)."""
+    `index`: the query's ledger index; `plan`: the contract the lake runs
+    (`silver.process_batch`)."""
     span = batch_range(spark, checkpoint, batch_id)
     if span is not None and bronze.holds_batch(spark, settings, txn_app, batch_id):
         # A retry after bronze's append: settle what bronze holds of the batch,
@@ -296,7 +298,7 @@ def process_batch(
         small = {} if size >= INTERPRETED_BELOW else session_mod.INTERPRETED_CONF
         with lake.session_conf(spark, small), lake.session_conf(rows.sparkSession, small):
             bronze.append(rows, settings, txn_app, batch_id)  # skipped on a retry
-            return silver.process_batch(spark, settings, rows, batch_id, txn_app, index)
+            return silver.process_batch(spark, settings, rows, batch_id, txn_app, index, plan)
     finally:
         rows.unpersist()
 
@@ -330,7 +332,10 @@ def start(
     """
     checkpoint = registry.ingest_checkpoint(settings)
     txn_app = silver.app_id(spark, settings)
-    silver.recover(spark, settings, txn_app)
+    # Read once: `regauge sources deploy` stops ingest to change it.
+    plan = silver.deployed_plan(spark, settings)
+    log.info("ingest validates by %s contract version %d", plan.source.name, plan.contract_version)
+    silver.recover(spark, settings, txn_app, plan)
     _retire_two_query_checkpoints(spark, settings)
     forgotten = bronze.forgotten_positions(spark, settings)
     starting = bronze.starting_offsets(spark, settings)
@@ -344,7 +349,7 @@ def start(
 
     def each_batch(records: DataFrame, batch_id: int) -> None:
         result = process_batch(
-            spark, settings, records, batch_id, txn_app, forgotten, checkpoint, index
+            spark, settings, records, batch_id, txn_app, forgotten, checkpoint, index, plan
         )
         log.info("%s", result.record().describe())
         faults.maybe_crash("silver_after_commit", batch_id)

@@ -222,7 +222,7 @@ class Settled:
     ledger: DataFrame
 
 
-def settle(records: DataFrame) -> Settled:
+def settle(records: DataFrame, plan: contract.Plan = contract.PLAN) -> Settled:
     """Bronze-shaped rows (any set of Kafka records) -> where each one settles.
 
     The whole contract in one pure step: the same validation and the same
@@ -230,7 +230,7 @@ def settle(records: DataFrame) -> Settled:
     replay straight from Kafka uses its silver; the audit re-derives all three
     from bronze and compares them with the tables.
     """
-    return settle_checked(contract.validate(records))
+    return settle_checked(contract.validate(records, plan))
 
 
 def settle_checked(checked: DataFrame) -> Settled:
@@ -250,9 +250,9 @@ def settle_checked(checked: DataFrame) -> Settled:
     return Settled(silver, quarantine, ledger)
 
 
-def from_records(records: DataFrame) -> DataFrame:
+def from_records(records: DataFrame, plan: contract.Plan = contract.PLAN) -> DataFrame:
     """Bronze-shaped rows (any set of Kafka records) -> the silver rows they settle to."""
-    return settle(records).silver
+    return settle(records, plan).silver
 
 
 # -- IO ----------------------------------------------------------------------------
@@ -266,9 +266,51 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
         {"delta.enableChangeDataFeed": "true"},
         partitioned_by=SILVER_PARTITIONS,
     )
-    evolve(spark, SILVER.path(settings), contract.PLAN)
+    evolve(spark, SILVER.path(settings), contract.NEWEST)
     lake.ensure_table(spark, QUARANTINE.path(settings), QUARANTINE_SCHEMA)
     lake.ensure_table(spark, LEDGER.path(settings), LEDGER_SCHEMA)
+
+
+# Which contract version of the shop a lake's ingest validates by: a property of
+# silver, so it lives and travels with the data it decided, and the Spark work that
+# reads silver reads it too (Trino shows it in `"shop_events$properties"`).
+CONTRACT_PROPERTY = "regauge.contractVersion"
+
+
+def deployed_version(spark: SparkSession, settings: Settings) -> int:
+    """The contract version this lake runs (`deploy`); the first on a new lake."""
+    path = SILVER.path(settings)
+    if not lake.exists(spark, f"{path}/_delta_log"):
+        return contract.FIRST_VERSION
+    properties = DeltaTable.forPath(spark, path).detail().first()["properties"]
+    return int(properties.get(CONTRACT_PROPERTY, contract.FIRST_VERSION))
+
+
+def deployed_plan(spark: SparkSession, settings: Settings) -> contract.Plan:
+    """The contract ingest, the audit and re-admission judge this lake's records by."""
+    return contract.shop_plan(deployed_version(spark, settings))
+
+
+def deploy(spark: SparkSession, settings: Settings, version: int) -> int:
+    """Run the shop's contract `version` from now on; returns the version it replaces.
+
+    Silver already has every declared column (`ensure_tables`), so this is one
+    metadata commit. Records quarantined under the old version stay where they are
+    until re-admitted (docs/contract.md §10). Ingest must be stopped meanwhile: it
+    reads the version when it starts."""
+    declared = contract.NEWEST.source.contract_version
+    if not 1 <= version <= declared:
+        raise ValueError(
+            f"shop declares contract versions 1 to {declared}; there is no version {version}"
+        )
+    ensure_tables(spark, settings)
+    before = deployed_version(spark, settings)
+    if before != version:
+        spark.sql(
+            f"ALTER TABLE delta.`{SILVER.path(settings)}` "
+            f"SET TBLPROPERTIES ('{CONTRACT_PROPERTY}' = '{version}')"
+        )
+    return before
 
 
 def evolve(spark: SparkSession, path: str, plan: contract.Plan) -> None:
@@ -337,17 +379,19 @@ def process_batch(
     batch_id: int,
     app_id: str,
     index: ledger_index.LedgerIndex | None = None,
+    plan: contract.Plan = contract.PLAN,
 ) -> BatchResult:
     """One micro-batch of bronze rows into silver, the ledger and the quarantine.
 
     With `index` (ingest's, kept across its batches), the earlier records of the
     batch's ids are read from the ledger at the positions the index names;
-    without, the ledger is joined whole (recovery, one-off batches)."""
+    without, the ledger is joined whole (recovery, one-off batches). `plan`: the
+    contract the lake runs (`deployed_plan`)."""
     started = time.monotonic()
     result = BatchResult(batch_id)
     # Materialised once with its lineage cut: the validation plan is large, and
     # every later action would otherwise analyse and optimise it again.
-    checked = contract.validate(batch).localCheckpoint(eager=True)
+    checked = contract.validate(batch, plan).localCheckpoint(eager=True)
     try:
         keys = _tally(checked, result, keyed=index is not None)
         accepted = checked.where(F.col("reject_reason").isNull())
@@ -634,7 +678,8 @@ def _where_held(
     of_ids = state.join(replacing.select("event_id"), "event_id", "left_semi")
     positions = _named_positions(of_ids)
     before = of_ids.where(~F.col("in_batch"))
-    old = to_silver_rows(contract.validate(bronze_at(spark, settings, before)))
+    # Settled records read the same under the newest contract, whichever admitted them.
+    old = to_silver_rows(contract.validate(bronze_at(spark, settings, before), contract.NEWEST))
     found = (
         old.select("event_type", "event_date")
         .unionByName(replacing.select("event_type", "event_date"))
@@ -836,7 +881,12 @@ def _positions(spark: SparkSession, path: str, version: int) -> DataFrame:
     return lake.read_version(spark, path, version).select("partition", "offset")
 
 
-def recover(spark: SparkSession, settings: Settings, txn_app: str) -> bool:
+def recover(
+    spark: SparkSession,
+    settings: Settings,
+    txn_app: str,
+    contract_plan: contract.Plan = contract.PLAN,
+) -> bool:
     """Before ingest's query starts without a checkpoint, settle what bronze holds.
 
     Without a checkpoint, ingest reads Kafka from after bronze's last copied
@@ -875,7 +925,7 @@ def recover(spark: SparkSession, settings: Settings, txn_app: str) -> bool:
             "holds; Kafka is then read from after bronze's last copied offsets",
             plan["bronze_version"],
         )
-        _settle_unsettled(spark, settings, plan, f"{txn_app}/recovery")
+        _settle_unsettled(spark, settings, plan, f"{txn_app}/recovery", contract_plan)
         fixed = reconcile(spark, settings)
         log.info("recovery: %d event ids brought to the ledger's answer", fixed)
         plan["settled"] = True
@@ -884,7 +934,11 @@ def recover(spark: SparkSession, settings: Settings, txn_app: str) -> bool:
 
 
 def _settle_unsettled(
-    spark: SparkSession, settings: Settings, plan: dict[str, Any], txn_app: str
+    spark: SparkSession,
+    settings: Settings,
+    plan: dict[str, Any],
+    txn_app: str,
+    contract_plan: contract.Plan,
 ) -> None:
     """Bronze records in neither the ledger nor the quarantine, as micro-batches of the
     usual size. Chunks are chosen by position over fixed versions: a rerun makes the same."""
@@ -902,7 +956,7 @@ def _settle_unsettled(
         chunk = F.pmod(F.xxhash64("partition", "offset"), F.lit(chunks))
         for n in range(chunks):
             result = process_batch(
-                spark, settings, unsettled.where(chunk == n), n, txn_app
+                spark, settings, unsettled.where(chunk == n), n, txn_app, plan=contract_plan
             ).record()
             log.info("recovery %d of %d: %s", n + 1, chunks, result.describe())
     finally:
@@ -947,10 +1001,12 @@ def reconcile(spark: SparkSession, settings: Settings) -> int:
             return 0
         of_ids = state.join(ids, "event_id", "left_semi")
         key = ["partition", "offset"]
+        # Ledger records: accepted once, so read alike by the newest contract.
         checked = contract.validate(
             spark.read.format("delta")
             .load(registry.BRONZE_EVENTS.path(settings))
-            .join(of_ids.select(*key), key, "left_semi")
+            .join(of_ids.select(*key), key, "left_semi"),
+            contract.NEWEST,
         ).localCheckpoint(eager=True)
         _merge_winners(
             spark,

@@ -608,7 +608,8 @@ def batch(
     if source == "kafka":
         records = bronze.to_bronze_rows(bronze.read_kafka_batch(spark, settings))
         silver = silver_mod.from_records(
-            bronze.ignoring_forgotten(records, bronze.forgotten_positions(spark, settings))
+            bronze.ignoring_forgotten(records, bronze.forgotten_positions(spark, settings)),
+            silver_mod.deployed_plan(spark, settings),
         ).localCheckpoint(eager=True)
     elif source == "bronze":
         silver = read_silver(spark, settings, version)

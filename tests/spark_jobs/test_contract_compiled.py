@@ -80,8 +80,14 @@ def test_the_plan_types_each_payload_field_once_in_order_of_first_declaration():
         "total",
         "reason",
         "amount",
+        "discount",  # contract version 2's, last: silver gains it at the end
     ]
-    assert plan.number_paths == ["$.payload.quantity", "$.payload.total", "$.payload.amount"]
+    assert plan.number_paths == [
+        "$.payload.quantity",
+        "$.payload.total",
+        "$.payload.amount",
+        "$.payload.discount",
+    ]
     assert [f.name for f in contract.EVENT_SCHEMA.fields][:5] == [
         "event_id",
         "event_type",

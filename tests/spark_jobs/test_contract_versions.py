@@ -14,9 +14,10 @@ import pytest
 from pyspark.sql import functions as F
 
 from spark_jobs import contract, lake, silver
-from tests.warehouse.sources.shop_v2 import SHOP_V2
 from warehouse.sources import shop
 
+SHOP_V2 = shop.SOURCE  # contract version 2: order_placed v2 (§10)
+SHOP_V1 = shop.SOURCE.at(1)  # the shop before it
 KAFKA_TS = datetime(2026, 1, 1, 12, 0, 0)
 ITEMS = [
     {"product_id": "p1", "quantity": 2, "unit_price": 1.25},
@@ -144,7 +145,7 @@ def test_at_contract_version_1_records_are_judged_as_today_and_silver_keeps_its_
         found = contract.validate(records, plan).select("name", "reject_reason", "reject_detail")
         return {r.name: (r.reject_reason, r.reject_detail) for r in found.collect()}
 
-    today = judged(contract.plan(shop.SOURCE))
+    today = judged(contract.plan(SHOP_V1))
     assert judged(at_1) == today
     assert today["v2 order"] == (
         "unsupported_schema_version",
@@ -159,7 +160,7 @@ def test_a_silver_made_before_v2_gains_its_column_and_v1_orders_read_the_default
     the discount column is added, a v1 order reads 0.00 there (as one validated under
     contract 2 would), a cart reads null, and a second run changes nothing."""
     path = str(tmp_path / "silver")
-    today = contract.plan(shop.SOURCE)
+    today = contract.plan(SHOP_V1)
     records = spark.createDataFrame(
         [
             (0, 0, KAFKA_TS, order(1, total=12.5, discount=None)),
@@ -168,8 +169,11 @@ def test_a_silver_made_before_v2_gains_its_column_and_v1_orders_read_the_default
         "partition int, offset long, kafka_timestamp timestamp, value binary",
     )
     checked = contract.validate(records, today).withColumn("content_hash", F.lit("h"))
-    lake.ensure_table(spark, path, silver.silver_schema(today.event_schema))
-    silver.to_silver_rows(checked).write.format("delta").mode("append").save(path)
+    before = silver.silver_schema(today.event_schema)
+    lake.ensure_table(spark, path, before)
+    checked.withColumn("event_date", F.to_date("event_time")).select(
+        *before.fieldNames()
+    ).write.format("delta").mode("append").save(path)
 
     evolved = contract.plan(SHOP_V2)
     silver.evolve(spark, path, evolved)

@@ -311,12 +311,23 @@ def rows(source: Source) -> list[tuple[str, str, str, str]]:
     for etype in source.event_types:
         for shape in etype.shapes:
             rules = {r.target: r.text for r in shape.rules}
+            limits = {r.less: f"at most {r.sum_text}" for r in shape.rules if r.less}
+            # A version a later contract version added says which, as a registry would.
+            version = str(shape.version) + (f" (contract {shape.since})" if shape.since > 1 else "")
+            older = [s.version for s in etype.shapes if s.version < shape.version]
             for f in shape.fields:
-                rule = f.kind.text + (f"; {rules[f.name]}" if f.name in rules else "")
-                found.append((etype.name, str(shape.version), f.name, rule))
+                said = [f.kind.text, *[t for t in (rules.get(f.name), limits.get(f.name)) if t]]
+                new_here = older and all(
+                    f.name not in {g.name for g in s.fields}
+                    for s in etype.shapes
+                    if s.version in older
+                )
+                if new_here and f.default is not None:
+                    said.append(f"v{', v'.join(map(str, older))} records read {f.default}")
+                found.append((etype.name, version, f.name, "; ".join(said)))
                 if isinstance(f.kind, Items):
                     found += [
-                        (etype.name, str(shape.version), f"{f.name}[].{i.name}", i.kind.text)
+                        (etype.name, version, f"{f.name}[].{i.name}", i.kind.text)
                         for i in f.kind.fields
                     ]
     return found

@@ -8,21 +8,23 @@ import dataclasses
 
 import pytest
 
-from tests.warehouse.sources.shop_v2 import ORDER_V2, SHOP_V2
 from warehouse import sources
 from warehouse.base import declare
 from warehouse.base.declare import Field, Items, Money, Shape, Text
 from warehouse.sources import shop
 
-ACCEPTED_V1 = declare.canonical(shop.SOURCE)
+SHOP_V2 = shop.SOURCE  # contract version 2 adds order_placed v2 (§10)
+SHOP_V1 = shop.SOURCE.at(1)
+ORDER_V2 = SHOP_V2.event_types[2].shape(2)
+ACCEPTED_V1 = declare.canonical(SHOP_V1)
 
 
 def _with_order(*shapes: Shape) -> declare.Source:
     return dataclasses.replace(
-        shop.SOURCE,
+        SHOP_V1,
         event_types=tuple(
             dataclasses.replace(t, shapes=shapes) if t.name == "order_placed" else t
-            for t in shop.SOURCE.event_types
+            for t in SHOP_V1.event_types
         ),
     )
 
@@ -31,9 +33,9 @@ V1 = SHOP_V2.event_types[2].shape(1)
 
 
 def test_the_shop_as_declared_is_the_shop_as_accepted():
-    assert sources.accepted("shop") == ACCEPTED_V1
+    assert sources.accepted("shop") == declare.canonical(shop.SOURCE)
     assert sources.unaccepted_versions(shop.SOURCE) == []
-    assert sources.check() == ([], ["shop: contract version 1, compatible and accepted"])
+    assert sources.check() == ([], ["shop: contract version 2, compatible and accepted"])
 
 
 def test_a_new_schema_version_with_a_default_for_older_records_is_compatible():
@@ -41,7 +43,8 @@ def test_a_new_schema_version_with_a_default_for_older_records_is_compatible():
     # ... and nothing at all, on a new lake.
     assert declare.incompatibilities(None, SHOP_V2) == []
     assert SHOP_V2.contract_version == 2
-    assert SHOP_V2.at(1) == shop.SOURCE
+    assert SHOP_V2.at(1) == SHOP_V1
+    assert SHOP_V1.contract_version == 1
 
 
 @pytest.mark.parametrize(
@@ -106,10 +109,10 @@ def test_a_new_schema_version_with_a_default_for_older_records_is_compatible():
             "order_placed v1, field items[].unit_price: removed",
         ),
         (
-            dataclasses.replace(shop.SOURCE, event_types=shop.SOURCE.event_types[:4]),
+            dataclasses.replace(SHOP_V1, event_types=SHOP_V1.event_types[:4]),
             "payment_captured: the event type was removed",
         ),
-        (dataclasses.replace(shop.SOURCE, key="event_id"), "shop: key changed from"),
+        (dataclasses.replace(SHOP_V1, key="event_id"), "shop: key changed from"),
     ],
 )
 def test_a_change_that_would_read_an_accepted_record_differently_is_refused(declared, says):
@@ -122,7 +125,7 @@ def test_a_contract_version_not_accepted_yet_is_named_and_accepting_records_it(
 ):
     monkeypatch.setattr(sources, "accepted_path", lambda name: tmp_path / f"{name}.json")
     assert sources.unaccepted_versions(SHOP_V2) == [1, 2]
-    assert sources.accept(shop.SOURCE) == []
+    assert sources.accept(SHOP_V1) == []
     assert sources.unaccepted_versions(SHOP_V2) == [2]
     assert sources.accept(SHOP_V2) == []
     assert sources.unaccepted_versions(SHOP_V2) == []

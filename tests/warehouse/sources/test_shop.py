@@ -9,7 +9,7 @@ import pytest
 
 from warehouse import sources
 from warehouse.base import registry
-from warehouse.base.declare import Count, Items, Money, OneOf, SumOf, Text
+from warehouse.base.declare import Count, Field, Items, Money, OneOf, SumOf, Text
 
 
 def test_the_shop_source_is_found_by_its_file_and_keeps_its_topic():
@@ -39,7 +39,7 @@ def test_the_shop_declares_contract_section_1s_payloads():
         "order_cancelled": {"order_id": Text(), "reason": Text()},
         "payment_captured": {"order_id": Text(), "amount": Money(), "currency": currency},
     }
-    shop = sources.get("shop")
+    shop = sources.get("shop").at(1)  # §1 is contract version 1
     got: dict[str, dict[str, object]] = {}
     for etype in shop.event_types:
         assert [s.version for s in etype.shapes] == [1]
@@ -54,6 +54,19 @@ def test_the_shop_declares_contract_section_1s_payloads():
     assert {f.name: f.kind for f in items.fields} == item
     assert [f.name for f in items.fields] == list(item)
     assert placed.newest.rules == (SumOf("total", "items", ("quantity", "unit_price")),)
+
+
+def test_contract_version_2_adds_section_10s_order_v2_and_nothing_else():
+    shop = sources.get("shop")
+    assert shop.contract_version == 2
+    versions = {t.name: [(s.version, s.since) for s in t.shapes] for t in shop.event_types}
+    assert versions.pop("order_placed") == [(1, 1), (2, 2)]
+    assert all(v == [(1, 1)] for v in versions.values())
+    (placed,) = [t for t in shop.event_types if t.name == "order_placed"]
+    v1, v2 = placed.shapes
+    assert v2.fields[:-1] == v1.fields
+    assert v2.fields[-1] == Field("discount", Money(), default="0.00")
+    assert v2.rules == (SumOf("total", "items", ("quantity", "unit_price"), less="discount"),)
 
 
 def test_an_unknown_source_is_named_with_those_there_are():
