@@ -354,6 +354,12 @@ def txn_version(spark: SparkSession, path: str, app_id: str) -> int | None:
     return int(found.get()) if found.isDefined() else None
 
 
+def committed(spark: SparkSession, path: str, app_id: str, version: int) -> bool:
+    """Whether the table committed (`app_id`, `version`) or a later version of that id."""
+    last = txn_version(spark, path, app_id)
+    return last is not None and last >= version
+
+
 def _checksum_txns(snap: Any) -> dict[str, int] | None:
     """Each transaction id's last committed version, from the checksum file of the
     snapshot's version; None where there is none, or it does not hold the ids."""

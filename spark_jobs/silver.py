@@ -282,7 +282,8 @@ def deployed_version(spark: SparkSession, settings: Settings) -> int:
     path = SILVER.path(settings)
     if not lake.exists(spark, f"{path}/_delta_log"):
         return contract.FIRST_VERSION
-    properties = DeltaTable.forPath(spark, path).detail().first()["properties"]
+    detail = DeltaTable.forPath(spark, path).detail().first()
+    properties = detail["properties"] if detail is not None else {}
     return int(properties.get(CONTRACT_PROPERTY, contract.FIRST_VERSION))
 
 
@@ -491,9 +492,11 @@ def _settle(
     batch_id: int,
     app_id: str,
     result: BatchResult,
+    own_placed: bool = False,
 ) -> None:
     """Bring silver and the conflict quarantine to the ledger's answer for the batch's ids,
-    and quarantine the batch's `rejected` rows."""
+    and quarantine the batch's `rejected` rows. `own_placed`: the batch's own conflicts
+    are in the quarantine already (re-admission restates them there in place)."""
     touched = accepted.select("event_id").distinct()
     state = classify(history).localCheckpoint(eager=True)
     try:
@@ -505,6 +508,7 @@ def _settle(
         result.duplicates = sum(n for (s, b, _), n in tally.items() if s == DUPLICATE and b)
         result.conflicts = sum(n for (s, b, _), n in tally.items() if s == CONFLICT and b)
         result.replaced_winners = tally.get((ACCEPTED, True, False), 0)
+        own_conflicts = 0 if own_placed else result.conflicts
 
         winners = accepted.join(
             state.where((F.col("status") == ACCEPTED) & F.col("in_batch")).select(
@@ -543,7 +547,7 @@ def _settle(
                     rejected,
                     batch_id,
                     app_id,
-                    result.conflicts,
+                    own_conflicts,
                 )
             finally:
                 replacing.unpersist()
@@ -551,7 +555,7 @@ def _settle(
         # Without a replacement, earlier records keep their status, so the batch's
         # own conflicts are all the quarantine gains: one append with its rejected
         # records, under the batch's transaction id (a retry skips it whole).
-        _quarantine_own(checked, state, rejected, result.conflicts, settings, batch_id, app_id)
+        _quarantine_own(checked, state, rejected, own_conflicts, settings, batch_id, app_id)
     finally:
         state.unpersist()
 
@@ -606,7 +610,8 @@ def _settle_replaced(
     append and its MERGE, or before this split existed, with its conflicts not in
     the append."""
     quarantine = QUARANTINE.path(settings)
-    if (lake.txn_version(spark, quarantine, _rejected_txn(app_id)) or -1) >= batch_id:
+    # (A version 0 is falsy: `txn_version(...) or -1` took batch 0's retry for a first try.)
+    if lake.committed(spark, quarantine, _rejected_txn(app_id), batch_id):
         _settle_conflicts(spark, settings, checked, touched, state)
         return
     replaced = replacing.select("event_id")
@@ -622,12 +627,42 @@ def _settle_replaced(
             _quarantine_conflicts(spark, settings, changes.adds, changes.to_remove)
 
 
+def admitted_state(
+    spark: SparkSession, settings: Settings, checked: DataFrame, batch_id: int, app_id: str
+) -> DataFrame:
+    """For re-admission (`spark_jobs.readmit`): the `classify` state of records once
+    quarantined that now pass (`checked`, validated), whose ledger rows are committed
+    under (`app_id`/ledger, `batch_id`), with every other accepted record of their
+    ids. Materialised: the caller unpersists it."""
+    accepted = checked.where(F.col("reject_reason").isNull())
+    history = _history(spark, settings, accepted, batch_id, app_id, None, None)
+    return classify(history).localCheckpoint(eager=True)
+
+
+def finish_admitted(
+    spark: SparkSession,
+    settings: Settings,
+    checked: DataFrame,
+    batch_id: int,
+    app_id: str,
+) -> BatchResult:
+    """Silver's half of re-admission, once the quarantine no longer holds the admitted
+    records (or holds them as conflicts): their winners in silver, replacing a later
+    one, and the conflicts of the winners they replaced in the quarantine. Under
+    `app_id`'s transaction ids, as a micro-batch's."""
+    result = BatchResult(batch_id)
+    accepted = checked.where(F.col("reject_reason").isNull())
+    history = _history(spark, settings, accepted, batch_id, app_id, None, None)
+    _settle(spark, settings, checked, accepted, history, None, batch_id, app_id, result, True)
+    return result
+
+
 # Past this many records looked up by position, bronze is joined instead: the
 # literal predicates that let Delta skip bronze's other files grow with them.
 MAX_POSITIONS = 2_000
 
 
-def _named_positions(rows: DataFrame) -> list[tuple[int, int]] | None:
+def named_positions(rows: DataFrame) -> list[tuple[int, int]] | None:
     """The distinct (partition, offset) of `rows` on the driver, to name as literals
     (`lake.at_positions`, `lake.positions_condition`); None past MAX_POSITIONS."""
     found = rows.select("partition", "offset").distinct().limit(MAX_POSITIONS + 1).collect()
@@ -642,7 +677,7 @@ def bronze_at(spark: SparkSession, settings: Settings, positions: DataFrame) -> 
     not all of history; more are joined."""
     key = ["partition", "offset"]
     bronze = spark.read.format("delta").load(registry.BRONZE_EVENTS.path(settings))
-    wanted = _named_positions(positions)
+    wanted = named_positions(positions)
     if wanted is None:
         return bronze.join(positions.select(*key).distinct(), key, "left_semi")
     return lake.at_positions(bronze, wanted)
@@ -676,7 +711,7 @@ def _where_held(
     or another while recovery has yet to reconcile, or the new winner when the
     batch is retried after its MERGE). None if there are too many to name."""
     of_ids = state.join(replacing.select("event_id"), "event_id", "left_semi")
-    positions = _named_positions(of_ids)
+    positions = named_positions(of_ids)
     before = of_ids.where(~F.col("in_batch"))
     # Settled records read the same under the newest contract, whichever admitted them.
     old = to_silver_rows(contract.validate(bronze_at(spark, settings, before), contract.NEWEST))
@@ -775,7 +810,7 @@ def _conflict_changes(
     # What may have to leave the quarantine is a conflict of an earlier record (its
     # winner changed): read at their positions only, if few. A batch's own conflicts
     # already there (a retry) need no look: the MERGE is keyed by position.
-    named = _named_positions(state.where(~F.col("in_batch"))) if narrow else None
+    named = named_positions(state.where(~F.col("in_batch"))) if narrow else None
     if named is not None:
         conflicts = lake.at_positions(conflicts, named)
     # Materialised: the quarantine is read once.
@@ -837,7 +872,7 @@ def _quarantine_conflicts(
     try:
         # Named as literals too, if few: Delta then reads only the quarantine's files
         # that can hold them, not all of it.
-        named = _named_positions(source)
+        named = named_positions(source)
         if named == []:
             return  # nothing to add or remove: no commit
         if named is not None:
