@@ -113,6 +113,7 @@ def test_every_dag_file_parses(loaded):
         "regauge_dbt",
         "regauge_forget",
         "regauge_maintenance",
+        "regauge_readmit",
     }
 
 
@@ -135,6 +136,7 @@ def test_params_are_the_contracts(loaded):
     assert set(dags["regauge_dbt"]["params"]) == {"select"}
     assert set(dags["regauge_forget"]["params"]) == {"customer_id", "reason"}
     assert set(dags["regauge_maintenance"]["params"]) == {"retention_hours"}
+    assert set(dags["regauge_readmit"]["params"]) == {"source", "reason"}
     views = dags["regauge_reprocess"]["params"]["view"]["enum"]
     assert views == ["cart_sessions", "revenue_hourly"]
 
@@ -161,6 +163,13 @@ def test_params_are_the_contracts(loaded):
         ("regauge_forget", "customer_id", "cust-00042", ["", "c 1", "c'1", "c\n", "x" * 65, 42]),
         ("regauge_forget", "reason", "GDPR art. 17 #12", ["", "<b>", "a\nb", "a" * 201, "$(id)"]),
         ("regauge_maintenance", "retention_hours", 0.5, [-1, "12", "1; rm -rf /", [1]]),
+        ("regauge_readmit", "source", "shop", ["", "Shop", "s p", "s;id", "s\n", "x" * 65, 1]),
+        (
+            "regauge_readmit",
+            "reason",
+            "total_mismatch",
+            ["conflicting_duplicate", "late", "", "$(id)", None],
+        ),
     ],
 )
 def test_param_schemas_refuse_bad_values(loaded, dag_id, param, good, bad):
@@ -234,3 +243,13 @@ def test_every_task_logs_its_failure(loaded):
         "ERROR regauge.dags REGAUGE TASK FAILED: dag_id=regauge_x task_id=t_1 "
         "run_id=manual__1 try=2 of 2: RuntimeError: exit code 2\n"
     )
+
+
+def test_readmit_offers_the_reasons_the_command_takes(loaded):
+    """The DAG's list (Airflow's process loads no Spark) is spark_jobs.readmit's."""
+    from spark_jobs import contract, readmit
+
+    offered = loaded["dags"]["regauge_readmit"]["params"]["reason"]["enum"]
+    assert sorted(offered) == sorted(r for r in contract.REASONS if r != "conflicting_duplicate")
+    for reason in offered:
+        assert readmit.check_reason(reason) == reason

@@ -56,6 +56,22 @@ def forget(args: argparse.Namespace) -> int:
     return 0
 
 
+def readmit(args: argparse.Namespace) -> int:
+    from warehouse.ops import readmit as readmit_mod
+
+    try:
+        run = readmit_mod.readmit(settings_mod.get(), args.source, args.reason)
+    except ValueError as exc:
+        print(f"regauge: {exc}", file=sys.stderr)
+        return 2
+    resumed = ", resuming the run that did not finish" if run.resumed else ""
+    print(
+        f"re-admission {run.readmission_id} under contract version "
+        f"{run.contract_version}{resumed}: {run.summary}"
+    )
+    return 0
+
+
 def maintain(args: argparse.Namespace) -> int:
     from warehouse.ops import maintenance
 

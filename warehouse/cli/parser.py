@@ -240,15 +240,26 @@ def _sources(add: Add) -> None:
         "against the contract accepted before it (exit 1 naming the event type, schema "
         "version and field of each change that would alter how an accepted record "
         "validates or reads, or if a contract version is not accepted yet); accept a "
-        "source's new contract versions once they pass",
+        "source's new contract versions once they pass; deploy one of its contract versions "
+        "on this lake (ingest stops between micro-batches meanwhile; a new lake runs 1)",
     )
     p.add_argument(
         "action",
-        choices=("list", "show", "check", "accept"),
-        help="list: every source; show, accept: one; check: all",
+        choices=("list", "show", "check", "accept", "deploy"),
+        help="list: every source; show, accept, deploy: one; check: all",
     )
     p.add_argument(
-        "source", nargs="?", metavar="SOURCE", help="for show and accept: the source, e.g. shop"
+        "source",
+        nargs="?",
+        metavar="SOURCE",
+        help="for show, accept and deploy: the source, e.g. shop",
+    )
+    p.add_argument(
+        "version",
+        nargs="?",
+        type=int,
+        metavar="VERSION",
+        help="for deploy: the contract version to run, e.g. 2",
     )
     p.add_argument(
         "--markdown", action="store_true", help="for show: a Markdown table (docs/contract.md's)"
@@ -486,6 +497,23 @@ def _checks(add: Add) -> None:
         "--reason",
         default="erasure request",
         help="why, for the erasure log: plain words without the id, e.g. 'GDPR request 1234'",
+    )
+
+    p = add(
+        "readmit",
+        "checks:readmit",
+        "validate again, under the contract version the lake runs (`regauge sources deploy`), "
+        "every record of SOURCE quarantined with REASON, and settle each as if it had "
+        "passed when it arrived (docs/contract.md §10): first in log order wins, exact "
+        "duplicates counted, conflicts and records that still fail stay quarantined with "
+        "today's reason. Stops ingest meanwhile; logged in ops.control.readmissions; a "
+        "run that did not finish is resumed by the next, admitting nothing twice",
+    )
+    p.add_argument("source", metavar="SOURCE", help="the source, e.g. shop")
+    p.add_argument(
+        "--reason",
+        default="unsupported_schema_version",
+        help="the quarantine reason whose records to examine (default: unsupported_schema_version)",
     )
 
     p = add(

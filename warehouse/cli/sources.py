@@ -1,4 +1,5 @@
-"""`regauge sources`: the declared sources and their contracts. Loads no Spark."""
+"""`regauge sources`: the declared sources and their contracts. Loads no Spark, but
+`deploy`, which writes the lake."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ def sources(args: argparse.Namespace) -> int:
     except KeyError as exc:
         print(f"regauge: {exc.args[0]}", file=sys.stderr)
         return 2
+    if args.action == "deploy":
+        return deploy(source.name, args.version)
     if args.action == "accept":
         new = sources_mod.unaccepted_versions(source)
         problems = sources_mod.accept(source)
@@ -49,6 +52,30 @@ def sources(args: argparse.Namespace) -> int:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1])
         if n == 0:
             print("  ".join("-" * w for w in widths) + "  " + "-" * len(row[-1]))
+    return 0
+
+
+def deploy(name: str, version: int | None) -> int:
+    """Run contract `version` of a source on this lake (Spark: loaded only here)."""
+    from warehouse.base import settings as settings_mod
+    from warehouse.ops import readmit
+
+    if version is None:
+        print(f"regauge: sources deploy {name} needs a VERSION, e.g. 2", file=sys.stderr)
+        return 2
+    wrong, _ = sources_mod.check()
+    if wrong:
+        for line in wrong:
+            print(f"regauge: {line}", file=sys.stderr)
+        print("regauge: refusing to deploy a contract that fails its check", file=sys.stderr)
+        return 1
+    try:
+        deployed = readmit.deploy(settings_mod.get(), name, version)
+    except ValueError as exc:
+        print(f"regauge: {exc}", file=sys.stderr)
+        return 2
+    for line in deployed.lines():
+        print(line)
     return 0
 
 

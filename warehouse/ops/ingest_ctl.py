@@ -16,9 +16,11 @@ it back after the next `regauge up`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +131,22 @@ def stop(settings: Settings, timeout: float = 90.0) -> bool:
         f"ingest did not stop within {timeout:.0f} s; the view host is still stopping it, "
         f"see {host.log}"
     )
+
+
+@contextlib.contextmanager
+def paused(settings: Settings, holder: str) -> Iterator[None]:
+    """Ingest stopped between micro-batches, and its writer lock held, while the body
+    runs; afterwards ingest is as it was, whether the body succeeded or not."""
+    was_wanted, trigger = wanted(settings)
+    if stop(settings):
+        log.info("ingest stopped for %s", holder)
+    lock = writers.ingest(settings, holder).acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+        if was_wanted:
+            start(settings, trigger)
 
 
 def ensure(settings: Settings) -> str | None:

@@ -1,0 +1,120 @@
+"""`regauge readmit` and `regauge sources deploy`: a source's contract version moves on,
+and the records quarantined under an older one come back (docs/contract.md §10).
+
+Both stop ingest between micro-batches and hold its lock while they write: ingest
+reads the contract version when it starts, and re-admission's commits must not
+interleave with a batch's on the same event ids. Ingest is then as it was, whether
+they succeeded or not. The view streams run on: they follow silver's change feed
+and fold the re-admitted events in like late ones. Spark runs in a driver of its
+own: the work reads Delta's transaction ids through the JVM, which Spark Connect
+does not expose."""
+
+from __future__ import annotations
+
+import getpass
+import logging
+from dataclasses import dataclass
+
+from pyspark.sql import functions as F
+
+from warehouse import sources
+from warehouse.base.settings import Settings
+from warehouse.ops import ingest_ctl, sessions
+from warehouse.sql import readmissions
+
+log = logging.getLogger(__name__)
+
+OWN_DRIVER = "it reads Delta's transaction ids through the JVM"
+UNSUPPORTED = "unsupported_schema_version"
+
+
+def _engine_source(name: str) -> str:
+    """`name`, if it is a declared source whose tables the engine writes; ValueError
+    naming the known ones otherwise."""
+    try:
+        source = sources.get(name)
+    except KeyError as exc:
+        raise ValueError(exc.args[0]) from None
+    if source.name != "shop":
+        # Per-source tables (§10's S_events) come with the second source (issue 66).
+        raise ValueError(f"source {name!r} is declared, but only shop's tables exist yet")
+    return source.name
+
+
+@dataclass
+class Deployed:
+    source: str
+    before: int
+    now: int
+    waiting: int  # records quarantined as unsupported_schema_version
+
+    def lines(self) -> list[str]:
+        moved = "stays at" if self.before == self.now else f"moved from {self.before} to"
+        out = [f"{self.source}: contract version {moved} {self.now}"]
+        if self.waiting:
+            out.append(
+                f"{self.waiting} records are quarantined as {UNSUPPORTED}; "
+                f"`regauge readmit {self.source}` validates them again under version {self.now}"
+            )
+        return out
+
+
+def deploy(settings: Settings, name: str, version: int) -> Deployed:
+    """Run `version` of the source's contract from ingest's next start on."""
+    source = _engine_source(name)
+    from spark_jobs import silver
+
+    with (
+        ingest_ctl.paused(settings, f"`regauge sources deploy {source} {version}`"),
+        sessions.task_session(settings, "regauge-deploy", own_driver=OWN_DRIVER) as spark,
+    ):
+        before = silver.deploy(spark, settings, version)
+        waiting = (
+            spark.read.format("delta")
+            .load(silver.QUARANTINE.path(settings))
+            .where(F.col("reason") == UNSUPPORTED)
+            .count()
+        )
+    log.info("%s: contract version %d -> %d", source, before, version)
+    return Deployed(source, before, version, waiting)
+
+
+@dataclass
+class Run:
+    readmission_id: str
+    contract_version: int
+    resumed: bool
+    summary: str
+
+
+def readmit(settings: Settings, name: str, reason: str = UNSUPPORTED) -> Run:
+    """Validate again, under the contract version the lake runs, every record of the
+    source quarantined with `reason`; log the run in control.readmissions."""
+    source = _engine_source(name)
+    from spark_jobs import readmit as engine
+    from spark_jobs import silver
+
+    engine.check_reason(reason)
+    with (
+        ingest_ctl.paused(settings, f"`regauge readmit {source}`"),
+        sessions.task_session(settings, "regauge-readmit", own_driver=OWN_DRIVER) as spark,
+    ):
+        plan = silver.deployed_plan(spark, settings)
+        rid, resumed = readmissions.start(
+            settings, source, reason, plan.contract_version, getpass.getuser()
+        )
+        log.info(
+            "re-admission %s of %s (%s) under contract version %d%s",
+            rid,
+            source,
+            reason,
+            plan.contract_version,
+            ": resuming a run that did not finish" if resumed else "",
+        )
+        try:
+            done = engine.readmit(spark, settings, rid, reason, plan)
+        except BaseException as exc:
+            readmissions.fail(settings, rid, str(exc))
+            raise
+        readmissions.finish(settings, rid, done.examined, done.admitted, done.still_quarantined)
+    return Run(rid, plan.contract_version, resumed, done.describe())
