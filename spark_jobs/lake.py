@@ -680,6 +680,18 @@ _RETENTION_IGNORED = "spark.databricks.delta.vacuum.retentionWindowIgnore.enable
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
 
+def commit_metadata(spark: SparkSession, path: str, version: int) -> str | None:
+    """The userMetadata of a table's commit `version` (`USER_METADATA`), read from its
+    commit file; None if it has none, or the file is gone (log cleanup)."""
+    text = read_text(spark, f"{path}/_delta_log/{version:020d}.json")
+    for line in (text or "").splitlines():
+        action = json.loads(line)
+        if "commitInfo" in action:
+            found = action["commitInfo"].get("userMetadata")
+            return None if found is None else str(found)
+    return None
+
+
 @contextlib.contextmanager
 def vacuum_session(spark: SparkSession) -> Iterator[None]:
     """Session settings for VACUUMs whose retention the caller has worked out: the

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from delta.tables import DeltaTable
@@ -40,6 +41,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs import contract, lake, silver
+from spark_jobs.testing import faults
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 
@@ -91,11 +93,31 @@ def readmit(
     readmission_id: str,
     reason: str,
     plan: contract.Plan,
+    progress: Callable[[Readmitted], None] | None = None,
 ) -> Readmitted:
-    """Validate again, by `plan`, every quarantined record with `reason`, and settle them."""
+    """Validate again, by `plan`, every quarantined record with `reason`, and settle them.
+
+    `progress` is told the counts once the quarantine is restated (step 2): a try
+    killed after it left those records out of the quarantine, so its rerun, which
+    examines what is still there, cannot count them again."""
     check_reason(reason)
     txn = app_id(readmission_id)
     ledger_txn = f"{txn}/ledger"
+    with lake.session_conf(spark, {lake.USER_METADATA: silver.READMISSION_TAG}):
+        return _readmit(spark, settings, readmission_id, reason, plan, txn, ledger_txn, progress)
+
+
+def _readmit(
+    spark: SparkSession,
+    settings: Settings,
+    readmission_id: str,
+    reason: str,
+    plan: contract.Plan,
+    txn: str,
+    ledger_txn: str,
+    progress: Callable[[Readmitted], None] | None,
+) -> Readmitted:
+    """`readmit`, its commits tagged (`silver.READMISSION_TAG`)."""
     ledger_path = silver.LEDGER.path(settings)
     done = Readmitted(resumed=lake.committed(spark, ledger_path, ledger_txn, BATCH))
     quarantined = (
@@ -133,16 +155,19 @@ def readmit(
             _restate_quarantine(spark, settings, checked, state, reason)  # 2
         finally:
             state.unpersist()
-        if done.resumed:
-            _finish_earlier(spark, settings, done)  # 3 and 4, for every try's records
-        else:
-            result = silver.finish_admitted(spark, settings, checked, BATCH, txn)  # 3, 4
-            done.replaced_winners = result.replaced_winners
         done.admitted = statuses[silver.ACCEPTED] + statuses[silver.DUPLICATE]
         still = {r: n for r, n in verdicts.items() if r is not None}
         if statuses[silver.CONFLICT]:
             still[silver.CONFLICT] = statuses[silver.CONFLICT]
         done.still_quarantined = still
+        if progress is not None:
+            progress(done)  # what became of each record is decided and committed
+        faults.maybe_crash("readmit_after_quarantine", BATCH)
+        if done.resumed:
+            _finish_earlier(spark, settings, done)  # 3 and 4, for every try's records
+        else:
+            result = silver.finish_admitted(spark, settings, checked, BATCH, txn)  # 3, 4
+            done.replaced_winners = result.replaced_winners
     finally:
         checked.unpersist()
     log.info("re-admission %s: %s", readmission_id, done.describe())

@@ -121,6 +121,10 @@ LEDGER_SCHEMA = StructType(
     ]
 )
 
+# The userMetadata of every commit a re-admission makes (`spark_jobs.readmit`): views
+# name the events its silver commits land as restated by re-admission.
+READMISSION_TAG = "regauge:readmission"
+
 ACCEPTED = "accepted"
 DUPLICATE = "duplicate"
 CONFLICT = "conflicting_duplicate"
@@ -292,6 +296,30 @@ def deployed_plan(spark: SparkSession, settings: Settings) -> contract.Plan:
     return contract.shop_plan(deployed_version(spark, settings))
 
 
+def _refuse_unknown(spark: SparkSession, settings: Settings, plan: contract.Plan) -> None:
+    """ValueError if silver holds records of a schema version `plan` does not know: a
+    lake does not go back past records it admitted (they would no longer validate)."""
+    known = F.lit(False)
+    for event_type, versions in plan.versions:
+        known = known | (
+            (F.col("event_type") == event_type) & F.col("schema_version").isin(*versions)
+        )
+    unknown = (
+        spark.read.format("delta")
+        .load(SILVER.path(settings))
+        .where(~known)
+        .groupBy("event_type", "schema_version")
+        .count()
+        .collect()
+    )
+    if unknown:
+        held = ", ".join(f"{r['count']} {r['event_type']} v{r['schema_version']}" for r in unknown)
+        raise ValueError(
+            f"silver holds {held}, which contract version {plan.contract_version} does not "
+            "know; a lake does not go back past records it admitted"
+        )
+
+
 def deploy(spark: SparkSession, settings: Settings, version: int) -> int:
     """Run the shop's contract `version` from now on; returns the version it replaces.
 
@@ -306,6 +334,8 @@ def deploy(spark: SparkSession, settings: Settings, version: int) -> int:
         )
     ensure_tables(spark, settings)
     before = deployed_version(spark, settings)
+    if version < before:
+        _refuse_unknown(spark, settings, contract.shop_plan(version))
     if before != version:
         spark.sql(
             f"ALTER TABLE delta.`{SILVER.path(settings)}` "

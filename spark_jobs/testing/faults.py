@@ -15,7 +15,13 @@ import os
 log = logging.getLogger(__name__)
 
 ENV = "REGAUGE_FAULT"
-POINTS = ("silver_after_commit", "silver_after_ledger", "view_after_commit")
+POINTS = (
+    "silver_after_commit",
+    "silver_after_ledger",
+    "view_after_commit",
+    # Re-admission (batch 0) after its quarantine MERGE, before silver has its records.
+    "readmit_after_quarantine",
+)
 
 
 def maybe_crash(point: str, batch_id: int) -> None:

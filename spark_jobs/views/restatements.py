@@ -29,6 +29,7 @@ from pyspark.sql.types import (
 )
 
 from spark_jobs import lake
+from spark_jobs.silver import READMISSION_TAG
 from spark_jobs.views.base import View
 from warehouse.base import registry
 from warehouse.base.settings import Settings
@@ -57,6 +58,9 @@ RESTATEMENTS_SCHEMA = StructType(
 )
 LATE = "late"
 ERASURE = "erasure"
+# An event that re-admission brought back from the quarantine (docs/contract.md §10):
+# it lands like a late one, from a silver commit that carries READMISSION_TAG.
+READMISSION = "readmission"
 RESTATEMENT_KEY = ("view", "version", "window_start", "window_key", "event_id")
 # The change-feed rows that put an event in silver, and those that take one out.
 LANDED = ("insert", "update_postimage")
@@ -147,6 +151,33 @@ def restated(
         (F.unix_seconds("newest") - F.unix_seconds("window_end")).alias("lateness"),
         F.current_timestamp().alias("restated_at"),
         F.lit(LATE).alias("reason"),
+    )
+
+
+def _name_readmissions(
+    spark: SparkSession, settings: Settings, changes: DataFrame, found: DataFrame
+) -> DataFrame:
+    """`found` with reason READMISSION for the events a re-admission's silver commits
+    landed. Asked only of a batch that restated something: one Spark job for its
+    commit versions, and a read of each one's commit file."""
+    landed = changes.where(F.col("_change_type").isin(*LANDED))
+    versions = [r[0] for r in landed.select("_commit_version").distinct().collect()]
+    path = registry.SILVER_EVENTS.path(settings)
+    tagged = [v for v in versions if lake.commit_metadata(spark, path, v) == READMISSION_TAG]
+    if not tagged:
+        return found
+    readmitted = (
+        landed.where(F.col("_commit_version").isin(*tagged))
+        .select("event_id", F.lit(True).alias("_readmitted"))
+        .distinct()
+    )
+    return (
+        found.join(readmitted, "event_id", "left")
+        .withColumn(
+            "reason", F.when(F.col("_readmitted"), F.lit(READMISSION)).otherwise(F.col("reason"))
+        )
+        .select(*RESTATEMENTS_SCHEMA.fieldNames())
+        .localCheckpoint(eager=True)
     )
 
 
@@ -325,6 +356,8 @@ def record(
         F.unix_micros(F.min("window_start")),
         F.unix_micros(F.max("window_start")),
     ).first() or (0, None, None)
+    if n:
+        found = _name_readmissions(spark, settings, changes, found)
     if n and not summary.replaced:
         app_id, batch_id = txn
         # A repeat after a conflicting commit is skipped if the first try landed.

@@ -17,6 +17,7 @@ import pytest
 from chispa import assert_df_equality
 
 from spark_jobs import bronze, contract, ingest, lake, readmit, silver
+from spark_jobs.views import restatements
 from warehouse.base import registry
 
 KAFKA_TS = datetime(2026, 1, 1, 12, 0, 0)
@@ -110,6 +111,15 @@ def test_readmitted_records_settle_as_if_they_had_passed_when_they_arrived(spark
         (1, 3),
         (0, 3),
     ]
+    # A new lake runs contract version 1 (§1); deploying 2 is one metadata commit.
+    assert silver.deployed_version(spark, s) == 1
+    assert silver.deploy(spark, s, 2) == 1
+    assert silver.deployed_plan(spark, s) == V2_PLAN
+    with pytest.raises(
+        ValueError, match="declares contract versions 1 to 2; there is no version 3"
+    ):
+        silver.deploy(spark, s, 3)
+    silver_before = lake.newest_version(spark, registry.SILVER_EVENTS.path(s))
     done = readmit.readmit(spark, s, "r1", "unsupported_schema_version", V2_PLAN)
     assert (done.examined, done.admitted, done.replaced_winners) == (6, 4, 1)
     assert done.still_quarantined == {"total_mismatch": 1, "conflicting_duplicate": 1}
@@ -125,6 +135,26 @@ def test_readmitted_records_settle_as_if_they_had_passed_when_they_arrived(spark
         (0, 3): "total_mismatch",
         (0, 4): "malformed_json",
     }
+    # Back to 1 would leave silver with records it does not know: refused.
+    with pytest.raises(
+        ValueError, match="silver holds 3 order_placed v2, which contract version 1"
+    ):
+        silver.deploy(spark, s, 1)
+    assert silver.deployed_version(spark, s) == 2
+    # Views name what re-admission's silver commits landed (its commits are tagged).
+    changes = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", silver_before + 1)
+        .load(registry.SILVER_EVENTS.path(s))
+    )
+    late = [
+        ("v", 1, KAFKA_TS, KAFKA_TS, "EUR", e, KAFKA_TS, 1, KAFKA_TS, "late")
+        for e in ("fresh", "x")
+    ]
+    found = spark.createDataFrame(late, restatements.RESTATEMENTS_SCHEMA)
+    named = restatements._name_readmissions(spark, s, changes, found)
+    assert {r.event_id: r.reason for r in named.collect()} == {"fresh": "readmission", "x": "late"}
     # Again, by the same id or another: nothing left to admit, and no commit.
     tables = (registry.SILVER_EVENTS, registry.SILVER_QUARANTINE, registry.SILVER_LEDGER)
     versions = [lake.newest_version(spark, t.path(s)) for t in tables]

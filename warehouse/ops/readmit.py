@@ -111,10 +111,24 @@ def readmit(settings: Settings, name: str, reason: str = UNSUPPORTED) -> Run:
             plan.contract_version,
             ": resuming a run that did not finish" if resumed else "",
         )
+
+        def counted(d: engine.Readmitted) -> None:
+            readmissions.counted(settings, rid, d.examined, d.admitted, d.still_quarantined)
+
         try:
-            done = engine.readmit(spark, settings, rid, reason, plan)
+            done = engine.readmit(spark, settings, rid, reason, plan, counted)
         except BaseException as exc:
             readmissions.fail(settings, rid, str(exc))
             raise
-        readmissions.finish(settings, rid, done.examined, done.admitted, done.still_quarantined)
-    return Run(rid, plan.contract_version, resumed, done.describe())
+        row = readmissions.finish(settings, rid)
+    still = ", ".join(f"{r}={n}" for r, n in sorted(row["still_quarantined"].items()))
+    summary = (
+        f"{row['examined']} examined, {row['admitted']} admitted, still quarantined: "
+        f"{still or 'none'}"
+        + (
+            f" (this try: {done.describe()})"
+            if resumed
+            else f"; {done.replaced_winners} later winners replaced"
+        )
+    )
+    return Run(rid, plan.contract_version, resumed, summary)

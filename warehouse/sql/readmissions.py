@@ -51,20 +51,34 @@ def start(
     return readmission_id, False
 
 
-def finish(
+def counted(
     settings: Settings,
     readmission_id: str,
     examined: int,
     admitted: int,
     still_quarantined: dict[str, int],
 ) -> None:
+    """What became of the records, once the quarantine is restated. The first try to
+    get there counts: a rerun examines only what that try left in the quarantine."""
     with _connect(settings) as conn:
         conn.execute(
-            "UPDATE control.readmissions SET status = 'done', completed_at = now(), "
-            "examined = %s, admitted = %s, still_quarantined = %s, error = NULL "
-            "WHERE readmission_id = %s",
+            "UPDATE control.readmissions SET examined = %s, admitted = %s, "
+            "still_quarantined = %s WHERE readmission_id = %s AND examined IS NULL",
             [examined, admitted, json.dumps(still_quarantined), readmission_id],
         )
+
+
+def finish(settings: Settings, readmission_id: str) -> dict[str, Any]:
+    """Mark the run done; its row."""
+    with _connect(settings) as conn:
+        row = conn.execute(
+            "UPDATE control.readmissions SET status = 'done', completed_at = now(), "
+            "examined = coalesce(examined, 0), admitted = coalesce(admitted, 0), error = NULL "
+            "WHERE readmission_id = %s RETURNING *",
+            [readmission_id],
+        ).fetchone()
+    assert row is not None, readmission_id
+    return row
 
 
 def fail(settings: Settings, readmission_id: str, error: str) -> None:

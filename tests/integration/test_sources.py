@@ -1,0 +1,148 @@
+"""Schema evolution on the real stack (docs/contract.md §10): v2 orders sent before the
+lake knows them are quarantined, `regauge sources deploy shop 2` moves the lake on, and
+`regauge readmit shop`, killed once after its quarantine MERGE and run again, brings
+them back exactly once, with the accounting exact and the run logged.
+
+Runs last (tests/integration/conftest.py): it leaves the lake at contract version 2,
+which the generator's expectations (written for §1) do not know. About 2 minutes: two
+ingest catch-ups and three CLI runs, each a Spark driver of its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from spark_jobs import producer
+from spark_jobs.testing import faults
+from spark_jobs.testing.landing import fresh_seed
+from warehouse.base import registry
+from warehouse.ops import ingest_ctl, pipeline
+from warehouse.sql import accounting, trino_client
+
+ITEMS = [{"product_id": "p1", "quantity": 2, "unit_price": 5}]  # Σ = 10.00
+
+
+def _order(event_id: str, version: int, total: float, **extra: object) -> bytes:
+    payload = {"order_id": f"o-{event_id}", "currency": "EUR", "items": ITEMS, "total": total}
+    return json.dumps(
+        {
+            "event_id": event_id,
+            "event_type": "order_placed",
+            "event_time": "2026-01-01T11:00:00.000Z",
+            "customer_id": "evolving-customer",
+            "schema_version": version,
+            "payload": {**payload, **extra},
+        }
+    ).encode()
+
+
+def _cli(*args: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != faults.ENV}
+    if fault:
+        env[faults.ENV] = fault
+    return subprocess.run(
+        [sys.executable, "-m", "warehouse.cli", *args], capture_output=True, text=True, env=env
+    )
+
+
+def _where(settings, table: registry.Table, ids: list[str], column: str) -> dict[str, str]:
+    marks = ", ".join("?" for _ in ids)
+    rows = trino_client.query(
+        settings,
+        f"SELECT event_id, {column} FROM {table.trino_name} WHERE event_id IN ({marks})",
+        ids,
+    ).rows
+    return {r[0]: str(r[1]) for r in rows}
+
+
+def test_v2_orders_wait_in_quarantine_and_come_back_once_the_contract_learns_them(
+    stack, settings, spark
+):
+    ingest_ctl.stop(settings)  # ingest in this process, as test_ingest.py does
+    seed = fresh_seed()
+    fresh, earlier, wrong = (f"v2-{seed}-{n}" for n in ("fresh", "earlier", "wrong"))
+    key = b"evolving-customer"  # one key, one partition: log order is send order
+    records = [
+        (key, _order(fresh, 2, 8.5, discount=1.5)),
+        (key, _order(earlier, 2, 8.5, discount=1.5)),  # first in log order ...
+        (key, _order(earlier, 1, 10.0)),  # ... of this v1 order, silver's until then
+        (key, _order(wrong, 2, 9.0, discount=1.5)),  # Σ - discount = 8.50: fails v2 too
+    ]
+    summary, positions = producer.produce_records(settings, records)
+    assert summary.produced == 4, summary.errors
+    pipeline.ingest_once(spark, settings)
+    quarantine = registry.SILVER_QUARANTINE
+    ids = [fresh, earlier, wrong]
+    assert _where(settings, quarantine, ids, "reason") == dict.fromkeys(
+        ids, "unsupported_schema_version"
+    )
+    assert _where(settings, registry.SILVER_EVENTS, ids, "schema_version") == {earlier: "1"}
+
+    deployed = _cli("sources", "deploy", "shop", "2")
+    assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+    assert "shop: contract version moved from 1 to 2" in deployed.stdout
+    assert "`regauge readmit shop` validates them again under version 2" in deployed.stdout
+
+    # Killed after its quarantine MERGE: the admitted records are in the ledger and
+    # out of the quarantine, silver does not have them yet; the accounting holds.
+    killed = _cli("readmit", "shop", fault="readmit_after_quarantine:0")
+    assert killed.returncode == 137, killed.stdout + killed.stderr
+    assert all(r[-1] == 0 for r in accounting.per_partition(settings).rows)
+    again = _cli("readmit", "shop")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "resuming the run that did not finish" in again.stdout
+
+    assert _where(settings, registry.SILVER_EVENTS, ids, "schema_version") == {
+        fresh: "2",
+        earlier: "2",
+    }
+    assert _where(settings, quarantine, ids, "reason") == {
+        earlier: "conflicting_duplicate",  # the v1 order it replaced
+        wrong: "total_mismatch",
+    }
+    p_v1, o_v1 = positions[2] or (None, None)
+    detail = trino_client.query(
+        settings,
+        f'SELECT detail FROM {quarantine.trino_name} WHERE partition = ? AND "offset" = ?',
+        [p_v1, o_v1],
+    ).rows
+    p_v2, o_v2 = positions[1] or (None, None)
+    assert detail == [
+        [
+            f"event_id {earlier} was first accepted at partition {p_v2} offset {o_v2} "
+            "with different content"
+        ]
+    ]
+    # Exactly once, per partition, over the whole lake.
+    rows = accounting.per_partition(settings).rows
+    assert len(rows) == settings.kafka_partitions
+    assert all(r[-1] == 0 for r in rows), rows
+    ledger = trino_client.query(
+        settings,
+        f"SELECT count(*) FROM {registry.SILVER_LEDGER.trino_name} WHERE event_id IN (?, ?, ?)",
+        ids,
+    ).rows
+    assert ledger == [[3]]  # fresh, earlier's v2 and v1; `wrong` never passed
+
+    # One run in the log, done, under contract version 2, its counts adding up.
+    runs = trino_client.query(
+        settings,
+        "SELECT status, contract_version, reason, examined, admitted, "
+        "CAST(still_quarantined AS varchar) FROM ops.control.readmissions "
+        "WHERE source = 'shop' ORDER BY requested_at",
+    ).rows
+    assert len(runs) == 1, runs
+    status, version, reason, examined, admitted, still = runs[0]
+    assert (status, version, reason) == ("done", 2, "unsupported_schema_version")
+    still_by_reason = json.loads(still)
+    assert admitted >= 2 and still_by_reason.get("total_mismatch", 0) >= 1
+    assert examined == admitted + sum(still_by_reason.values())
+
+    # Nothing left to admit, and the lake does not go back past what it admitted.
+    third = _cli("readmit", "shop")
+    assert third.returncode == 0 and ", 0 admitted," in third.stdout, third.stdout + third.stderr
+    back = _cli("sources", "deploy", "shop", "1")
+    assert back.returncode == 2
+    assert "which contract version 1 does not know" in back.stderr
