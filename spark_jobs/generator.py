@@ -185,6 +185,45 @@ def _session(
     return out
 
 
+def orders_v2(
+    seed: int, count: int, hour: datetime, currency: str = "EUR"
+) -> list[tuple[bytes, bytes]]:
+    """`count` valid `order_placed` events of schema_version 2 (docs/contract.md §10: a
+    `discount`, and total = Σ quantity x unit_price - discount), each by a customer
+    paying in `currency`, placed within the hour from `hour`, as (key, value).
+    Their ids are `v2-<seed>-N`: what a producer sends once it has moved to v2."""
+    rng = random.Random(seed)
+    people = [c for c in customers_for(max(count, 50) * 4) if c.currency == currency]
+    catalogue = products()
+    out = []
+    for n in range(count):
+        cust = rng.choice(people)
+        lines = [(rng.choice(catalogue), rng.randint(1, 3)) for _ in range(rng.randint(1, 3))]
+        items = [
+            {"product_id": p.product_id, "quantity": q, "unit_price": p.list_price}
+            for p, q in lines
+        ]
+        gross = sum((q * p.list_price for p, q in lines), Decimal("0.00"))
+        discount = (gross * Decimal(rng.choice((5, 10, 20))) / 100).quantize(Decimal("0.01"))
+        t = hour + timedelta(seconds=rng.uniform(0, 3599))
+        event = {
+            "event_id": f"v2-{seed}-{n:05d}",
+            "event_type": "order_placed",
+            "event_time": _ts(t, rng),
+            "customer_id": cust.customer_id,
+            "schema_version": 2,
+            "payload": {
+                "order_id": f"v2-{seed}-o{n:05d}",
+                "currency": currency,
+                "items": items,
+                "total": gross - discount,
+                "discount": discount,
+            },
+        }
+        out.append((cust.customer_id.encode(), encode(event)))
+    return out
+
+
 def traffic(
     seed: int, count: int, start: datetime = DEFAULT_START, days: float = 7.0
 ) -> list[dict[str, Any]]:

@@ -151,3 +151,23 @@ def test_recent_traffic_is_sent_at_once_and_a_cancellation_a_day_ahead_is_out_of
     # Out of range exactly when more than 24 h ahead; some of each.
     assert set(by_label) == {(generator.VALID, False), ("event_time_out_of_range", True)}
     assert by_label[("event_time_out_of_range", True)] > 0
+
+
+def test_v2_orders_pass_contract_version_2_and_wait_under_version_1(spark):
+    """The demo's producer after it moves to schema_version 2 (docs/contract.md §10)."""
+    hour = datetime(2026, 1, 3, 14, tzinfo=UTC)
+    recs = generator.orders_v2(7, 30, hour)
+    assert recs == generator.orders_v2(7, 30, hour)  # the same seed, the same records
+    now = datetime.now(UTC).replace(tzinfo=None)
+    bronze = spark.createDataFrame(
+        [("shop.events", 0, i, now, k.decode(), v, now) for i, (k, v) in enumerate(recs)],
+        BRONZE_SCHEMA,
+    )
+    v2 = contract.validate(bronze, contract.shop_plan(2)).collect()
+    assert [r.reject_reason for r in v2] == [None] * 30
+    assert {r.event_time.replace(minute=0, second=0, microsecond=0) for r in v2} == {
+        hour.replace(tzinfo=None)
+    }
+    assert all(r.currency == "EUR" and 0 < r.discount < r.total + r.discount for r in v2)
+    v1 = contract.validate(bronze).select("reject_reason").collect()
+    assert {r.reject_reason for r in v1} == {"unsupported_schema_version"}
