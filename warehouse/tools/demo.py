@@ -318,7 +318,8 @@ def _schema_evolution(
     in_silver = sum(r[-1] for r in places.rows if r[0] == "silver")
     # The live version folds them in like late events, within a round or two.
     restated = _restatements(settings, "readmission")
-    print(f"  {VIEW} v2 restated {restated} closed windows with the re-admitted orders")
+    windows = "window" if restated == 1 else "windows"
+    print(f"  {VIEW} v2 restated {restated} closed {windows} with the re-admitted orders")
     return in_silver == V2_ORDERS and all(r[unaccounted] == 0 for r in accounted.rows)
 
 
