@@ -286,8 +286,8 @@ def deployed_version(spark: SparkSession, settings: Settings) -> int:
     path = SILVER.path(settings)
     if not lake.exists(spark, f"{path}/_delta_log"):
         return contract.FIRST_VERSION
-    detail = DeltaTable.forPath(spark, path).detail().first()
-    properties = detail["properties"] if detail is not None else {}
+    # In SQL: a replay from Kafka asks this over Spark Connect too.
+    properties = lake.table_properties(spark, path)
     return int(properties.get(CONTRACT_PROPERTY, contract.FIRST_VERSION))
 
 
