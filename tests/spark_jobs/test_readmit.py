@@ -101,6 +101,8 @@ def _equal(got, want):
 
 
 def test_readmitted_records_settle_as_if_they_had_passed_when_they_arrived(spark, lake_settings):
+    """Over 20 s: a deploy, a re-admission (five commits), the lake compared with settling
+    all of bronze under contract 2, and two reruns; the comparison is the proof."""
     s = lake_settings
     before = _reasons(spark, s)
     assert [p for p, r in before.items() if r == "unsupported_schema_version"] == [
@@ -169,7 +171,8 @@ def test_a_run_killed_after_its_quarantine_merge_is_finished_by_its_rerun(
 ):
     """Killed between steps 2 and 3: the admitted records are in the ledger and out
     of the quarantine, silver does not have them yet; the rerun (same id) finishes
-    them through `silver.reconcile`, and admits nothing twice."""
+    them through `silver.reconcile`, and admits nothing twice. Over 20 s: two tries of
+    a re-admission, and `silver.reconcile`, which reads the whole (small) lake."""
     s = lake_settings
 
     def killed(*args, **kwargs):
