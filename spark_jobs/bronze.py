@@ -38,7 +38,7 @@ from warehouse.base.settings import Settings
 
 log = logging.getLogger(__name__)
 
-BRONZE = registry.BRONZE_EVENTS
+BRONZE = registry.BRONZE_EVENTS  # the shop's; the IO below takes any source's (`src`)
 
 # What Spark's Kafka source yields, one row per record.
 KAFKA_SOURCE_SCHEMA = StructType(
@@ -80,26 +80,30 @@ def to_bronze_rows(records: DataFrame) -> DataFrame:
     )
 
 
-def resume_offsets(last: dict[int, int], partitions: list[int]) -> dict[str, dict[str, int]]:
+def resume_offsets(
+    last: dict[int, int], partitions: list[int], topic: str = registry.TOPIC
+) -> dict[str, dict[str, int]]:
     """Kafka startingOffsets: after each partition's last copied offset, else earliest (-2).
 
     Spark needs every partition of the topic named once specific offsets are given.
     """
-    return {registry.TOPIC: {str(p): last[p] + 1 if p in last else -2 for p in sorted(partitions)}}
+    return {topic: {str(p): last[p] + 1 if p in last else -2 for p in sorted(partitions)}}
 
 
-def topic_partitions(settings: Settings) -> list[int]:
+def topic_partitions(settings: Settings, topic: str = registry.TOPIC) -> list[int]:
     admin = AdminClient(kafka_conf.client_conf(settings))
-    topic = admin.list_topics(registry.TOPIC, timeout=30).topics[registry.TOPIC]
-    if topic.error is not None:
-        raise RuntimeError(f"cannot list the partitions of {registry.TOPIC}: {topic.error}")
-    return list(topic.partitions)
+    found = admin.list_topics(topic, timeout=30).topics[topic]
+    if found.error is not None:
+        raise RuntimeError(f"cannot list the partitions of {topic}: {found.error}")
+    return list(found.partitions)
 
 
-def starting_offsets(spark: SparkSession, settings: Settings) -> str:
+def starting_offsets(
+    spark: SparkSession, settings: Settings, src: registry.SourceTables = registry.SHOP
+) -> str:
     """Where ingest's query without a checkpoint starts (one with a checkpoint resumes there)."""
-    path = BRONZE.path(settings)
-    if lake.checkpoint_has_progress(spark, registry.ingest_checkpoint(settings)) or not (
+    path = src.bronze.path(settings)
+    if lake.checkpoint_has_progress(spark, src.ingest_checkpoint(settings)) or not (
         DeltaTable.isDeltaTable(spark, path)
     ):
         return "earliest"
@@ -108,9 +112,9 @@ def starting_offsets(spark: SparkSession, settings: Settings) -> str:
     copied = (
         spark.read.format("delta")
         .load(path)
-        .where(F.col("topic") == registry.TOPIC)
+        .where(F.col("topic") == src.topic)
         .select("partition", "offset")
-        .unionByName(erasure.read_forgotten(spark, settings).select("partition", "offset"))
+        .unionByName(erasure.read_forgotten(spark, settings, src).select("partition", "offset"))
     )
     last = {
         r["partition"]: r["last"]
@@ -118,11 +122,11 @@ def starting_offsets(spark: SparkSession, settings: Settings) -> str:
     }
     if not last:
         return "earliest"
-    offsets = resume_offsets(last, topic_partitions(settings))
+    offsets = resume_offsets(last, topic_partitions(settings, src.topic), src.topic)
     log.warning(
         "bronze has no checkpoint but already holds records: each partition resumes after "
         "its last copied offset, so nothing is copied twice: %s",
-        offsets[registry.TOPIC],
+        offsets[src.topic],
     )
     return json.dumps(offsets)
 
@@ -133,6 +137,7 @@ def read_kafka(
     *,
     accept_data_loss: bool = False,
     starting: str = "earliest",
+    src: registry.SourceTables = registry.SHOP,
 ) -> DataFrame:
     """The topic as an unbounded stream, from `starting` (default: the earliest retained offset).
 
@@ -142,7 +147,7 @@ def read_kafka(
     return (
         spark.readStream.format("kafka")
         .options(**kafka_conf.spark_options(settings))
-        .option("subscribe", registry.TOPIC)
+        .option("subscribe", src.topic)
         .option("startingOffsets", starting)
         # A gap in the log (retention passed before we read it) must stop the
         # pipeline loudly, never skip silently.
@@ -152,14 +157,16 @@ def read_kafka(
     )
 
 
-def forgotten_positions(spark: SparkSession, settings: Settings) -> DataFrame | None:
+def forgotten_positions(
+    spark: SparkSession, settings: Settings, src: registry.SourceTables = registry.SHOP
+) -> DataFrame | None:
     """The Kafka positions an erasure forgot (docs/contract.md §8), which Kafka holds
     until its retention deletes them; None while nothing is forgotten.
 
     Read when ingest's query starts (an erasure stops ingest and starts it
     again), as local rows: a few bytes each, and no table scan or cached block
     that a long-running query could lose."""
-    positions = erasure.read_forgotten(spark, settings).select("partition", "offset").collect()
+    positions = erasure.read_forgotten(spark, settings, src).select("partition", "offset").collect()
     if not positions:
         return None
     return spark.createDataFrame(positions, "partition int, offset bigint")
@@ -171,14 +178,26 @@ def ignoring_forgotten(rows: DataFrame, forgotten: DataFrame | None) -> DataFram
     return rows if forgotten is None else erasure.without_forgotten(rows, forgotten)
 
 
-def append(rows: DataFrame, settings: Settings, app_id: str, batch_id: int) -> None:
+def append(
+    rows: DataFrame,
+    settings: Settings,
+    app_id: str,
+    batch_id: int,
+    src: registry.SourceTables = registry.SHOP,
+) -> None:
     """One micro-batch's bronze rows into bronze, once per (app_id, batch_id)."""
-    lake.append_once(rows, BRONZE.path(settings), f"{app_id}/bronze", batch_id)
+    lake.append_once(rows, src.bronze.path(settings), f"{app_id}/bronze", batch_id)
 
 
-def holds_batch(spark: SparkSession, settings: Settings, app_id: str, batch_id: int) -> bool:
+def holds_batch(
+    spark: SparkSession,
+    settings: Settings,
+    app_id: str,
+    batch_id: int,
+    src: registry.SourceTables = registry.SHOP,
+) -> bool:
     """Whether bronze already committed this micro-batch (batches commit in order)."""
-    last = lake.txn_version(spark, BRONZE.path(settings), f"{app_id}/bronze")
+    last = lake.txn_version(spark, src.bronze.path(settings), f"{app_id}/bronze")
     return last is not None and last >= batch_id
 
 
@@ -196,23 +215,29 @@ def in_offsets(start: dict[int, int], end: dict[int, int]) -> Column:
 
 
 def between(
-    spark: SparkSession, settings: Settings, start: dict[int, int], end: dict[int, int]
+    spark: SparkSession,
+    settings: Settings,
+    start: dict[int, int],
+    end: dict[int, int],
+    src: registry.SourceTables = registry.SHOP,
 ) -> DataFrame:
     """Bronze's rows of the topic at offsets [start, end) per partition. Delta's
     file statistics on partition and offset skip the files outside the range."""
     return (
         spark.read.format("delta")
-        .load(BRONZE.path(settings))
-        .where((F.col("topic") == registry.TOPIC) & in_offsets(start, end))
+        .load(src.bronze.path(settings))
+        .where((F.col("topic") == src.topic) & in_offsets(start, end))
     )
 
 
-def read_kafka_batch(spark: SparkSession, settings: Settings) -> DataFrame:
+def read_kafka_batch(
+    spark: SparkSession, settings: Settings, src: registry.SourceTables = registry.SHOP
+) -> DataFrame:
     """Every record the topic still holds, as one batch (a replay's source)."""
     return (
         spark.read.format("kafka")
         .options(**kafka_conf.spark_options(settings))
-        .option("subscribe", registry.TOPIC)
+        .option("subscribe", src.topic)
         .option("startingOffsets", "earliest")
         .option("endingOffsets", "latest")
         .load()

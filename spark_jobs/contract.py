@@ -50,6 +50,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from warehouse import sources
+from warehouse.base import registry
 from warehouse.base.declare import (
     INT_MAX,
     Count,
@@ -189,6 +191,11 @@ class Plan:
         )
 
     @property
+    def tables(self) -> registry.SourceTables:
+        """The source's topic and tables (docs/contract.md §10)."""
+        return registry.source_tables(self.source.name)
+
+    @property
     def payload_names(self) -> list[str]:
         return sorted(f.name for f in self.columns)
 
@@ -284,9 +291,22 @@ def plan(source: Source, contract_version: int | None = None) -> Plan:
 
 
 @functools.cache
+def source_plan(name: str, contract_version: int | None = None) -> Plan:
+    """Declared source `name`'s contract at `contract_version` (its newest by
+    default), compiled once per process."""
+    return plan(sources.get(name), contract_version)
+
+
 def shop_plan(contract_version: int) -> Plan:
-    """The shop's contract at `contract_version`, compiled once per process."""
-    return plan(shop.SOURCE, contract_version)
+    """The shop's contract at `contract_version`."""
+    return source_plan(shop.SOURCE.name, contract_version)
+
+
+def newest(running: Plan) -> Plan:
+    """The newest contract of `running`'s source. It accepts every record an older one
+    did and reads it the same (`regauge sources check` holds declarations to that),
+    so records already settled are read again by it, whichever version admitted them."""
+    return source_plan(running.source.name)
 
 
 # A deployment starts at the shop's first contract version (docs/contract.md §1: any
@@ -295,10 +315,8 @@ def shop_plan(contract_version: int) -> Plan:
 # PLAN unless told otherwise; what runs against a lake asks silver.
 FIRST_VERSION = 1
 PLAN = shop_plan(FIRST_VERSION)
-# The newest contract accepts every record any older one did, and reads it the same
-# (`regauge sources check` holds declarations to that): records already settled are
-# read again by it, whichever version admitted them.
-NEWEST = shop_plan(shop.SOURCE.contract_version)
+# The shop's newest contract (`newest`).
+NEWEST = source_plan(shop.SOURCE.name)
 EVENT_TYPES = PLAN.source.type_names
 EVENT_SCHEMA = PLAN.event_schema
 

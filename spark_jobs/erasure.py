@@ -142,13 +142,17 @@ def erasure_restatements(
 
 
 # -- IO ----------------------------------------------------------------------------
-def ensure_table(spark: SparkSession, settings: Settings) -> None:
-    lake.ensure_table(spark, FORGOTTEN.path(settings), FORGOTTEN_SCHEMA)
+def ensure_table(
+    spark: SparkSession, settings: Settings, src: registry.SourceTables = registry.SHOP
+) -> None:
+    lake.ensure_table(spark, src.forgotten.path(settings), FORGOTTEN_SCHEMA)
 
 
-def read_forgotten(spark: SparkSession, settings: Settings) -> DataFrame:
+def read_forgotten(
+    spark: SparkSession, settings: Settings, src: registry.SourceTables = registry.SHOP
+) -> DataFrame:
     """The forgotten positions (an empty frame before the first erasure)."""
-    path = FORGOTTEN.path(settings)
+    path = src.forgotten.path(settings)
     if not DeltaTable.isDeltaTable(spark, path):
         return spark.createDataFrame([], FORGOTTEN_SCHEMA)
     return spark.read.format("delta").load(path)

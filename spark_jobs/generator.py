@@ -453,3 +453,147 @@ _TEMPLATE: dict[str, Any] = {
     "schema_version": SCHEMA_VERSION,
     "payload": {"product_id": "prod-0001", "quantity": 1},
 }
+
+
+# -- the web source (warehouse/sources/web.py) ----------------------------------------
+WEB_REFERRERS = ("direct", "search", "ads", "email", "social")
+# A customer's web events more than this apart belong to two sessions.
+WEB_SESSION_GAP = timedelta(minutes=30)
+
+
+def web_traffic(
+    seed: int, count: int, start: datetime = DEFAULT_START, days: float = 7.0
+) -> list[dict[str, Any]]:
+    """Exactly `count` clean web events, in event-time order: how the customers of the
+    shop's `traffic(seed, ...)` browsed. Before each product a customer adds to a
+    cart, they view it (and often others); a customer's views less than
+    `WEB_SESSION_GAP` apart share a session, which a `session_started` opens. So the
+    web's views and the shop's orders of one seed join, as a conversion view needs."""
+    rng = random.Random(seed * 31 + 7)
+    ids = _Ids(f"w{seed}")
+    timed: list[tuple[datetime, dict[str, Any]]] = []
+    catalogue = products()
+    shop_count = count
+    while len(timed) < count:
+        timed.clear()
+        last: dict[str, tuple[datetime, str]] = {}  # customer -> (last view, session)
+        for event in traffic(seed, shop_count, start, days):
+            if event["event_type"] != "cart_item_added":
+                continue
+            # In UTC: `_ts` writes a UTC time as it is, and one in twenty shop events
+            # carries a +02:00 offset.
+            t = datetime.fromisoformat(event["event_time"]).astimezone(UTC)
+            who = event["customer_id"]
+            seen = [rng.choice(catalogue).product_id for _ in range(rng.randint(0, 2))]
+            views = [*seen, event["payload"]["product_id"]]
+            first = t - timedelta(seconds=rng.uniform(5, 60) * len(views))
+            before = last.get(who)
+            if before is None or first - before[0] > WEB_SESSION_GAP:
+                session = ids.next("sess-")
+                opened = first - timedelta(seconds=rng.uniform(5, 120))
+                payload = {"session_id": session, "referrer": rng.choice(WEB_REFERRERS)}
+                timed.append(
+                    (opened, _web_event(ids, "session_started", opened, who, payload, rng))
+                )
+            else:
+                session = before[1]
+            # Each view before the add, the added product's last.
+            stamps = sorted(first + (t - first) * rng.random() for _ in views)
+            for at, product in zip(stamps, views, strict=True):
+                payload = {"session_id": session, "product_id": product}
+                timed.append((at, _web_event(ids, "product_viewed", at, who, payload, rng)))
+            last[who] = (t, session)
+        shop_count *= 2
+    timed.sort(key=lambda te: te[0])
+    return [event for _, event in timed[:count]]
+
+
+def _web_event(
+    ids: _Ids, etype: str, t: datetime, who: str, payload: dict[str, Any], rng: random.Random
+) -> dict[str, Any]:
+    return {
+        "event_id": ids.next(),
+        "event_type": etype,
+        "event_time": _ts(t, rng),
+        "customer_id": who,
+        "schema_version": SCHEMA_VERSION,
+        "payload": payload,
+    }
+
+
+def _web_broken(ids: _Ids) -> list[Record]:
+    """One record of each way a web event fails its contract."""
+
+    def bad(**changes: Any) -> dict[str, Any]:
+        event = {
+            "event_id": ids.next("bad-"),
+            "event_type": "product_viewed",
+            "event_time": "2026-01-01T10:00:00.000Z",
+            "customer_id": "cust-bad",
+            "schema_version": 1,
+            "payload": {"session_id": "sess-bad", "product_id": "prod-0001"},
+        }
+        return {**event, **changes}
+
+    started = {"event_type": "session_started"}
+    return [
+        _bad(b'{"event_id": "broken', "malformed_json", "web_not_json"),
+        _bad(bad(payload={"product_id": "prod-0001"}), "missing_field", "web_no_session"),
+        _bad(
+            bad(**started, payload={"session_id": "s", "referrer": "billboard"}),
+            "invalid_field",
+            "web_bad_referrer",
+        ),
+        _bad(bad(event_type="page_scrolled"), "unknown_event_type", "web_unknown_type"),
+        _bad(bad(schema_version=2), "unsupported_schema_version", "web_schema_v2"),
+        _bad(bad(event_time="1999-12-31T23:59:59.000Z"), "event_time_out_of_range", "web_too_old"),
+    ]
+
+
+def web_records(
+    seed: int,
+    count: int,
+    *,
+    chaos: bool = False,
+    start: datetime = DEFAULT_START,
+    days: float = 7.0,
+) -> list[Record]:
+    """Exactly `count` web records to send, in sending order. With `chaos`: resends
+    (exact duplicates, some spelled otherwise), conflicts (same id, another product),
+    one of each broken kind (`_web_broken`), and late arrivals."""
+    rng = random.Random(seed * 7919 + 3)
+    if not chaos:
+        return [_record(e) for e in web_traffic(seed, count, start, days)]
+    broken = _web_broken(_Ids(f"w{seed}"))
+    n_resend, n_conflict = count * 3 // 100, count // 100
+    n_clean = count - len(broken) - n_resend - n_conflict
+    if n_clean < 1:
+        raise ValueError(f"--chaos needs at least {count - n_clean + 1} records; got {count}")
+    events = web_traffic(seed, n_clean, start, days)
+    out = [_record(e) for e in events]
+    late = [out.pop(rng.randrange(len(out))) for _ in range(n_clean // 200)]
+    for r in late:
+        r.kind = "very_late"
+    out += late
+    extras: list[Record] = []
+    for _ in range(n_resend):
+        shuffled = rng.random() < 0.2
+        kind = "resend_reordered" if shuffled else "resend"
+        extras.append(_record(rng.choice(events), kind, shuffle=rng if shuffled else None))
+    for _ in range(n_conflict):
+        other = json.loads(encode(rng.choice(events)), parse_float=Decimal)
+        if "product_id" in other["payload"]:
+            other["payload"]["product_id"] = f"prod-{rng.randrange(10_000, 20_000)}"
+        else:
+            other["payload"]["referrer"] = (
+                "direct" if other["payload"]["referrer"] != "direct" else "ads"
+            )
+        extras.append(_record(other, "conflicting"))
+    extras += broken
+    for r in extras:  # later than the original, at a random place
+        out.insert(rng.randrange(len(out) // 2, len(out) + 1), r)
+    return out
+
+
+# Each source's generator: `regauge produce --source S` sends its records.
+GENERATORS = {"shop": records, "web": web_records}

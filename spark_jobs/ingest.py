@@ -30,6 +30,7 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from spark_jobs import bronze, contract, erasure, lake, ledger_index, silver
 from spark_jobs import session as session_mod
 from spark_jobs.testing import faults
+from warehouse import sources
 from warehouse.base import metrics, registry
 from warehouse.base.jsonfile import replace_json
 from warehouse.base.settings import Settings
@@ -37,14 +38,21 @@ from warehouse.base.text import first_line
 
 log = logging.getLogger(__name__)
 
-QUERY = registry.INGEST_QUERY
-# The tables ingest writes (its callers publish them to Trino).
-TABLES = (
-    registry.BRONZE_EVENTS,
-    registry.SILVER_EVENTS,
-    registry.SILVER_QUARANTINE,
-    registry.SILVER_LEDGER,
-)
+QUERY = registry.INGEST_QUERY  # the shop's query; source S's is `ingest.S`
+
+
+def source_names() -> list[str]:
+    """Every declared source (`warehouse.sources`): ingest runs one query for each."""
+    return sorted(sources.discover())
+
+
+def tables(source: str = registry.SHOP_SOURCE) -> tuple[registry.Table, ...]:
+    """The tables ingest writes for `source` (its callers publish them to Trino)."""
+    src = registry.source_tables(source)
+    return (src.bronze, src.silver, src.quarantine, src.ledger)
+
+
+TABLES = tables()  # the shop's
 MAX_BACKOFF_S = 30.0
 
 
@@ -127,6 +135,8 @@ def record_progress(progress: dict[str, Any]) -> None:
     seconds = (progress.get("durationMs") or {}).get("triggerExecution", 0) / 1000
     metrics.MICROBATCH.labels(name).observe(seconds)
     metrics.MICROBATCH_ROWS.labels(name).inc(progress.get("numInputRows") or 0)
+    if name != QUERY:
+        return  # the lag gauge is the shop's (labelled by partition alone)
     for partition, behind in kafka_lag((progress.get("sources") or [{}])[0]).items():
         metrics.INGEST_BEHIND.labels(partition).set(behind)
 
@@ -204,17 +214,19 @@ def _now() -> str:
 
 
 # -- the query ------------------------------------------------------------------------
-def prepare(spark: SparkSession, settings: Settings) -> None:
-    """Create the tables ingest writes, and the list of forgotten positions it reads."""
-    lake.ensure_table(spark, registry.BRONZE_EVENTS.path(settings), bronze.BRONZE_SCHEMA)
-    silver.ensure_tables(spark, settings)
-    erasure.ensure_table(spark, settings)
+def prepare(spark: SparkSession, settings: Settings, source: str = registry.SHOP_SOURCE) -> None:
+    """Create the tables ingest writes for `source`, and the list of forgotten
+    positions it reads."""
+    src = registry.source_tables(source)
+    lake.ensure_table(spark, src.bronze.path(settings), bronze.BRONZE_SCHEMA)
+    silver.ensure_tables(spark, settings, source)
+    erasure.ensure_table(spark, settings, src)
 
 
 START_FILE = "regauge_start_offsets.json"
 
 
-def kafka_positions(text: str) -> dict[int, int] | None:
+def kafka_positions(text: str, topic: str = registry.TOPIC) -> dict[int, int] | None:
     """The event topic's offset per partition in a checkpoint's offsets file (a
     version line, the batch's metadata, then one line per source), or in the
     startingOffsets a query began with ("earliest": none before the first)."""
@@ -225,22 +237,22 @@ def kafka_positions(text: str) -> dict[int, int] | None:
             parsed = json.loads(line)
         except ValueError:
             continue
-        if isinstance(parsed, dict) and isinstance(parsed.get(registry.TOPIC), dict):
-            return {int(p): max(int(o), 0) for p, o in parsed[registry.TOPIC].items()}
+        if isinstance(parsed, dict) and isinstance(parsed.get(topic), dict):
+            return {int(p): max(int(o), 0) for p, o in parsed[topic].items()}
     return None
 
 
 def batch_range(
-    spark: SparkSession, checkpoint: str, batch_id: int
+    spark: SparkSession, checkpoint: str, batch_id: int, topic: str = registry.TOPIC
 ) -> tuple[dict[int, int], dict[int, int]] | None:
     """The offsets [start, end) per partition that batch `batch_id` read, from the
     checkpoint: its own offsets file and the one before it (batch 0: where the
     query began). None if the checkpoint does not say."""
-    end = kafka_positions(lake.read_text(spark, f"{checkpoint}/offsets/{batch_id}") or "")
+    end = kafka_positions(lake.read_text(spark, f"{checkpoint}/offsets/{batch_id}") or "", topic)
     before = (
         f"{checkpoint}/offsets/{batch_id - 1}" if batch_id > 0 else f"{checkpoint}/{START_FILE}"
     )
-    start = kafka_positions(lake.read_text(spark, before) or "")
+    start = kafka_positions(lake.read_text(spark, before) or "", topic)
     return None if end is None or start is None else (start, end)
 
 
@@ -275,11 +287,12 @@ def process_batch(
     the quarantine. Retried after a crash, it skips what it committed (txn ids).
     `index`: the query's ledger index; `plan`: the contract the lake runs
     (`silver.process_batch`)."""
-    span = batch_range(spark, checkpoint, batch_id)
-    if span is not None and bronze.holds_batch(spark, settings, txn_app, batch_id):
+    src = plan.tables
+    span = batch_range(spark, checkpoint, batch_id, src.topic)
+    if span is not None and bronze.holds_batch(spark, settings, txn_app, batch_id, src):
         # A retry after bronze's append: settle what bronze holds of the batch,
         # not what Kafka still holds (its retention may have passed meanwhile).
-        rows = bronze.between(spark, settings, *span).localCheckpoint(eager=True)
+        rows = bronze.between(spark, settings, *span, src).localCheckpoint(eager=True)
         log.info("batch %d is in bronze already: settling it from there", batch_id)
     else:
         # Materialised once: bronze's append and silver's validation both read it,
@@ -297,7 +310,7 @@ def process_batch(
             size = rows.count()
         small = {} if size >= INTERPRETED_BELOW else session_mod.INTERPRETED_CONF
         with lake.session_conf(spark, small), lake.session_conf(rows.sparkSession, small):
-            bronze.append(rows, settings, txn_app, batch_id)  # skipped on a retry
+            bronze.append(rows, settings, txn_app, batch_id, src)  # skipped on a retry
             return silver.process_batch(spark, settings, rows, batch_id, txn_app, index, plan)
     finally:
         rows.unpersist()
@@ -324,23 +337,26 @@ def start(
     available_now: bool = False,
     trigger: str | None = None,
     accept_data_loss: bool = False,
+    source: str = registry.SHOP_SOURCE,
 ) -> StreamingQuery:
-    """Start ingest's query: continuous, or until caught up (`available_now`).
+    """Start `source`'s ingest query: continuous, or until caught up (`available_now`).
 
     Without a checkpoint, it first settles whatever bronze holds (`silver.recover`)
     and reads Kafka from after bronze's last copied offsets: nothing twice.
     """
-    checkpoint = registry.ingest_checkpoint(settings)
-    txn_app = silver.app_id(spark, settings)
+    src = registry.source_tables(source)
+    checkpoint = src.ingest_checkpoint(settings)
+    txn_app = silver.app_id(spark, settings, source)
     # Read once: `regauge sources deploy` stops ingest to change it.
-    plan = silver.deployed_plan(spark, settings)
+    plan = silver.deployed_plan(spark, settings, source)
     log.info("ingest validates by %s contract version %d", plan.source.name, plan.contract_version)
     silver.recover(spark, settings, txn_app, plan)
-    _retire_two_query_checkpoints(spark, settings)
-    forgotten = bronze.forgotten_positions(spark, settings)
-    starting = bronze.starting_offsets(spark, settings)
+    if source == registry.SHOP_SOURCE:
+        _retire_two_query_checkpoints(spark, settings)
+    forgotten = bronze.forgotten_positions(spark, settings, src)
+    starting = bronze.starting_offsets(spark, settings, src)
     # Built now, so the first batch does not wait for it; it follows the ledger from here.
-    index = ledger_index.LedgerIndex(registry.SILVER_LEDGER.path(settings))
+    index = ledger_index.LedgerIndex(src.ledger.path(settings))
     index.rebuild(spark, "ingest starting")
     if not lake.checkpoint_has_progress(spark, checkpoint):
         # Where batch 0 begins, for its retry (`batch_range`); Spark keeps it in a
@@ -356,24 +372,40 @@ def start(
 
     guard = lake.BatchGuard()
     writer = (
-        bronze.read_kafka(spark, settings, accept_data_loss=accept_data_loss, starting=starting)
-        .writeStream.queryName(QUERY)
+        bronze.read_kafka(
+            spark, settings, accept_data_loss=accept_data_loss, starting=starting, src=src
+        )
+        .writeStream.queryName(src.ingest_query)
         .foreachBatch(guard.wrap(each_batch))
         .option("checkpointLocation", checkpoint)
     )
     return lake.start_stream(writer, available_now, trigger or settings.trigger_interval, guard)
 
 
-def run_once(spark: SparkSession, settings: Settings, *, accept_data_loss: bool = False) -> None:
-    """Copy everything new from Kafka to bronze and settle it into silver.
+def run_once(
+    spark: SparkSession,
+    settings: Settings,
+    *,
+    accept_data_loss: bool = False,
+    source: str | None = None,
+) -> None:
+    """Copy everything new from Kafka to bronze and settle it into silver: `source`'s,
+    or every declared source's, one after another.
 
     With `accept_data_loss`, a gap in the log is skipped (and Spark logs it)
     instead of stopping: the operator's decision after a DataLossError.
     """
-    prepare(spark, settings)
+    for name in [source] if source else source_names():
+        _run_once(spark, settings, name, accept_data_loss)
+
+
+def _run_once(spark: SparkSession, settings: Settings, source: str, accept_data_loss: bool) -> None:
+    prepare(spark, settings, source)
     if accept_data_loss:
         log.warning("accepting data loss: records Kafka no longer has will be skipped")
-    query = start(spark, settings, available_now=True, accept_data_loss=accept_data_loss)
+    query = start(
+        spark, settings, available_now=True, accept_data_loss=accept_data_loss, source=source
+    )
     try:
         query.awaitTermination()
         error = error_text(query.exception())
@@ -384,13 +416,15 @@ def run_once(spark: SparkSession, settings: Settings, *, accept_data_loss: bool 
     if error:
         if is_data_loss(error):
             raise DataLossError(DATA_LOSS_HELP)
-        raise RuntimeError(f"ingest failed: {error}")
+        raise RuntimeError(f"ingest of {source} failed: {error}")
 
 
-def counts(spark: SparkSession, settings: Settings) -> dict[str, int]:
-    """Rows in each table ingest writes, by the table's key."""
+def counts(
+    spark: SparkSession, settings: Settings, source: str = registry.SHOP_SOURCE
+) -> dict[str, int]:
+    """Rows in each table ingest writes for `source`, by the table's key."""
     read = spark.read.format("delta").load
-    return {t.key: read(t.path(settings)).count() for t in TABLES}
+    return {t.key: read(t.path(settings)).count() for t in tables(source)}
 
 
 def run(
@@ -401,53 +435,86 @@ def run(
     trigger: str | None = None,
     status_file: Path,
 ) -> None:
-    """Run ingest's query until `stop` is set, restarting it if it dies (except on data loss).
+    """Run one ingest query per declared source until `stop` is set, restarting each
+    that dies (except on data loss, which stops them all).
 
-    Its progress goes to `status_file`, which `regauge ingest status` reads.
+    Their progress goes to `status_file`, which `regauge ingest status` reads.
     """
     trigger = trigger or settings.trigger_interval
     listener = ProgressLog(status_file)
-    query: StreamingQuery | None = None
-    failures = {QUERY: 0}
-    retry_at = 0.0
+    names = source_names()
+    queries: dict[str, StreamingQuery | None] = dict.fromkeys(names)
+    query_of = {n: registry.source_tables(n).ingest_query for n in names}
+    failures = dict.fromkeys(query_of.values(), 0)
+    retry_at = dict.fromkeys(names, 0.0)
     # Inside the try: the view host runs this again after a failed start, in the
     # same application, and must not gather one listener per try.
     spark.streams.addListener(listener)
     try:
-        prepare(spark, settings)
-        log.info("ingest running: %s -> bronze -> silver, every %s", registry.TOPIC, trigger)
+        for name in names:
+            prepare(spark, settings, name)
+        log.info(
+            "ingest running: %s -> bronze -> silver, every %s",
+            ", ".join(registry.source_tables(n).topic for n in names),
+            trigger,
+        )
         while not stop.is_set():
-            if query is not None and not query.isActive:
-                error = error_text(query.exception()) or "stopped"
-                lake.stop_stream(query)  # drops its guard
-                query = None
-                retry_at = _retry_at(settings, QUERY, "stopped", error, failures)
-            if query is None and time.monotonic() >= retry_at:
-                try:
-                    query = start(spark, settings, trigger=trigger)
-                except Exception as exc:
-                    # Starting reads Kafka's partitions and may settle a recovery:
-                    # a broker or a disk that is away now must not end the daemon.
-                    retry_at = _retry_at(
-                        settings, QUERY, "could not start", error_text(exc), failures
-                    )
-            # A query that has run a while without dying resets its backoff.
-            if query is not None and query.isActive and query.lastProgress is not None:
-                failures[QUERY] = 0
+            for name in names:
+                queries[name], retry_at[name] = _tend(
+                    spark,
+                    settings,
+                    name,
+                    query_of[name],
+                    queries[name],
+                    retry_at[name],
+                    failures,
+                    trigger,
+                )
             stop.wait(1.0)
     finally:
-        if query is not None and query.isActive:
-            stop_after_batch(query)
+        for query in queries.values():
+            if query is not None and query.isActive:
+                stop_after_batch(query)
         spark.streams.removeListener(listener)
+
+
+def _tend(
+    spark: SparkSession,
+    settings: Settings,
+    source: str,
+    name: str,
+    query: StreamingQuery | None,
+    retry_at: float,
+    failures: dict[str, int],
+    trigger: str,
+) -> tuple[StreamingQuery | None, float]:
+    """One look at `source`'s query (named `name`): start it when due, note it died."""
+    if query is not None and not query.isActive:
+        error = error_text(query.exception()) or "stopped"
+        lake.stop_stream(query)  # drops its guard
+        query = None
+        retry_at = _retry_at(settings, name, "stopped", error, failures)
+    if query is None and time.monotonic() >= retry_at:
+        try:
+            query = start(spark, settings, trigger=trigger, source=source)
+        except Exception as exc:
+            # Starting reads Kafka's partitions and may settle a recovery: a
+            # broker or a disk that is away now must not end the daemon.
+            retry_at = _retry_at(settings, name, "could not start", error_text(exc), failures)
+    # A query that has run a while without dying resets its backoff.
+    if query is not None and query.isActive and query.lastProgress is not None:
+        failures[name] = 0
+    return query, retry_at
 
 
 def stop_after_batch(query: StreamingQuery) -> None:
     """Stop ingest's query once its running batch has settled into silver, so that no
     stop leaves bronze ahead of silver (the audit would find records silver lacks
     until the next start); after `lake.STOP_WAIT_S`, whatever it is doing."""
-    log.info("stopping %s after its running batch (waiting up to %.0f s)", QUERY, lake.STOP_WAIT_S)
+    name = query.name or QUERY
+    log.info("stopping %s after its running batch (waiting up to %.0f s)", name, lake.STOP_WAIT_S)
     if lake.stop_stream(query):
-        log.info("%s stopped between batches", QUERY)
+        log.info("%s stopped between batches", name)
 
 
 def _retry_at(

@@ -86,13 +86,15 @@ def produce_records(
     rate: float | None = None,
     progress: bool = False,
     timestamps: Sequence[int | None] | None = None,
+    topic: str = registry.TOPIC,
 ) -> tuple[ProduceSummary, list[Position | None]]:
     """Send (key, value) records in order; wait until all are acknowledged.
 
     Returns the summary and each record's (partition, offset), or None where it
     was refused or failed. `rate` caps events per second (None: as fast as possible).
     `timestamps` (ms since the epoch, per record) stand for the producer's clock;
-    None lets librdkafka stamp the record with this machine's time.
+    None lets librdkafka stamp the record with this machine's time. `topic`: the
+    shop's by default; another source's is `registry.source_tables(S).topic`.
     """
     summary = ProduceSummary()
     positions: list[Position | None] = [None] * len(records)
@@ -127,7 +129,16 @@ def produce_records(
                     if ahead > 0:
                         producer.poll(ahead)
                 stamp = timestamps[i] if timestamps is not None else None
-                _send(producer, summary, i, key, value, functools.partial(on_delivery, i), stamp)
+                _send(
+                    producer,
+                    summary,
+                    topic,
+                    i,
+                    key,
+                    value,
+                    functools.partial(on_delivery, i),
+                    stamp,
+                )
                 if i % 1000 == 999:
                     # Serve delivery reports in batches, not after every record.
                     producer.poll(0)
@@ -148,6 +159,7 @@ def produce_records(
 def _send(
     producer: Producer,
     summary: ProduceSummary,
+    topic: str,
     i: int,
     key: bytes,
     value: bytes,
@@ -157,7 +169,7 @@ def _send(
     while True:
         try:
             producer.produce(
-                registry.TOPIC, key=key, value=value, on_delivery=callback, timestamp=timestamp or 0
+                topic, key=key, value=value, on_delivery=callback, timestamp=timestamp or 0
             )
             break
         except BufferError:
@@ -276,21 +288,30 @@ def produce_generated(
     start: datetime = generator.DEFAULT_START,
     days: float = 7.0,
     progress: bool = False,
+    source: str = registry.SHOP_SOURCE,
 ) -> GeneratedRun:
-    """Generate `count` records for `seed`, send, and report.
+    """Generate `count` records of `source` for `seed` (`generator.GENERATORS`), send,
+    and report.
 
     The customers and products they name are the caller's to seed into the
     reference data (`warehouse.ops.pipeline.produce` does both).
     """
-    records = generator.records(seed, count, chaos=chaos, start=start, days=days)
+    make = generator.GENERATORS.get(source)
+    if make is None:
+        raise ValueError(
+            f"regauge has no traffic generator for source {source!r} (it has: "
+            f"{', '.join(sorted(generator.GENERATORS))}); produce its records yourself"
+        )
+    records = make(seed, count, chaos=chaos, start=start, days=days)
+    topic = registry.source_tables(source).topic
     log.info(
         "producing %d %s records (seed %d) to %s",
         count,
         "chaos" if chaos else "clean",
         seed,
-        registry.TOPIC,
+        topic,
     )
-    return produce_run(settings, seed, records, rate=rate, progress=progress)
+    return produce_run(settings, seed, records, rate=rate, progress=progress, topic=topic)
 
 
 def produce_run(
@@ -300,6 +321,7 @@ def produce_run(
     *,
     rate: float | None = None,
     progress: bool = False,
+    topic: str = registry.TOPIC,
 ) -> GeneratedRun:
     """Send generator records with a producer of their own (a new idempotence session)."""
     summary, positions = produce_records(
@@ -308,6 +330,7 @@ def produce_run(
         rate=rate,
         progress=progress,
         timestamps=[r.timestamp_ms for r in records],
+        topic=topic,
     )
     return GeneratedRun(seed, records, positions, summary)
 

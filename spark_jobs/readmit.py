@@ -118,15 +118,15 @@ def _readmit(
     progress: Callable[[Readmitted], None] | None,
 ) -> Readmitted:
     """`readmit`, its commits tagged (`silver.READMISSION_TAG`)."""
-    ledger_path = silver.LEDGER.path(settings)
+    ledger_path = plan.tables.ledger.path(settings)
     done = Readmitted(resumed=lake.committed(spark, ledger_path, ledger_txn, BATCH))
     quarantined = (
         spark.read.format("delta")
-        .load(silver.QUARANTINE.path(settings))
+        .load(plan.tables.quarantine.path(settings))
         .where(F.col("reason") == reason)
         .select("partition", "offset")
     )
-    checked = contract.validate(silver.bronze_at(spark, settings, quarantined), plan)
+    checked = contract.validate(silver.bronze_at(spark, settings, quarantined, plan), plan)
     if done.resumed:
         # Only what the earlier try appended to the ledger can pass now: a record
         # quarantined since (ingest ran between the tries) waits for the next run.
@@ -143,16 +143,16 @@ def _readmit(
             "re-admission %s: %d records quarantined as %s", readmission_id, done.examined, reason
         )
         if not done.examined:
-            _finish_earlier(spark, settings, done)
+            _finish_earlier(spark, settings, done, plan)
             return done
         accepted = checked.where(F.col("reject_reason").isNull())
         lake.append_once(  # 1: skipped when an earlier try committed it
             accepted.select(*silver.LEDGER_SCHEMA.fieldNames()), ledger_path, ledger_txn, BATCH
         )
-        state = silver.admitted_state(spark, settings, checked, BATCH, txn)
+        state = silver.admitted_state(spark, settings, checked, BATCH, txn, plan)
         try:
             statuses = _count(state.where("in_batch"), "status")
-            _restate_quarantine(spark, settings, checked, state, reason)  # 2
+            _restate_quarantine(spark, settings, checked, state, reason, plan)  # 2
         finally:
             state.unpersist()
         done.admitted = statuses[silver.ACCEPTED] + statuses[silver.DUPLICATE]
@@ -164,9 +164,9 @@ def _readmit(
             progress(done)  # what became of each record is decided and committed
         faults.maybe_crash("readmit_after_quarantine", BATCH)
         if done.resumed:
-            _finish_earlier(spark, settings, done)  # 3 and 4, for every try's records
+            _finish_earlier(spark, settings, done, plan)  # 3 and 4, for every try's records
         else:
-            result = silver.finish_admitted(spark, settings, checked, BATCH, txn)  # 3, 4
+            result = silver.finish_admitted(spark, settings, checked, BATCH, txn, plan)  # 3, 4
             done.replaced_winners = result.replaced_winners
     finally:
         checked.unpersist()
@@ -178,12 +178,14 @@ def _count(df: DataFrame, column: str) -> Counter[str | None]:
     return Counter({r[column]: r["count"] for r in df.groupBy(column).count().collect()})
 
 
-def _finish_earlier(spark: SparkSession, settings: Settings, done: Readmitted) -> None:
+def _finish_earlier(
+    spark: SparkSession, settings: Settings, done: Readmitted, plan: contract.Plan
+) -> None:
     """An earlier try committed the ledger's append, so the records it admitted may have
     left the quarantine before silver had them: bring silver and the conflicts to the
     ledger's answer."""
     if done.resumed:
-        fixed = silver.reconcile(spark, settings)
+        fixed = silver.reconcile(spark, settings, plan)
         log.info(
             "re-admission: an earlier try finished; %d event ids brought to the ledger's answer",
             fixed,
@@ -191,7 +193,12 @@ def _finish_earlier(spark: SparkSession, settings: Settings, done: Readmitted) -
 
 
 def _restate_quarantine(
-    spark: SparkSession, settings: Settings, checked: DataFrame, state: DataFrame, reason: str
+    spark: SparkSession,
+    settings: Settings,
+    checked: DataFrame,
+    state: DataFrame,
+    reason: str,
+    plan: contract.Plan,
 ) -> None:
     """Step 2: one MERGE by position over the examined records that still hold `reason`:
     out if now accepted or an exact duplicate; a conflict, naming what it lost to, if it
@@ -230,7 +237,7 @@ def _restate_quarantine(
         with lake.source_checkpointed(spark):
             lake.retry_on_conflict(
                 lambda: (
-                    DeltaTable.forPath(spark, silver.QUARANTINE.path(settings))
+                    DeltaTable.forPath(spark, plan.tables.quarantine.path(settings))
                     .alias("t")
                     .merge(source.alias("s"), condition)
                     .whenMatchedDelete(condition=f"s._op = 'delete' AND {held}")

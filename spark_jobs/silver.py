@@ -66,6 +66,8 @@ from warehouse.base.settings import Settings
 
 log = logging.getLogger(__name__)
 
+# The shop's tables; every function that touches a source's tables takes its plan
+# (`contract.Plan.tables`) or its name.
 SILVER = registry.SILVER_EVENTS
 QUARANTINE = registry.SILVER_QUARANTINE
 LEDGER = registry.SILVER_LEDGER
@@ -91,7 +93,7 @@ def silver_schema(event_schema: StructType) -> StructType:
     )
 
 
-SILVER_SCHEMA = silver_schema(contract.EVENT_SCHEMA)
+SILVER_SCHEMA = silver_schema(contract.EVENT_SCHEMA)  # the shop's
 # Silver is partitioned by what views look events up by: their type (a revenue
 # view never reads cart events) and their event date (a live micro-batch that
 # recomputes one hour reads that day, not all of history). Filters on these
@@ -162,10 +164,11 @@ def to_conflict_rows(conflicts: DataFrame) -> DataFrame:
     )
 
 
-def to_silver_rows(accepted: DataFrame) -> DataFrame:
+def to_silver_rows(accepted: DataFrame, plan: contract.Plan = contract.PLAN) -> DataFrame:
+    """Validated, accepted rows of `plan`'s source -> its silver rows."""
     # The session time zone is UTC, so to_date is the UTC date.
-    with_date = accepted.withColumn("event_date", F.to_date("event_time"))
-    return with_date.select(*[F.col(f.name) for f in SILVER_SCHEMA.fields])
+    with_date = accepted.withColumn("event_date", F.to_date(plan.source.time_field))
+    return with_date.select(*[F.col(f.name) for f in silver_schema(plan.event_schema).fields])
 
 
 def classify(candidates: DataFrame) -> DataFrame:
@@ -234,10 +237,10 @@ def settle(records: DataFrame, plan: contract.Plan = contract.PLAN) -> Settled:
     replay straight from Kafka uses its silver; the audit re-derives all three
     from bronze and compares them with the tables.
     """
-    return settle_checked(contract.validate(records, plan))
+    return settle_checked(contract.validate(records, plan), plan)
 
 
-def settle_checked(checked: DataFrame) -> Settled:
+def settle_checked(checked: DataFrame, plan: contract.Plan = contract.PLAN) -> Settled:
     """`settle` for records already through `contract.validate`: a caller that
     reads all three results materialises the validation once."""
     accepted = checked.where(F.col("reject_reason").isNull())
@@ -245,7 +248,7 @@ def settle_checked(checked: DataFrame) -> Settled:
     state = classify(ledger.withColumn("in_batch", F.lit(True)))
     key = ["partition", "offset"]
     silver = to_silver_rows(
-        accepted.join(state.where(F.col("status") == ACCEPTED).select(*key), key)
+        accepted.join(state.where(F.col("status") == ACCEPTED).select(*key), key), plan
     )
     conflicts = conflict_detail(state.where(F.col("status") == CONFLICT)).select(*key, "detail")
     quarantine = to_quarantine_rows(checked.where(F.col("reject_reason").isNotNull())).unionByName(
@@ -260,19 +263,24 @@ def from_records(records: DataFrame, plan: contract.Plan = contract.PLAN) -> Dat
 
 
 # -- IO ----------------------------------------------------------------------------
-def ensure_tables(spark: SparkSession, settings: Settings) -> None:
+def ensure_tables(
+    spark: SparkSession, settings: Settings, source: str = registry.SHOP_SOURCE
+) -> None:
+    """Create `source`'s silver, quarantine and ledger, with silver's columns those of
+    its whole declaration."""
+    plan = contract.source_plan(source)
     # Views follow silver through its change feed: silver is not append-only,
     # because a winner can be replaced by one earlier in log order.
     lake.ensure_table(
         spark,
-        SILVER.path(settings),
-        SILVER_SCHEMA,
+        plan.tables.silver.path(settings),
+        silver_schema(plan.event_schema),
         {"delta.enableChangeDataFeed": "true"},
         partitioned_by=SILVER_PARTITIONS,
     )
-    evolve(spark, SILVER.path(settings), contract.NEWEST)
-    lake.ensure_table(spark, QUARANTINE.path(settings), QUARANTINE_SCHEMA)
-    lake.ensure_table(spark, LEDGER.path(settings), LEDGER_SCHEMA)
+    evolve(spark, plan.tables.silver.path(settings), contract.newest(plan))
+    lake.ensure_table(spark, plan.tables.quarantine.path(settings), QUARANTINE_SCHEMA)
+    lake.ensure_table(spark, plan.tables.ledger.path(settings), LEDGER_SCHEMA)
 
 
 # Which contract version of the shop a lake's ingest validates by: a property of
@@ -281,9 +289,11 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
 CONTRACT_PROPERTY = "regauge.contractVersion"
 
 
-def deployed_version(spark: SparkSession, settings: Settings) -> int:
-    """The contract version this lake runs (`deploy`); the first on a new lake."""
-    path = SILVER.path(settings)
+def deployed_version(
+    spark: SparkSession, settings: Settings, source: str = registry.SHOP_SOURCE
+) -> int:
+    """The contract version this lake runs for `source` (`deploy`); the first on a new lake."""
+    path = registry.source_tables(source).silver.path(settings)
     if not lake.exists(spark, f"{path}/_delta_log"):
         return contract.FIRST_VERSION
     # In SQL: a replay from Kafka asks this over Spark Connect too.
@@ -291,9 +301,11 @@ def deployed_version(spark: SparkSession, settings: Settings) -> int:
     return int(properties.get(CONTRACT_PROPERTY, contract.FIRST_VERSION))
 
 
-def deployed_plan(spark: SparkSession, settings: Settings) -> contract.Plan:
-    """The contract ingest, the audit and re-admission judge this lake's records by."""
-    return contract.shop_plan(deployed_version(spark, settings))
+def deployed_plan(
+    spark: SparkSession, settings: Settings, source: str = registry.SHOP_SOURCE
+) -> contract.Plan:
+    """The contract ingest, the audit and re-admission judge `source`'s records by."""
+    return contract.source_plan(source, deployed_version(spark, settings, source))
 
 
 def _refuse_unknown(spark: SparkSession, settings: Settings, plan: contract.Plan) -> None:
@@ -306,7 +318,7 @@ def _refuse_unknown(spark: SparkSession, settings: Settings, plan: contract.Plan
         )
     unknown = (
         spark.read.format("delta")
-        .load(SILVER.path(settings))
+        .load(plan.tables.silver.path(settings))
         .where(~known)
         .groupBy("event_type", "schema_version")
         .count()
@@ -320,25 +332,28 @@ def _refuse_unknown(spark: SparkSession, settings: Settings, plan: contract.Plan
         )
 
 
-def deploy(spark: SparkSession, settings: Settings, version: int) -> int:
-    """Run the shop's contract `version` from now on; returns the version it replaces.
+def deploy(
+    spark: SparkSession, settings: Settings, version: int, source: str = registry.SHOP_SOURCE
+) -> int:
+    """Run `source`'s contract `version` from now on; returns the version it replaces.
 
     Silver already has every declared column (`ensure_tables`), so this is one
     metadata commit. Records quarantined under the old version stay where they are
     until re-admitted (docs/contract.md §10). Ingest must be stopped meanwhile: it
     reads the version when it starts."""
-    declared = contract.NEWEST.source.contract_version
+    declared = contract.source_plan(source).source.contract_version
     if not 1 <= version <= declared:
         raise ValueError(
-            f"shop declares contract versions 1 to {declared}; there is no version {version}"
+            f"{source} declares contract versions 1 to {declared}; there is no version {version}"
         )
-    ensure_tables(spark, settings)
-    before = deployed_version(spark, settings)
+    ensure_tables(spark, settings, source)
+    before = deployed_version(spark, settings, source)
+    plan = contract.source_plan(source, version)
     if version < before:
-        _refuse_unknown(spark, settings, contract.shop_plan(version))
+        _refuse_unknown(spark, settings, plan)
     if before != version:
         spark.sql(
-            f"ALTER TABLE delta.`{SILVER.path(settings)}` "
+            f"ALTER TABLE delta.`{plan.tables.silver.path(settings)}` "
             f"SET TBLPROPERTIES ('{CONTRACT_PROPERTY}' = '{version}')"
         )
     return before
@@ -432,15 +447,26 @@ def process_batch(
         if result.rows_in > sum(result.rejected.values()):
             lake.append_once(
                 accepted.select(*[f.name for f in LEDGER_SCHEMA.fields]),
-                LEDGER.path(settings),
+                plan.tables.ledger.path(settings),
                 f"{app_id}/ledger",
                 batch_id,
             )
             faults.maybe_crash("silver_after_ledger", batch_id)
-            history = _history(spark, settings, accepted, batch_id, app_id, index, keys)
-            _settle(spark, settings, checked, accepted, history, rejected, batch_id, app_id, result)
+            history = _history(spark, settings, accepted, batch_id, app_id, index, keys, plan)
+            _settle(
+                spark,
+                settings,
+                checked,
+                accepted,
+                history,
+                rejected,
+                batch_id,
+                app_id,
+                result,
+                plan,
+            )
         elif rejected is not None:
-            _quarantine_once(settings, rejected, batch_id, app_id)
+            _quarantine_once(settings, rejected, batch_id, app_id, plan)
     finally:
         checked.unpersist()
     result.seconds = time.monotonic() - started
@@ -464,9 +490,11 @@ def _tally(checked: DataFrame, result: BatchResult, *, keyed: bool) -> ledger_in
     return ledger_index.Keys.from_arrow(table.filter(pc.is_null(reasons))) if keyed else None
 
 
-def _quarantine_once(settings: Settings, rows: DataFrame, batch_id: int, app_id: str) -> None:
+def _quarantine_once(
+    settings: Settings, rows: DataFrame, batch_id: int, app_id: str, plan: contract.Plan
+) -> None:
     """The batch's own quarantine rows, in one append under its transaction id."""
-    lake.append_once(rows, QUARANTINE.path(settings), _rejected_txn(app_id), batch_id)
+    lake.append_once(rows, plan.tables.quarantine.path(settings), _rejected_txn(app_id), batch_id)
 
 
 def _rejected_txn(app_id: str) -> str:
@@ -482,11 +510,12 @@ def _history(
     app_id: str,
     index: ledger_index.LedgerIndex | None,
     keys: ledger_index.Keys | None,
+    plan: contract.Plan,
 ) -> DataFrame:
     """Every accepted record ever seen of the batch's event ids, `in_batch` or not:
     what `classify` decides them from. The ledger holds the batch's own by now.
     `keys`: the accepted records' (`_tally`), given with `index`."""
-    ledger = spark.read.format("delta").load(LEDGER.path(settings))
+    ledger = spark.read.format("delta").load(plan.tables.ledger.path(settings))
     touched = accepted.select("event_id").distinct()
     if index is not None and keys is not None:
         index.follow(spark, (f"{app_id}/ledger", batch_id), keys)
@@ -522,6 +551,7 @@ def _settle(
     batch_id: int,
     app_id: str,
     result: BatchResult,
+    plan: contract.Plan,
     own_placed: bool = False,
 ) -> None:
     """Bring silver and the conflict quarantine to the ledger's answer for the batch's ids,
@@ -546,18 +576,19 @@ def _settle(
             ),
             ["partition", "offset"],
         )
-        silver_path = SILVER.path(settings)
+        silver_path = plan.tables.silver.path(settings)
         # A batch with no new id (all duplicates, conflicts or replacements) has
         # nothing to append: a retry computes the same tally and skips it again.
         if tally.get((ACCEPTED, True, True), 0):
             lake.append_once(
-                to_silver_rows(winners.where("fresh")),
+                to_silver_rows(winners.where("fresh"), plan),
                 silver_path,
                 f"{app_id}/silver-new",
                 batch_id,
             )
         if result.replaced_winners:
-            replacing = to_silver_rows(winners.where(~F.col("fresh"))).localCheckpoint(eager=True)
+            replacing = to_silver_rows(winners.where(~F.col("fresh")), plan)
+            replacing = replacing.localCheckpoint(eager=True)
             try:
                 with lake.source_checkpointed(spark):
                     _merge_winners(
@@ -565,7 +596,7 @@ def _settle(
                         silver_path,
                         replacing,
                         f"silver batch {batch_id}: replacing winners",
-                        _where_held(spark, settings, state, replacing),
+                        _where_held(spark, settings, state, replacing, plan),
                     )
                 _settle_replaced(
                     spark,
@@ -578,6 +609,7 @@ def _settle(
                     batch_id,
                     app_id,
                     own_conflicts,
+                    plan,
                 )
             finally:
                 replacing.unpersist()
@@ -585,7 +617,7 @@ def _settle(
         # Without a replacement, earlier records keep their status, so the batch's
         # own conflicts are all the quarantine gains: one append with its rejected
         # records, under the batch's transaction id (a retry skips it whole).
-        _quarantine_own(checked, state, rejected, own_conflicts, settings, batch_id, app_id)
+        _quarantine_own(checked, state, rejected, own_conflicts, settings, batch_id, app_id, plan)
     finally:
         state.unpersist()
 
@@ -598,6 +630,7 @@ def _quarantine_own(
     settings: Settings,
     batch_id: int,
     app_id: str,
+    plan: contract.Plan,
     extra: DataFrame | None = None,
 ) -> None:
     """The batch's rejected records and its own `conflicts` conflicting ones (each
@@ -612,7 +645,7 @@ def _quarantine_own(
             )
         )
     if parts:
-        _quarantine_once(settings, reduce(DataFrame.unionByName, parts), batch_id, app_id)
+        _quarantine_once(settings, reduce(DataFrame.unionByName, parts), batch_id, app_id, plan)
 
 
 def _settle_replaced(
@@ -626,6 +659,7 @@ def _settle_replaced(
     batch_id: int,
     app_id: str,
     conflicts: int,
+    plan: contract.Plan,
 ) -> None:
     """The quarantine, after a batch replaced winners. Only the replaced ids' earlier
     records change status: a new winner makes its former winner a conflict (chaos
@@ -639,33 +673,40 @@ def _settle_replaced(
     touched ids' conflicts by MERGE: the first try may have stopped between its
     append and its MERGE, or before this split existed, with its conflicts not in
     the append."""
-    quarantine = QUARANTINE.path(settings)
+    quarantine = plan.tables.quarantine.path(settings)
     # (A version 0 is falsy: `txn_version(...) or -1` took batch 0's retry for a first try.)
     if lake.committed(spark, quarantine, _rejected_txn(app_id), batch_id):
-        _settle_conflicts(spark, settings, checked, touched, state)
+        _settle_conflicts(spark, settings, checked, touched, state, plan)
         return
     replaced = replacing.select("event_id")
     earlier = state.where(~F.col("in_batch")).join(replaced, "event_id", "left_semi")
-    with _conflict_changes(spark, settings, checked, replaced, earlier) as changes:
+    with _conflict_changes(spark, settings, checked, replaced, earlier, plan) as changes:
         # With conflicts to remove or to restate (their winner changed), the MERGE
         # adds the new ones too; else the append. `added`, materialised, says
         # cheaply whether `adds` (it reads bronze) has rows.
         merging = not changes.stale.isEmpty()
         extra = None if merging or changes.added.isEmpty() else to_conflict_rows(changes.adds)
-        _quarantine_own(checked, state, rejected, conflicts, settings, batch_id, app_id, extra)
+        _quarantine_own(
+            checked, state, rejected, conflicts, settings, batch_id, app_id, plan, extra
+        )
         if merging:
-            _quarantine_conflicts(spark, settings, changes.adds, changes.to_remove)
+            _quarantine_conflicts(spark, settings, changes.adds, changes.to_remove, plan)
 
 
 def admitted_state(
-    spark: SparkSession, settings: Settings, checked: DataFrame, batch_id: int, app_id: str
+    spark: SparkSession,
+    settings: Settings,
+    checked: DataFrame,
+    batch_id: int,
+    app_id: str,
+    plan: contract.Plan,
 ) -> DataFrame:
     """For re-admission (`spark_jobs.readmit`): the `classify` state of records once
     quarantined that now pass (`checked`, validated), whose ledger rows are committed
     under (`app_id`/ledger, `batch_id`), with every other accepted record of their
     ids. Materialised: the caller unpersists it."""
     accepted = checked.where(F.col("reject_reason").isNull())
-    history = _history(spark, settings, accepted, batch_id, app_id, None, None)
+    history = _history(spark, settings, accepted, batch_id, app_id, None, None, plan)
     return classify(history).localCheckpoint(eager=True)
 
 
@@ -675,6 +716,7 @@ def finish_admitted(
     checked: DataFrame,
     batch_id: int,
     app_id: str,
+    plan: contract.Plan,
 ) -> BatchResult:
     """Silver's half of re-admission, once the quarantine no longer holds the admitted
     records (or holds them as conflicts): their winners in silver, replacing a later
@@ -682,8 +724,8 @@ def finish_admitted(
     `app_id`'s transaction ids, as a micro-batch's."""
     result = BatchResult(batch_id)
     accepted = checked.where(F.col("reject_reason").isNull())
-    history = _history(spark, settings, accepted, batch_id, app_id, None, None)
-    _settle(spark, settings, checked, accepted, history, None, batch_id, app_id, result, True)
+    history = _history(spark, settings, accepted, batch_id, app_id, None, None, plan)
+    _settle(spark, settings, checked, accepted, history, None, batch_id, app_id, result, plan, True)
     return result
 
 
@@ -701,12 +743,14 @@ def named_positions(rows: DataFrame) -> list[tuple[int, int]] | None:
     return [(r["partition"], r["offset"]) for r in found]
 
 
-def bronze_at(spark: SparkSession, settings: Settings, positions: DataFrame) -> DataFrame:
+def bronze_at(
+    spark: SparkSession, settings: Settings, positions: DataFrame, plan: contract.Plan
+) -> DataFrame:
     """Bronze's records at `positions` (partition, offset). A few are named as literals
     (`lake.at_positions`), so Delta reads only the files whose offsets can hold them,
     not all of history; more are joined."""
     key = ["partition", "offset"]
-    bronze = spark.read.format("delta").load(registry.BRONZE_EVENTS.path(settings))
+    bronze = spark.read.format("delta").load(plan.tables.bronze.path(settings))
     wanted = named_positions(positions)
     if wanted is None:
         return bronze.join(positions.select(*key).distinct(), key, "left_semi")
@@ -734,7 +778,11 @@ class Held:
 
 
 def _where_held(
-    spark: SparkSession, settings: Settings, state: DataFrame, replacing: DataFrame
+    spark: SparkSession,
+    settings: Settings,
+    state: DataFrame,
+    replacing: DataFrame,
+    plan: contract.Plan,
 ) -> Held | None:
     """Where silver holds the rows a batch replaces (`Held`): every record ever seen of
     those ids is in `state`, and silver holds one of them (the first in log order,
@@ -744,7 +792,10 @@ def _where_held(
     positions = named_positions(of_ids)
     before = of_ids.where(~F.col("in_batch"))
     # Settled records read the same under the newest contract, whichever admitted them.
-    old = to_silver_rows(contract.validate(bronze_at(spark, settings, before), contract.NEWEST))
+    newest = contract.newest(plan)
+    old = to_silver_rows(
+        contract.validate(bronze_at(spark, settings, before, plan), newest), newest
+    )
     found = (
         old.select("event_type", "event_date")
         .unionByName(replacing.select("event_type", "event_date"))
@@ -794,6 +845,7 @@ def _settle_conflicts(
     checked: DataFrame,
     touched: DataFrame,
     state: DataFrame,
+    plan: contract.Plan,
     narrow: bool = True,
 ) -> None:
     """Quarantine exactly the conflicting records of the touched ids, no more, no fewer.
@@ -801,8 +853,8 @@ def _settle_conflicts(
     `narrow`: read the quarantine only at the positions of the ids' earlier records
     (a batch). Recovery reads all of it: a conflict left at a position the ledger no
     longer holds (an erasure stopped halfway) is there for it to remove."""
-    with _conflict_changes(spark, settings, checked, touched, state, narrow) as changes:
-        _quarantine_conflicts(spark, settings, changes.adds, changes.to_remove)
+    with _conflict_changes(spark, settings, checked, touched, state, plan, narrow) as changes:
+        _quarantine_conflicts(spark, settings, changes.adds, changes.to_remove, plan)
 
 
 @dataclass(frozen=True)
@@ -822,6 +874,7 @@ def _conflict_changes(
     checked: DataFrame,
     touched: DataFrame,
     state: DataFrame,
+    plan: contract.Plan,
     narrow: bool = True,
 ) -> Iterator[ConflictChanges]:
     """The conflicts of the touched ids to add to the quarantine or restate, and those
@@ -834,7 +887,7 @@ def _conflict_changes(
     key = ["partition", "offset"]
     conflicts = (
         spark.read.format("delta")
-        .load(QUARANTINE.path(settings))
+        .load(plan.tables.quarantine.path(settings))
         .where(F.col("reason") == CONFLICT)
     )
     # What may have to leave the quarantine is a conflict of an earlier record (its
@@ -859,7 +912,7 @@ def _conflict_changes(
     # read at those positions only.
     from_batch = to_add.join(checked.select(*_RAW), key)
     older = to_add.join(checked.select(*key), key, "left_anti")
-    from_bronze = older.join(bronze_at(spark, settings, older).select(*_RAW), key)
+    from_bronze = older.join(bronze_at(spark, settings, older, plan).select(*_RAW), key)
     try:
         yield ConflictChanges(from_batch.unionByName(from_bronze), to_remove, to_add, stale)
     finally:
@@ -871,7 +924,11 @@ _RAW = ["partition", "offset", "kafka_timestamp", "value"]
 
 
 def _quarantine_conflicts(
-    spark: SparkSession, settings: Settings, to_add: DataFrame, to_remove: DataFrame
+    spark: SparkSession,
+    settings: Settings,
+    to_add: DataFrame,
+    to_remove: DataFrame,
+    plan: contract.Plan,
 ) -> None:
     """MERGE conflicting records (with detail and raw value) in, restate the detail of
     those held whose winner changed, and take stale ones out.
@@ -879,7 +936,7 @@ def _quarantine_conflicts(
     Keyed by position, so running it twice leaves the same rows.
     """
     key = ["partition", "offset"]
-    quarantine = DeltaTable.forPath(spark, QUARANTINE.path(settings))
+    quarantine = DeltaTable.forPath(spark, plan.tables.quarantine.path(settings))
     source = (
         to_conflict_rows(to_add)
         .withColumn("_op", F.lit("add"))
@@ -933,13 +990,14 @@ def _quarantine_conflicts(
 
 
 # -- recovery ------------------------------------------------------------------------
-def app_id(spark: SparkSession, settings: Settings) -> str:
+def app_id(spark: SparkSession, settings: Settings, source: str = registry.SHOP_SOURCE) -> str:
     """The txnAppId of ingest's checkpoint: new when the checkpoint is new.
 
     A fixed id would make a fresh checkpoint (batch ids from 0 again) skip
     every write as "already committed", so the id lives inside the checkpoint.
     """
-    return lake.checkpoint_app_id(spark, registry.ingest_checkpoint(settings), "regauge-ingest")
+    checkpoint = registry.source_tables(source).ingest_checkpoint(settings)
+    return lake.checkpoint_app_id(spark, checkpoint, "regauge-ingest")
 
 
 def _positions(spark: SparkSession, path: str, version: int) -> DataFrame:
@@ -950,7 +1008,7 @@ def recover(
     spark: SparkSession,
     settings: Settings,
     txn_app: str,
-    contract_plan: contract.Plan = contract.PLAN,
+    plan: contract.Plan = contract.PLAN,
 ) -> bool:
     """Before ingest's query starts without a checkpoint, settle what bronze holds.
 
@@ -965,53 +1023,55 @@ def recover(
     part-way repeats the same chunks under the same transaction ids: their
     appends are skipped as committed and their MERGEs write the same state again.
     """
-    checkpoint = registry.ingest_checkpoint(settings)
+    checkpoint = plan.tables.ingest_checkpoint(settings)
     if lake.checkpoint_has_progress(spark, checkpoint):
         return False
-    plan_file = checkpoint + "/regauge_recovery.json"
-    text = lake.read_text(spark, plan_file)
+    todo_file = checkpoint + "/regauge_recovery.json"
+    text = lake.read_text(spark, todo_file)
     if text:
-        plan = json.loads(text)
+        todo = json.loads(text)
     else:
-        bronze = registry.BRONZE_EVENTS.path(settings)
-        plan = {
+        bronze = plan.tables.bronze.path(settings)
+        todo = {
             "bronze_version": lake.newest_version(spark, bronze),
-            "ledger_version": lake.newest_version(spark, LEDGER.path(settings)),
-            "quarantine_version": lake.newest_version(spark, QUARANTINE.path(settings)),
+            "ledger_version": lake.newest_version(spark, plan.tables.ledger.path(settings)),
+            "quarantine_version": lake.newest_version(spark, plan.tables.quarantine.path(settings)),
             "settled": False,
         }
-        if _positions(spark, bronze, plan["bronze_version"]).limit(1).count() == 0:
+        if _positions(spark, bronze, todo["bronze_version"]).limit(1).count() == 0:
             return False
-        lake.write_text(spark, plan_file, json.dumps(plan) + "\n")
-    if not plan["settled"]:
+        lake.write_text(spark, todo_file, json.dumps(todo) + "\n")
+    if not todo["settled"]:
         log.warning(
             "ingest has no checkpoint but bronze already holds records: settling the bronze "
             "records (up to bronze version %d) that neither the ledger nor the quarantine "
             "holds; Kafka is then read from after bronze's last copied offsets",
-            plan["bronze_version"],
+            todo["bronze_version"],
         )
-        _settle_unsettled(spark, settings, plan, f"{txn_app}/recovery", contract_plan)
-        fixed = reconcile(spark, settings)
+        _settle_unsettled(spark, settings, todo, f"{txn_app}/recovery", plan)
+        fixed = reconcile(spark, settings, plan)
         log.info("recovery: %d event ids brought to the ledger's answer", fixed)
-        plan["settled"] = True
-        lake.write_text(spark, plan_file, json.dumps(plan) + "\n")
+        todo["settled"] = True
+        lake.write_text(spark, todo_file, json.dumps(todo) + "\n")
     return True
 
 
 def _settle_unsettled(
     spark: SparkSession,
     settings: Settings,
-    plan: dict[str, Any],
+    todo: dict[str, Any],
     txn_app: str,
-    contract_plan: contract.Plan,
+    plan: contract.Plan,
 ) -> None:
     """Bronze records in neither the ledger nor the quarantine, as micro-batches of the
     usual size. Chunks are chosen by position over fixed versions: a rerun makes the same."""
-    settled = _positions(spark, LEDGER.path(settings), plan["ledger_version"]).unionByName(
-        _positions(spark, QUARANTINE.path(settings), plan["quarantine_version"])
+    settled = _positions(
+        spark, plan.tables.ledger.path(settings), todo["ledger_version"]
+    ).unionByName(
+        _positions(spark, plan.tables.quarantine.path(settings), todo["quarantine_version"])
     )
     unsettled = (
-        lake.read_version(spark, registry.BRONZE_EVENTS.path(settings), plan["bronze_version"])
+        lake.read_version(spark, plan.tables.bronze.path(settings), todo["bronze_version"])
         .join(settled, ["partition", "offset"], "left_anti")
         .localCheckpoint(eager=True)
     )
@@ -1021,14 +1081,14 @@ def _settle_unsettled(
         chunk = F.pmod(F.xxhash64("partition", "offset"), F.lit(chunks))
         for n in range(chunks):
             result = process_batch(
-                spark, settings, unsettled.where(chunk == n), n, txn_app, plan=contract_plan
+                spark, settings, unsettled.where(chunk == n), n, txn_app, plan=plan
             ).record()
             log.info("recovery %d of %d: %s", n + 1, chunks, result.describe())
     finally:
         unsettled.unpersist()
 
 
-def reconcile(spark: SparkSession, settings: Settings) -> int:
+def reconcile(spark: SparkSession, settings: Settings, plan: contract.Plan = contract.PLAN) -> int:
     """Bring silver and the conflict quarantine to the ledger's answer wherever they differ.
 
     A batch that stopped between its commits (the ledger appended, silver and
@@ -1041,17 +1101,19 @@ def reconcile(spark: SparkSession, settings: Settings) -> int:
     """
     id_pos = ["event_id", "partition", "offset"]
     state = classify(
-        spark.read.format("delta").load(LEDGER.path(settings)).withColumn("in_batch", F.lit(False))
+        spark.read.format("delta")
+        .load(plan.tables.ledger.path(settings))
+        .withColumn("in_batch", F.lit(False))
     ).localCheckpoint(eager=True)
     quarantined = (
         spark.read.format("delta")
-        .load(QUARANTINE.path(settings))
+        .load(plan.tables.quarantine.path(settings))
         .where(F.col("reason") == CONFLICT)
         .select(*id_pos)
     )
     winners = state.where(F.col("status") == ACCEPTED).select(*id_pos)
     conflicts = state.where(F.col("status") == CONFLICT).select(*id_pos)
-    in_silver = spark.read.format("delta").load(SILVER.path(settings)).select(*id_pos)
+    in_silver = spark.read.format("delta").load(plan.tables.silver.path(settings)).select(*id_pos)
     ids = (
         winners.join(in_silver, id_pos, "left_anti")
         .unionByName(conflicts.join(quarantined, id_pos, "left_anti"))
@@ -1069,19 +1131,19 @@ def reconcile(spark: SparkSession, settings: Settings) -> int:
         # Ledger records: accepted once, so read alike by the newest contract.
         checked = contract.validate(
             spark.read.format("delta")
-            .load(registry.BRONZE_EVENTS.path(settings))
+            .load(plan.tables.bronze.path(settings))
             .join(of_ids.select(*key), key, "left_semi"),
-            contract.NEWEST,
+            contract.newest(plan),
         ).localCheckpoint(eager=True)
         _merge_winners(
             spark,
-            SILVER.path(settings),
+            plan.tables.silver.path(settings),
             to_silver_rows(
-                checked.join(of_ids.where(F.col("status") == ACCEPTED).select(*key), key)
+                checked.join(of_ids.where(F.col("status") == ACCEPTED).select(*key), key), plan
             ),
             "recovery: winners",
         )
-        _settle_conflicts(spark, settings, checked, ids, of_ids, narrow=False)
+        _settle_conflicts(spark, settings, checked, ids, of_ids, plan, narrow=False)
         return fixed
     finally:
         ids.unpersist()

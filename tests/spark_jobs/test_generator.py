@@ -171,3 +171,56 @@ def test_v2_orders_pass_contract_version_2_and_wait_under_version_1(spark):
     assert all(r.currency == "EUR" and 0 < r.discount < r.total + r.discount for r in v2)
     v1 = contract.validate(bronze).select("reject_reason").collect()
     assert {r.reject_reason for r in v1} == {"unsupported_schema_version"}
+
+
+def test_web_traffic_is_the_shop_s_customers_viewing_what_they_then_add():
+    """The web source's generator (warehouse/sources/web.py): exactly `count` events that
+    its contract accepts, each customer's views in sessions opened by session_started,
+    and every product a shop customer adds to a cart viewed by them before."""
+    web = generator.web_traffic(5, 400)
+    assert web == generator.web_traffic(5, 400)  # same seed, same events
+    assert len(web) == 400 and len({e["event_id"] for e in web}) == 400
+    times = [datetime.fromisoformat(e["event_time"]) for e in web]
+    assert times == sorted(times)
+    opened = {e["payload"]["session_id"] for e in web if e["event_type"] == "session_started"}
+    views = [e for e in web if e["event_type"] == "product_viewed"]
+    assert views and all(v["payload"]["session_id"] in opened for v in views[20:])
+    last_view = max(datetime.fromisoformat(v["event_time"]) for v in web)
+    added = [
+        e
+        for e in generator.traffic(5, 400)
+        if e["event_type"] == "cart_item_added"
+        and datetime.fromisoformat(e["event_time"]) < last_view
+    ]
+    viewed = {
+        (v["customer_id"], v["payload"]["product_id"], datetime.fromisoformat(v["event_time"]))
+        for v in views
+    }
+    for a in added:
+        t = datetime.fromisoformat(a["event_time"])
+        assert any(
+            c == a["customer_id"] and p == a["payload"]["product_id"] and seen < t
+            for c, p, seen in viewed
+        ), a
+
+
+def test_web_chaos_holds_one_record_of_every_way_to_fail_the_web_contract(spark):
+    records = generator.web_records(9, 600, chaos=True)
+    assert len(records) == 600
+    kinds = Counter(r.kind for r in records)
+    assert kinds["resend"] + kinds["resend_reordered"] == 18 and kinds["conflicting"] == 6
+    bad = [r for r in records if r.expect != generator.VALID]
+    now = datetime.now(UTC).replace(tzinfo=None)
+    rows = [("web.events", 0, n, now, r.key.decode(), r.value, now) for n, r in enumerate(bad)]
+    checked = contract.validate(
+        spark.createDataFrame(rows, BRONZE_SCHEMA), contract.source_plan("web")
+    ).collect()
+    assert [c["reject_reason"] for c in checked] == [r.expect for r in bad]
+    assert set(r.expect for r in bad) == {
+        "malformed_json",
+        "missing_field",
+        "invalid_field",
+        "unknown_event_type",
+        "unsupported_schema_version",
+        "event_time_out_of_range",
+    }

@@ -233,11 +233,14 @@ def test_a_replaced_winner_is_found_in_its_own_partition_of_silver(spark, lake):
     assert [(r.partition, r.offset) for r in quarantine.collect()] == [(2, 0)]
 
     rows = silver.bronze_at(
-        spark, lake, spark.createDataFrame([(2, 1), (0, 7)], "partition int, offset long")
+        spark,
+        lake,
+        spark.createDataFrame([(2, 1), (0, 7)], "partition int, offset long"),
+        contract.PLAN,
     )
     assert sorted((r.partition, r.offset) for r in rows.collect()) == [(0, 7), (2, 1)]
     none = spark.createDataFrame([], "partition int, offset long")
-    assert silver.bronze_at(spark, lake, none).count() == 0
+    assert silver.bronze_at(spark, lake, none, contract.PLAN).count() == 0
 
 
 def test_a_replaced_winner_is_found_among_its_partitions_files_by_position(spark, lake, run):

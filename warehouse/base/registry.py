@@ -6,11 +6,11 @@ docs/contract.md §1-§2.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from warehouse.base.settings import Settings
 
-TOPIC = "shop.events"
 TRINO_LAKE_CATALOG = "lakehouse"
 TRINO_OPS_CATALOG = "ops"
 
@@ -41,15 +41,79 @@ class Table:
         return f"{settings.lake_root.rstrip('/')}/_checkpoints/{self.schema}/{self.name}/{query}"
 
 
-BRONZE_EVENTS = Table("bronze", "shop_events")
-SILVER_EVENTS = Table("silver", "shop_events")
-SILVER_QUARANTINE = Table("silver", "shop_events_quarantine")
-# Every accepted record (event_id, position, content hash): silver's memory for
-# exact dedup over all history, and how an audit counts exact duplicates.
-SILVER_LEDGER = Table("silver", "shop_events_ledger")
-# The Kafka positions erased customers' records held (docs/contract.md §8): no
-# personal data, what ingest and replays skip, and the accounting's `forgotten`.
-SILVER_FORGOTTEN = Table("silver", "shop_events_forgotten")
+@dataclass(frozen=True)
+class SourceTables:
+    """A source's topic and tables (docs/contract.md §10): source `S` reads `S.events`
+    and writes `bronze.S_events`, `silver.S_events` and the silver tables beside it.
+    The names follow from the source's name alone, so a declaration lists none."""
+
+    source: str
+
+    def __post_init__(self) -> None:
+        # The name becomes a topic, table names and a Trino identifier.
+        if not re.fullmatch(r"[a-z][a-z0-9_]{0,30}", self.source):
+            raise ValueError(
+                f"source name {self.source!r}: use 1-31 of a-z 0-9 _, starting with a letter"
+            )
+
+    @property
+    def topic(self) -> str:
+        return f"{self.source}.events"
+
+    @property
+    def bronze(self) -> Table:
+        return Table("bronze", f"{self.source}_events")
+
+    @property
+    def silver(self) -> Table:
+        return Table("silver", f"{self.source}_events")
+
+    @property
+    def quarantine(self) -> Table:
+        return Table("silver", f"{self.source}_events_quarantine")
+
+    @property
+    def ledger(self) -> Table:
+        """Every accepted record (event_id, position, content hash): silver's memory
+        for exact dedup over all history, and how an audit counts exact duplicates."""
+        return Table("silver", f"{self.source}_events_ledger")
+
+    @property
+    def forgotten(self) -> Table:
+        """The Kafka positions erased subjects' records held (docs/contract.md §8): no
+        personal data, what ingest and replays skip, and the accounting's `forgotten`."""
+        return Table("silver", f"{self.source}_events_forgotten")
+
+    @property
+    def tables(self) -> tuple[Table, ...]:
+        return (self.bronze, self.silver, self.quarantine, self.ledger, self.forgotten)
+
+    @property
+    def ingest_query(self) -> str:
+        """The name of the streaming query that ingests this source: its progress,
+        status entry, log lines and metrics say it (the shop's keeps its old name)."""
+        return INGEST_QUERY if self.source == SHOP_SOURCE else f"{INGEST_QUERY}.{self.source}"
+
+    def ingest_checkpoint(self, settings: Settings) -> str:
+        """Where the source's ingest query (Kafka -> bronze and silver in each
+        micro-batch) keeps its Kafka offsets."""
+        return self.silver.checkpoint(settings, "kafka")
+
+
+def source_tables(source: str) -> SourceTables:
+    return SourceTables(source)
+
+
+# Ingest's streaming query (the shop's; another source's is `ingest.<source>`).
+INGEST_QUERY = "ingest"
+SHOP_SOURCE = "shop"
+SHOP = SourceTables(SHOP_SOURCE)
+TOPIC = SHOP.topic
+BRONZE_EVENTS = SHOP.bronze
+SILVER_EVENTS = SHOP.silver
+SILVER_QUARANTINE = SHOP.quarantine
+SILVER_LEDGER = SHOP.ledger
+SILVER_FORGOTTEN = SHOP.forgotten
 GOLD_RESTATEMENTS = Table("gold", "restatements")
 # One row per check per `regauge audit` run.
 GOLD_AUDIT_RUNS = Table("gold", "audit_runs")
@@ -61,15 +125,11 @@ MARTS_SCHEMA = "marts"
 DBT_SCHEMAS = (DBT_STAGING_SCHEMA, MARTS_SCHEMA)
 
 
-# Ingest's one streaming query: its progress, status entry, log lines and metrics say it.
-INGEST_QUERY = "ingest"
-
-
 def ingest_checkpoint(settings: Settings) -> str:
-    """Where ingest's one query (Kafka -> bronze and silver in each micro-batch)
-    keeps its Kafka offsets. Bronze's and silver's own `main` checkpoints are
-    those of the two queries it replaced; ingest deletes them once it has taken over."""
-    return SILVER_EVENTS.checkpoint(settings, "kafka")
+    """The shop's ingest checkpoint (`SourceTables.ingest_checkpoint`). Bronze's and
+    silver's own `main` checkpoints are those of the two queries it replaced; ingest
+    deletes them once it has taken over."""
+    return SHOP.ingest_checkpoint(settings)
 
 
 def mart(name: str) -> Table:
@@ -109,7 +169,13 @@ def view_publisher_group(view: str, version: int) -> str:
 
 def table(key: str) -> Table:
     """Look a table up by its `schema.name`; unknown names are an error, not a guess."""
-    try:
+    if key in TABLES:
         return TABLES[key]
-    except KeyError:
-        raise KeyError(f"unknown table {key!r}; known: {', '.join(sorted(TABLES))}") from None
+    # Another source's tables: `bronze.S_events`, `silver.S_events[_quarantine|...]`.
+    found = re.fullmatch(r"(bronze|silver)\.([a-z][a-z0-9_]{0,30})_events(_[a-z]+)?", key)
+    if found:
+        schema, source, _ = found.groups()
+        for t in SourceTables(source).tables:
+            if t.key == key and t.schema == schema:
+                return t
+    raise KeyError(f"unknown table {key!r}; known: {', '.join(sorted(TABLES))}")

@@ -23,6 +23,7 @@ def produce(args: argparse.Namespace) -> int:
         start=args.start or datetime.now(UTC) - timedelta(days=args.days),
         days=args.days,
         progress=sys.stdout.isatty(),
+        source=args.source,
     )
     report = run.report()
     print(run.summary.describe())
@@ -57,12 +58,19 @@ def ingest_(args: argparse.Namespace) -> int:
 
 def ingest_once(args: argparse.Namespace) -> int:
     s = settings_mod.get()
+    if args.source and args.source not in ingest.source_names():
+        known = ", ".join(ingest.source_names())
+        print(f"regauge: unknown source {args.source!r}; known: {known}", file=sys.stderr)
+        return 2
     with writers.ingest(s, "`regauge ingest-once`"):
         spark = build_session("regauge-ingest-once", s)
         try:
-            pipeline.ingest_once(spark, s, accept_data_loss=args.accept_data_loss)
-            for table, rows in ingest.counts(spark, s).items():
-                print(f"{table:<34} {rows:>12,} rows")
+            pipeline.ingest_once(
+                spark, s, accept_data_loss=args.accept_data_loss, source=args.source
+            )
+            for source in [args.source] if args.source else ingest.source_names():
+                for table, rows in ingest.counts(spark, s, source).items():
+                    print(f"{table:<34} {rows:>12,} rows")
         except ingest.DataLossError as exc:
             print(f"regauge: {exc}", file=sys.stderr)
             return 3

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from warehouse import sources
 from warehouse.base import settings as settings_mod
 from warehouse.base.sqlnames import (
     UnsafeNameError,
@@ -281,8 +282,15 @@ def _pipeline(add: Add) -> None:
     p = add(
         "produce",
         "ingest:produce",
-        "generate deterministic shop traffic for a seed, seed the reference data in "
-        "PostgreSQL, and produce it to the shop.events topic",
+        "generate deterministic traffic of a source for a seed, seed the reference data in "
+        "PostgreSQL, and produce it to the source's topic (shop.events by default)",
+    )
+    p.add_argument(
+        "--source",
+        choices=sorted(sources.discover()),
+        default="shop",
+        help="whose traffic: shop (carts, orders, payments) or web (sessions and product "
+        "views of the same customers) (default shop)",
     )
     p.add_argument(
         "--count", type=positive_int, default=10_000, help="records to send (default 10000)"
@@ -322,7 +330,14 @@ def _pipeline(add: Add) -> None:
     p = add(
         "ingest-once",
         "ingest:ingest_once",
-        "copy everything new from Kafka to bronze and settle it into silver, then stop",
+        "copy everything new from Kafka to bronze and settle it into silver, then stop: "
+        "for every declared source, one after another, or for --source",
+    )
+    p.add_argument(
+        "--source",
+        default=None,
+        metavar="SOURCE",
+        help="only this source, e.g. shop (default: every declared source)",
     )
     p.add_argument(
         "--accept-data-loss",

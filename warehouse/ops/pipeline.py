@@ -16,9 +16,10 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from spark_jobs import erasure, generator, ingest, producer
+from spark_jobs import generator, ingest, producer
 from spark_jobs.views import restatements, runner
 from spark_jobs.views.base import View
+from warehouse.base import registry
 from warehouse.base.settings import Settings
 from warehouse.ops.stack import kafka
 from warehouse.sql import catalog, reference
@@ -34,8 +35,10 @@ def produce(
     start: datetime = generator.DEFAULT_START,
     days: float = 7.0,
     progress: bool = False,
+    source: str = registry.SHOP_SOURCE,
 ) -> producer.GeneratedRun:
-    """Seed the customers and products `count` generated records name, then send them."""
+    """Seed the customers and products `count` generated records name, then send them
+    (`source`'s records: the web's browse the same customers and products)."""
     reference.seed(settings, generator.customers_for(count), generator.products())
     return producer.produce_generated(
         settings,
@@ -46,26 +49,37 @@ def produce(
         start=start,
         days=days,
         progress=progress,
+        source=source,
     )
 
 
 def publish_ingest_tables(settings: Settings) -> None:
-    for table in (*ingest.TABLES, erasure.FORGOTTEN):
-        catalog.publish(table, settings)
+    """Every declared source's bronze, silver, quarantine, ledger and forgotten positions."""
+    for name in ingest.source_names():
+        for table in registry.source_tables(name).tables:
+            catalog.publish(table, settings)
 
 
 def prepare_ingest(spark: SparkSession, settings: Settings) -> None:
-    """Create bronze, silver, the quarantine and the ledger, and publish them."""
-    ingest.prepare(spark, settings)
+    """Create every source's bronze, silver, quarantine and ledger, and publish them."""
+    for name in ingest.source_names():
+        ingest.prepare(spark, settings, name)
     publish_ingest_tables(settings)
 
 
-def ingest_once(spark: SparkSession, settings: Settings, *, accept_data_loss: bool = False) -> None:
-    """Catch up Kafka -> bronze -> silver once (creating the tables), then publish them.
+def ingest_once(
+    spark: SparkSession,
+    settings: Settings,
+    *,
+    accept_data_loss: bool = False,
+    source: str | None = None,
+) -> None:
+    """Catch up Kafka -> bronze -> silver once for `source`, or for every declared
+    source (creating the tables), then publish them.
 
     No row counts: 4 Spark jobs (seconds in a fresh session) that most callers,
     the erasure's catch-up among them, would throw away. `ingest.counts` has them."""
-    ingest.run_once(spark, settings, accept_data_loss=accept_data_loss)
+    ingest.run_once(spark, settings, accept_data_loss=accept_data_loss, source=source)
     publish_ingest_tables(settings)
 
 

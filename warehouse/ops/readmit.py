@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pyspark.sql import functions as F
 
 from warehouse import sources
+from warehouse.base import registry
 from warehouse.base.settings import Settings
 from warehouse.ops import ingest_ctl, sessions
 from warehouse.sql import readmissions
@@ -29,16 +30,11 @@ UNSUPPORTED = "unsupported_schema_version"
 
 
 def _engine_source(name: str) -> str:
-    """`name`, if it is a declared source whose tables the engine writes; ValueError
-    naming the known ones otherwise."""
+    """`name`, if it is a declared source; ValueError naming the known ones otherwise."""
     try:
-        source = sources.get(name)
+        return sources.get(name).name
     except KeyError as exc:
         raise ValueError(exc.args[0]) from None
-    if source.name != "shop":
-        # Per-source tables (§10's S_events) come with the second source (issue 66).
-        raise ValueError(f"source {name!r} is declared, but only shop's tables exist yet")
-    return source.name
 
 
 @dataclass
@@ -68,10 +64,10 @@ def deploy(settings: Settings, name: str, version: int) -> Deployed:
         ingest_ctl.paused(settings, f"`regauge sources deploy {source} {version}`"),
         sessions.task_session(settings, "regauge-deploy", own_driver=OWN_DRIVER) as spark,
     ):
-        before = silver.deploy(spark, settings, version)
+        before = silver.deploy(spark, settings, version, source)
         waiting = (
             spark.read.format("delta")
-            .load(silver.QUARANTINE.path(settings))
+            .load(registry.source_tables(source).quarantine.path(settings))
             .where(F.col("reason") == UNSUPPORTED)
             .count()
         )
@@ -99,7 +95,7 @@ def readmit(settings: Settings, name: str, reason: str = UNSUPPORTED) -> Run:
         ingest_ctl.paused(settings, f"`regauge readmit {source}`"),
         sessions.task_session(settings, "regauge-readmit", own_driver=OWN_DRIVER) as spark,
     ):
-        plan = silver.deployed_plan(spark, settings)
+        plan = silver.deployed_plan(spark, settings, source)
         rid, resumed = readmissions.start(
             settings, source, reason, plan.contract_version, getpass.getuser()
         )

@@ -13,7 +13,7 @@ import pkgutil
 from pathlib import Path
 from typing import Any
 
-from warehouse.base import declare
+from warehouse.base import declare, registry
 from warehouse.base.declare import Source
 
 _HERE = Path(__file__).parent
@@ -27,6 +27,13 @@ def discover() -> dict[str, Source]:
             raise ValueError(
                 f"{module.name}.py declares source {source.name!r}; the file name and "
                 "the declaration must agree"
+            )
+        # docs/contract.md §10: source S reads S.events, and its tables follow its name.
+        names = registry.source_tables(source.name)
+        if source.topic != names.topic:
+            raise ValueError(
+                f"{module.name}.py declares topic {source.topic!r}; source {source.name!r} "
+                f"reads {names.topic!r} (docs/contract.md §10)"
             )
         found[source.name] = source
     return found

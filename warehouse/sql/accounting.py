@@ -13,29 +13,32 @@ from warehouse.base import registry
 from warehouse.base.settings import Settings
 from warehouse.sql import trino_client
 
-BRONZE = registry.BRONZE_EVENTS.trino_name
-SILVER = registry.SILVER_EVENTS.trino_name
-QUARANTINE = registry.SILVER_QUARANTINE.trino_name
-LEDGER = registry.SILVER_LEDGER.trino_name
-FORGOTTEN = registry.SILVER_FORGOTTEN.trino_name
 
-PER_PARTITION_SQL = f"""
+def per_partition_sql(source: str = registry.SHOP_SOURCE) -> str:
+    """The accounting of `source`'s tables (docs/contract.md §10: each source's own)."""
+    src = registry.source_tables(source)
+    bronze_t = src.bronze.trino_name
+    silver_t = src.silver.trino_name
+    quarantine_t = src.quarantine.trino_name
+    ledger_t = src.ledger.trino_name
+    forgotten_t = src.forgotten.trino_name
+    return f"""
 WITH bronze AS (
-    SELECT partition, count(*) AS n FROM {BRONZE} GROUP BY partition
+    SELECT partition, count(*) AS n FROM {bronze_t} GROUP BY partition
 ), forgotten AS (
-    SELECT partition, count(*) AS n FROM {FORGOTTEN} GROUP BY partition
+    SELECT partition, count(*) AS n FROM {forgotten_t} GROUP BY partition
 ), silver AS (
-    SELECT partition, count(*) AS n FROM {SILVER} GROUP BY partition
+    SELECT partition, count(*) AS n FROM {silver_t} GROUP BY partition
 ), quarantine AS (
-    SELECT partition, count(*) AS n FROM {QUARANTINE} GROUP BY partition
+    SELECT partition, count(*) AS n FROM {quarantine_t} GROUP BY partition
 ), duplicates AS (
     SELECT l.partition, count(*) AS n
-    FROM {LEDGER} AS l
+    FROM {ledger_t} AS l
     WHERE NOT EXISTS (
-        SELECT 1 FROM {SILVER} AS s WHERE s.partition = l.partition AND s."offset" = l."offset"
+        SELECT 1 FROM {silver_t} AS s WHERE s.partition = l.partition AND s."offset" = l."offset"
     )
     AND NOT EXISTS (
-        SELECT 1 FROM {QUARANTINE} AS q
+        SELECT 1 FROM {quarantine_t} AS q
         WHERE q.partition = l.partition AND q."offset" = l."offset"
     )
     GROUP BY l.partition
@@ -59,17 +62,28 @@ LEFT JOIN duplicates AS d ON d.partition = p.partition
 ORDER BY p.partition
 """
 
-BY_REASON_SQL = f"""
+
+def by_reason_sql(source: str = registry.SHOP_SOURCE) -> str:
+    quarantine_t = registry.source_tables(source).quarantine.trino_name
+    return f"""
 SELECT reason, count(*) AS records
-FROM {QUARANTINE}
+FROM {quarantine_t}
 GROUP BY reason
 ORDER BY records DESC, reason
 """
 
 
-def per_partition(settings: Settings, user: str = "regauge") -> trino_client.Result:
-    return trino_client.query(settings, PER_PARTITION_SQL, user=user)
+PER_PARTITION_SQL = per_partition_sql()  # the shop's
+BY_REASON_SQL = by_reason_sql()
 
 
-def by_reason(settings: Settings, user: str = "regauge") -> trino_client.Result:
-    return trino_client.query(settings, BY_REASON_SQL, user=user)
+def per_partition(
+    settings: Settings, user: str = "regauge", source: str = registry.SHOP_SOURCE
+) -> trino_client.Result:
+    return trino_client.query(settings, per_partition_sql(source), user=user)
+
+
+def by_reason(
+    settings: Settings, user: str = "regauge", source: str = registry.SHOP_SOURCE
+) -> trino_client.Result:
+    return trino_client.query(settings, by_reason_sql(source), user=user)

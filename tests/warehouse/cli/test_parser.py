@@ -229,8 +229,8 @@ def test_sources_show_prints_a_declared_contract_without_loading_spark():
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["sources", "show", "web"], "unknown source 'web'; known: shop"),
-        (["sources", "show"], "sources show needs a SOURCE; known: shop"),
+        (["sources", "show", "pos"], "unknown source 'pos'; known: shop, web"),
+        (["sources", "show"], "sources show needs a SOURCE; known: shop, web"),
     ],
 )
 def test_sources_show_names_the_sources_there_are(argv, says, capsys):

@@ -35,7 +35,9 @@ V1 = SHOP_V2.event_types[2].shape(1)
 def test_the_shop_as_declared_is_the_shop_as_accepted():
     assert sources.accepted("shop") == declare.canonical(shop.SOURCE)
     assert sources.unaccepted_versions(shop.SOURCE) == []
-    assert sources.check() == ([], ["shop: contract version 2, compatible and accepted"])
+    wrong, right = sources.check()
+    assert wrong == []
+    assert "shop: contract version 2, compatible and accepted" in right
 
 
 def test_a_new_schema_version_with_a_default_for_older_records_is_compatible():

@@ -14,7 +14,7 @@ from warehouse.base.declare import Count, Field, Items, Money, OneOf, SumOf, Tex
 
 def test_the_shop_source_is_found_by_its_file_and_keeps_its_topic():
     shop = sources.get("shop")
-    assert set(sources.discover()) == {"shop"}
+    assert "shop" in sources.discover()
     assert shop.topic == registry.TOPIC == "shop.events"
     assert (shop.key, shop.id_field, shop.time_field, shop.subject_field) == (
         "customer_id",
@@ -70,8 +70,8 @@ def test_contract_version_2_adds_section_10s_order_v2_and_nothing_else():
 
 
 def test_an_unknown_source_is_named_with_those_there_are():
-    with pytest.raises(KeyError, match="unknown source 'web'; known: shop"):
-        sources.get("web")
+    with pytest.raises(KeyError, match="unknown source 'pos'; known: shop, web"):
+        sources.get("pos")
 
 
 def test_declarations_load_without_spark():

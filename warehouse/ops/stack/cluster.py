@@ -528,7 +528,7 @@ def up(s: Settings, skip: Collection[str] = ()) -> None:
     from warehouse.base.settings import load
     from warehouse.ops.stack import artifacts, services
     from warehouse.ops.stack.airflow import Airflow
-    from warehouse.ops.stack.kafka import ensure_topic
+    from warehouse.ops.stack.kafka import ensure_source_topics
     from warehouse.ops.stack.postgres import Postgres
 
     local = [svc.name for svc in services.services(load({})) if svc.running()]
@@ -556,7 +556,7 @@ def up(s: Settings, skip: Collection[str] = ()) -> None:
             starting.begin(svc)
     starting.done()
     if any(isinstance(m, KafkaBroker) for m in chosen):
-        ensure_topic(s)  # at every start: one that failed before it made none
+        ensure_source_topics(s)  # at every start: one that failed before it made none
     wait_for_trino_worker(s)
 
 

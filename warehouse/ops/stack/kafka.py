@@ -12,6 +12,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
+from warehouse import sources
 from warehouse.base import jvm, kafka_conf, registry
 from warehouse.base.settings import Settings
 from warehouse.ops.stack.base import INFRA, Service, _render
@@ -101,7 +102,7 @@ class Kafka(Service):
         return bool(md.brokers)
 
     def after_start(self) -> None:
-        ensure_topic(self.settings)
+        ensure_source_topics(self.settings)
 
 
 def _kafka_cluster_id() -> str:
@@ -158,6 +159,12 @@ def ensure_topic(
     except KafkaException as exc:
         if "TOPIC_ALREADY_EXISTS" not in str(exc):
             raise
+
+
+def ensure_source_topics(settings: Settings) -> None:
+    """Every declared source's topic (docs/contract.md §10: source `S` reads `S.events`)."""
+    for name in sorted(sources.discover()):
+        ensure_topic(settings, registry.source_tables(name).topic)
 
 
 def ensure_view_topic(settings: Settings, view: str, version: int) -> None:
