@@ -65,12 +65,13 @@ ERASED_KEY = "(erased)"
 
 
 # -- pure transforms ---------------------------------------------------------------
-def names_customer(customer_id: str) -> Column:
-    """Whether a bronze row belongs to the customer: by key, by its parsed
-    customer_id, or, when its value is not an event at all, by the id quoted
-    as JSON anywhere in the raw text (a malformed record still holds it)."""
+def names_customer(customer_id: str, subject_field: str = "customer_id") -> Column:
+    """Whether a bronze row belongs to the customer: by key, by its parsed subject
+    field (the source's declared one, docs/contract.md §10), or, when its value is
+    not an event at all, by the id quoted as JSON anywhere in the raw text (a
+    malformed record still holds it)."""
     text = F.col("value").cast("string")
-    parsed = F.get_json_object(text, "$.customer_id")
+    parsed = F.get_json_object(text, f"$.{subject_field}")
     return (
         (F.col("key") == F.lit(customer_id))
         | (parsed == F.lit(customer_id))
@@ -79,11 +80,15 @@ def names_customer(customer_id: str) -> Column:
 
 
 def positions(
-    bronze: DataFrame, ledger: DataFrame, quarantine: DataFrame, customer_id: str
+    bronze: DataFrame,
+    ledger: DataFrame,
+    quarantine: DataFrame,
+    customer_id: str,
+    subject_field: str = "customer_id",
 ) -> DataFrame:
     """(partition, offset, event_id) of every record to forget: those naming the
     customer, and every record silver settled under one of their event ids."""
-    matched = bronze.where(names_customer(customer_id)).select(
+    matched = bronze.where(names_customer(customer_id, subject_field)).select(
         *POSITION, F.get_json_object(F.col("value").cast("string"), "$.event_id").alias("event_id")
     )
     ids = matched.where(F.col("event_id").isNotNull()).select("event_id").distinct()
@@ -158,22 +163,36 @@ def read_forgotten(
     return spark.read.format("delta").load(path)
 
 
-def find(spark: SparkSession, settings: Settings, customer_id: str) -> DataFrame:
-    """The positions to forget, materialised: the deletes below change their inputs."""
+def find(
+    spark: SparkSession,
+    settings: Settings,
+    customer_id: str,
+    src: registry.SourceTables = registry.SHOP,
+    subject_field: str = "customer_id",
+) -> DataFrame:
+    """The positions of `src`'s topic to forget, materialised: the deletes below change
+    their inputs. `subject_field`: the source's declared one."""
     read = spark.read.format("delta").load
     return positions(
-        read(registry.BRONZE_EVENTS.path(settings)),
-        read(registry.SILVER_LEDGER.path(settings)),
-        read(registry.SILVER_QUARANTINE.path(settings)),
+        read(src.bronze.path(settings)),
+        read(src.ledger.path(settings)),
+        read(src.quarantine.path(settings)),
         customer_id,
+        subject_field,
     ).localCheckpoint(eager=True)
 
 
-def record(spark: SparkSession, settings: Settings, found: DataFrame, erasure_id: str) -> int:
-    """Add the positions to the ignore list (once each, so a rerun is harmless)."""
-    ensure_table(spark, settings)
+def record(
+    spark: SparkSession,
+    settings: Settings,
+    found: DataFrame,
+    erasure_id: str,
+    src: registry.SourceTables = registry.SHOP,
+) -> int:
+    """Add the positions to `src`'s ignore list (once each, so a rerun is harmless)."""
+    ensure_table(spark, settings, src)
     rows = forgotten_rows(found, erasure_id)
-    DeltaTable.forPath(spark, FORGOTTEN.path(settings)).alias("t").merge(
+    DeltaTable.forPath(spark, src.forgotten.path(settings)).alias("t").merge(
         rows.alias("s"), lake.merge_condition(POSITION)
     ).whenNotMatchedInsertAll().execute()
     return found.count()
@@ -214,25 +233,35 @@ def record_restatements(spark: SparkSession, settings: Settings, rows: DataFrame
     return n
 
 
-def delete_everywhere(
-    spark: SparkSession, settings: Settings, found: DataFrame, customer_id: str
+def delete_in_source(
+    spark: SparkSession, settings: Settings, found: DataFrame, src: registry.SourceTables
 ) -> dict[str, int]:
-    """Delete the positions from silver, the ledger, the quarantine and bronze, and
-    the restatements that name a forgotten event or the customer's sessions; take
-    the id and the forgotten event ids out of the audit's findings. Returns the
-    rows removed (or, for the findings, changed) per table: Trino names, no
-    identifiers."""
+    """Delete `src`'s positions `found` from its silver, ledger, quarantine and bronze.
+    Returns the rows removed per table (Trino names)."""
     removed: dict[str, int] = {}
-    for table in (
-        registry.SILVER_EVENTS,
-        registry.SILVER_LEDGER,
-        registry.SILVER_QUARANTINE,
-        registry.BRONZE_EVENTS,
-    ):
+    for table in (src.silver, src.ledger, src.quarantine, src.bronze):
         n = _delete_matching(
             spark, table.path(settings), found, POSITION, f"forgetting in {table.key}"
         )
         removed[table.trino_name] = n
+    return removed
+
+
+def delete_everywhere(
+    spark: SparkSession,
+    settings: Settings,
+    found: DataFrame,
+    customer_id: str,
+    others: dict[registry.SourceTables, DataFrame] | None = None,
+) -> dict[str, int]:
+    """Delete the shop's positions `found` from its silver, ledger, quarantine and
+    bronze, and `others` (another source's positions, each) from theirs; then the
+    restatements that name a forgotten event or the customer's sessions; take the id
+    and the forgotten event ids out of the audit's findings. Returns the rows removed
+    (or, for the findings, changed) per table: Trino names, no identifiers."""
+    removed = delete_in_source(spark, settings, found, registry.SHOP)
+    for src, theirs in (others or {}).items():
+        removed.update(delete_in_source(spark, settings, theirs, src))
     path = restatements.RESTATEMENTS.path(settings)
     if DeltaTable.isDeltaTable(spark, path):
         ids = found.where(F.col("event_id").isNotNull()).select("event_id")

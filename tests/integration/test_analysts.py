@@ -35,8 +35,11 @@ EXAMPLES = analyst_examples()
 
 @pytest.fixture(scope="module")
 def lake(stack, settings: Settings, spark: SparkSession) -> SparkSession:
-    """Some traffic in silver, and reference data for every customer and product in it."""
-    pipeline.produce(settings, seed=fresh_seed(), count=3000, chaos=True)
+    """Some traffic in silver, the web's browsing of it (same seed), and reference data
+    for every customer and product in it."""
+    seed = fresh_seed()
+    pipeline.produce(settings, seed=seed, count=3000, chaos=True)
+    pipeline.produce(settings, seed=seed, count=2000, chaos=True, source="web")
     pipeline.ingest_once(spark, settings)
     # Gold has a table even on a fresh lake where no view has run yet.
     pipeline.ensure_restatements(spark, settings)
@@ -90,6 +93,41 @@ def test_net_revenue_by_segment_and_country(settings, lake):
     assert {(r[0], r[1]): [r[2], r[3], r[4]] for r in got.rows} == dict(want)
     nets = [r[4] for r in got.rows]
     assert nets == sorted(nets, reverse=True)
+
+
+def test_conversion_by_referrer_joins_the_two_sources(settings, lake):
+    """docs/contract.md §10: each source's silver is the analysts' to read, and one query
+    joins them. Checked against both silvers read by Spark."""
+    got = query(
+        settings, EXAMPLES["Sessions by referrer, and how many led to an order"], user=ANALYST
+    )
+    web = lake.read.format("delta").load(registry.source_tables("web").silver.path(settings))
+    referrer = {
+        r.session_id: r.referrer
+        for r in web.where("event_type = 'session_started'")
+        .select("session_id", "referrer")
+        .collect()
+    }
+    first: dict[tuple, object] = {}
+    for r in web.where("event_type = 'product_viewed'").collect():
+        key = (r.session_id, r.customer_id, r.product_id)
+        first[key] = min(first.get(key, r.event_time), r.event_time)
+    ordered: dict[tuple, list] = defaultdict(list)
+    for r in (
+        _silver(lake, settings)
+        .where("event_type = 'order_placed'")
+        .select("customer_id", "event_time", F.explode("items.product_id").alias("product_id"))
+        .collect()
+    ):
+        ordered[(r.customer_id, r.product_id)].append(r.event_time)
+    converted = {s for (s, c, p), t in first.items() if any(o >= t for o in ordered[(c, p)])}
+    want: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for session, source in referrer.items():
+        want[source][0] += 1
+        want[source][1] += session in converted
+    assert got.columns == ["referrer", "sessions", "sessions_with_an_order", "conversion_pct"]
+    assert {r[0]: [r[1], r[2]] for r in got.rows} == dict(want)
+    assert sum(n for _, n in want.values()) > 0  # the generator's views lead to orders
 
 
 def _order_lines(spark: SparkSession, settings: Settings, eur_only: bool):

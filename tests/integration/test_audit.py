@@ -37,6 +37,7 @@ from warehouse.sql import erasures, serving, trino_client, versions
 
 VIEW, VERSION = "cart_sessions", 1
 HOURLY = "revenue_hourly"
+WEB = registry.source_tables("web")
 SUBSCRIBER = "analyst.subscriber"
 
 
@@ -471,6 +472,22 @@ def test_forget_removes_a_customer_everywhere_and_nothing_brings_them_back(
             (customer.encode(), f'{{"customer_id": "{customer}", '.encode()),
         ],
     )
+    # And in the second source (docs/contract.md §10): the erasure goes by each
+    # source's subject field, across all of them. A view, and a malformed record.
+    viewed = {
+        **event,
+        "event_id": f"web-{event['event_id']}",
+        "event_type": "product_viewed",
+        "payload": {"session_id": "sess-erased", "product_id": "prod-0001"},
+    }
+    producer.produce_records(
+        settings,
+        [
+            (customer.encode(), json.dumps(viewed).encode()),
+            (customer.encode(), f'{{"customer_id": "{customer}", "payload": '.encode()),
+        ],
+        topic=WEB.topic,
+    )
     pipeline.ingest_once(spark, settings)
     pipeline.ensure_restatements(spark, settings)
     # The ways back hold the customer before the erasure: revenue_hourly v1, which a
@@ -515,6 +532,7 @@ def _forget(spark: SparkSession, settings: Settings, customer: str) -> Erased:
     assert before[registry.BRONZE_EVENTS.trino_name] >= 3, before
     assert before[registry.SILVER_EVENTS.trino_name] and before[gold] and before[mart], before
     assert before[f"lakehouse.serving.{VIEW}"], before
+    assert before[WEB.bronze.trino_name] >= 2 and before[WEB.silver.trino_name], before
 
     # Through the DAG, as an operator would: Airflow validates the params first.
     airflow = airflow_client.Client(settings)
@@ -540,6 +558,7 @@ def _forget(spark: SparkSession, settings: Settings, customer: str) -> Erased:
     assert (status, reason) == ("done", "integration test of the erasure")
     assert removed[registry.BRONZE_EVENTS.trino_name] >= 3
     assert removed[registry.SILVER_QUARANTINE.trino_name] >= 2  # the conflict, the malformed
+    assert removed[WEB.bronze.trino_name] >= 2 and removed[WEB.quarantine.trino_name] >= 1
     assert customer not in whole
 
     # Airflow kept the id in the run's params: regauge_audit's task deletes the run.
@@ -584,6 +603,7 @@ def _nothing_brings_them_back(
     # last offset bronze holds or an erasure forgot.
     pipeline.replay(spark, settings, views.get(VIEW, VERSION), source="kafka")
     lake.delete_tree(spark, registry.ingest_checkpoint(settings))
+    lake.delete_tree(spark, WEB.ingest_checkpoint(settings))
     pipeline.ingest_once(spark, settings)
     assert erasures.mentions(settings, customer) == dict.fromkeys(before, 0)
     assert all(f.passed for f in audit.check_bronze_silver(settings, attempts=2, wait_s=5))

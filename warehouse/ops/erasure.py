@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from warehouse import sources
 from warehouse.base import registry, sqlnames
 from warehouse.base.settings import Settings
 from warehouse.ops import airflow_client, dbt_runner, ingest_ctl, pipeline, streams, writers
@@ -166,9 +167,20 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> bool:
     try:
         log.info("erasure %s: catching ingest up with Kafka", report.erasure_id)
         pipeline.ingest_once(spark, settings)
-        found = erasure.find(spark, settings, customer_id)
+        # Every declared source, by its own subject field (docs/contract.md §8, §10).
+        # The shop's positions also drive the views' restatements (they read its silver).
+        by_source = {
+            registry.source_tables(name): erasure.find(
+                spark, settings, customer_id, registry.source_tables(name), source.subject_field
+            )
+            for name, source in sorted(sources.discover().items())
+        }
+        found = by_source.pop(registry.SHOP)
         report.positions = erasure.record(spark, settings, found, report.erasure_id)
-        catalog.publish(erasure.FORGOTTEN, settings)
+        for src, theirs in by_source.items():
+            report.positions += erasure.record(spark, settings, theirs, report.erasure_id, src)
+        for src in (registry.SHOP, *by_source):
+            catalog.publish(src.forgotten, settings)
         erasures.advance(settings, report.erasure_id, "found", report.removed)
         log.info("erasure %s: %d Kafka records to forget", report.erasure_id, report.positions)
 
@@ -193,7 +205,7 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> bool:
             len(live) + len(archived),
         )
 
-        removed = erasure.delete_everywhere(spark, settings, found, customer_id)
+        removed = erasure.delete_everywhere(spark, settings, found, customer_id, by_source)
         removed["ops.reference.customers"] = erasures.delete_reference(settings, customer_id)
         report.removed.update(removed)
         erasures.advance(settings, report.erasure_id, "deleted", report.removed)
@@ -209,8 +221,10 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> bool:
         # when it starts again).
         # The lake's tables first: a view is then replayed from silver's final
         # version, the one its tag and its stream's starting point name.
+        every_source = [t for src in (registry.SHOP, *by_source) for t in src.tables]
+        lake_tables = {t.key: t for t in (*registry.TABLES.values(), *every_source)}
         report.compacted += erasure.compact_all(
-            spark, [t.path(settings) for t in registry.TABLES.values()]
+            spark, [t.path(settings) for t in lake_tables.values()]
         )
         for code, path in live:
             through = pipeline.replay(spark, settings, code)

@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from warehouse import sources
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 from warehouse.base.sqlnames import quote_identifier
@@ -72,14 +73,22 @@ def delete_reference(settings: Settings, customer_id: str) -> int:
 
 
 def mentions(settings: Settings, customer_id: str) -> dict[str, int]:
-    """Rows that name the customer, per table, as Trino reads them: bronze's key and
-    raw value, the quarantine's raw value, restatement keys, the reference data, and
-    every lake table or view with a customer_id column (views, marts, serving)."""
+    """Rows that name the customer, per table, as Trino reads them: every source's
+    bronze (key and raw value) and quarantine (raw value), restatement keys, the
+    reference data, and every lake table or view with a customer_id column (silver,
+    views, marts, serving)."""
     lake_catalog = registry.TRINO_LAKE_CATALOG
-    bronze, quarantine = registry.BRONZE_EVENTS.trino_name, registry.SILVER_QUARANTINE.trino_name
-    checks = {
-        bronze: f"SELECT count(*) FROM {bronze} WHERE key = ? OR strpos(from_utf8(value), ?) > 0",
-        quarantine: f"SELECT count(*) FROM {quarantine} WHERE strpos(from_utf8(raw_value), ?) > 0",
+    checks = {}
+    for name in sorted(sources.discover()):
+        src = registry.source_tables(name)
+        bronze, quarantine = src.bronze.trino_name, src.quarantine.trino_name
+        checks[bronze] = (
+            f"SELECT count(*) FROM {bronze} WHERE key = ? OR strpos(from_utf8(value), ?) > 0"
+        )
+        checks[quarantine] = (
+            f"SELECT count(*) FROM {quarantine} WHERE strpos(from_utf8(raw_value), ?) > 0"
+        )
+    checks |= {
         registry.GOLD_RESTATEMENTS.trino_name: (
             f"SELECT count(*) FROM {registry.GOLD_RESTATEMENTS.trino_name} WHERE window_key = ?"
         ),

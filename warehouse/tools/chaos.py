@@ -85,6 +85,8 @@ CASES = (
 # The view the view cases kill: not in the version registry, so no stream daemon
 # or watchdog competes with the job being killed.
 VIEW = ("cart_sessions", 1)
+# The faults are the shop's topic's: catch-ups between them ingest the shop alone.
+SHOP = registry.SHOP_SOURCE
 # A killed broker is restarted by supervisord; it must answer again within this.
 BROKER_BACK_S = 120.0
 # How long Airflow's components may take to come back once PostgreSQL does.
@@ -284,14 +286,14 @@ class Chaos:
         view = views.get(*VIEW)
         logfile = self._view_log()
         first = pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
-        pipeline.ingest_once(self.spark, self.settings)
+        pipeline.ingest_once(self.spark, self.settings, source=SHOP)
         in_replay = _kill_when(
             _view_job(logfile, "replay"), logfile, "events to process", self.rng.uniform(0, 4)
         )
         self.say(f"  kill -9 {view.name}_v{view.version} during its replay" + _missed(in_replay))
         self._rerun(view, replay=True)
         second = pipeline.produce(self.settings, seed=fresh_seed(), count=events // 2, chaos=True)
-        pipeline.ingest_once(self.spark, self.settings)
+        pipeline.ingest_once(self.spark, self.settings, source=SHOP)
         job = _view_job(logfile, "stream")
         # Logged once a batch has its changes and before it applies them.
         live = _kill_when(job, logfile, "applying silver versions", self.rng.uniform(2, 10))
@@ -318,14 +320,16 @@ class Chaos:
         )
         self.say("  ingest died after its Delta commits, before its checkpoint commit")
         restarted = time.monotonic()
-        pipeline.ingest_once(self.spark, self.settings)  # must skip the crashed batch's appends
+        pipeline.ingest_once(
+            self.spark, self.settings, source=SHOP
+        )  # must skip the crashed batch's appends
         outcome, _ = self._judge("commit_crash", run, restarted, "")
         view = views.get(*VIEW)
         if not runner.has_checkpoint(self.spark, self.settings, view):
             pipeline.replay(self.spark, self.settings, view)
             pipeline.catch_up(self.spark, self.settings, view)
         pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
-        pipeline.ingest_once(self.spark, self.settings)
+        pipeline.ingest_once(self.spark, self.settings, source=SHOP)
         argv = ["views", "run", view.name, str(view.version)]
         problems += _crash_between_commit_and_checkpoint(
             runner.gold_table(view).checkpoint(self.settings),
@@ -349,7 +353,7 @@ class Chaos:
     def retention(self, events: int) -> Outcome:
         from confluent_kafka import TopicPartition
 
-        pipeline.ingest_once(self.spark, self.settings)  # bronze has everything so far
+        pipeline.ingest_once(self.spark, self.settings, source=SHOP)  # bronze has everything so far
         doomed = pipeline.produce(self.settings, seed=fresh_seed(), count=events)
         # Retention "expires" the new records before ingest copies them.
         admin = services.kafka_admin(self.settings)
@@ -375,9 +379,9 @@ class Chaos:
                 # every later ingest would stop on it: accept it here, so one failed
                 # case leaves the pipeline running for the cases after it.
                 ingest_ctl.stop(self.settings)
-                pipeline.ingest_once(self.spark, self.settings, accept_data_loss=True)
+                pipeline.ingest_once(self.spark, self.settings, accept_data_loss=True, source=SHOP)
         after = pipeline.produce(self.settings, seed=fresh_seed(), count=events)
-        pipeline.ingest_once(self.spark, self.settings)
+        pipeline.ingest_once(self.spark, self.settings, source=SHOP)
         outcome, _ = self._judge("retention", after, restarted, "")
         gone = landing(self.spark, self.settings, doomed)
         if gone.bronze or gone.silver:
@@ -424,9 +428,9 @@ class Chaos:
         # last copy), then once more, from the new checkpoint.
         second = pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
         restarted = time.monotonic()
-        pipeline.ingest_once(self.spark, self.settings)
+        pipeline.ingest_once(self.spark, self.settings, source=SHOP)
         third = pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
-        pipeline.ingest_once(self.spark, self.settings)
+        pipeline.ingest_once(self.spark, self.settings, source=SHOP)
         outcome, _ = self._judge("lost_checkpoint", first + second + third, restarted, "")
         outcome.doubled += self._repeated_positions(outcome, self.settings)
         outcome.problems += problems
@@ -559,7 +563,7 @@ class Chaos:
         )
         problems = []
         with _tmpfs(mount, DISK_FULL_ROOM):
-            ingest.run_once(self.spark, full)  # the topic so far, copied
+            ingest.run_once(self.spark, full, source=SHOP)  # the topic so far, copied
             said = _Messages("spark_jobs.ingest")
             stop = threading.Event()
             running = threading.Thread(

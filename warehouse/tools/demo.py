@@ -1,6 +1,7 @@
 """`make demo`: the pipeline on the local stack, ending with Trino queries a person can read.
 
-The story: shop traffic lands exactly once in bronze and silver; revenue_hourly
+The story: shop traffic lands exactly once in bronze and silver, and the same
+customers' browsing, a second source, in its own tables; revenue_hourly
 v1 is built and serves everyone; v2 (net of cancellations) is reprocessed from
 all history through Airflow while events keep flowing, validated, rolled out
 to 10 %, 50 % and 100 % of analysts, and v1 is retired. A subscriber follows
@@ -9,7 +10,8 @@ moves to `order_placed` schema_version 2 before the lake's contract knows it: th
 orders wait in quarantine until `regauge sources deploy shop 2` and
 regauge_readmit bring them back, and the hour they land in is restated. Then one
 customer is forgotten everywhere (regauge_forget) and shown absent from every
-table. Every number printed comes from Trino, or is checked against it.
+table. Analysts' questions close it, one of them joining the two sources. Every
+number printed comes from Trino, or is checked against it.
 """
 
 from __future__ import annotations
@@ -41,16 +43,24 @@ def _step(text: str) -> None:
     print(f"\n== {text}", flush=True)
 
 
-def _wait_for_silver(settings: Settings, seed: int, want: int, timeout: float = 900) -> int:
-    """Poll Trino until silver holds `want` events of this seed's run."""
+def _wait_for_silver(
+    settings: Settings,
+    seed: int,
+    want: int,
+    timeout: float = 900,
+    silver: registry.Table = SILVER_EVENTS,
+    prefix: str = "s",
+) -> int:
+    """Poll Trino until `silver` holds `want` events of this seed's run (their ids
+    start with `prefix` and the seed)."""
     deadline = time.monotonic() + timeout
     got = -1
     while time.monotonic() < deadline:
         got = int(
             trino_client.scalar(
                 settings,
-                f"SELECT count(*) FROM {SILVER_EVENTS.trino_name} WHERE starts_with(event_id, ?)",
-                [f"s{seed}-"],
+                f"SELECT count(*) FROM {silver.trino_name} WHERE starts_with(event_id, ?)",
+                [f"{prefix}{seed}-"],
             )
         )
         if got >= want:
@@ -165,6 +175,25 @@ def run(settings: Settings, events: int) -> int:
     landed = _wait_for_silver(settings, seed, len(expected.silver))
     print(f"  silver holds {landed:,} of this run's events")
 
+    web = registry.source_tables("web")
+    _step(
+        f"a second source: the same customers browsing ({web.topic}, with chaos), "
+        "ingested by its own query into its own tables"
+    )
+    browsed = pipeline.produce(settings, seed=seed, count=events // 2, chaos=True, source="web")
+    print(browsed.summary.describe())
+    web_expected = browsed.expected()
+    web_landed = _wait_for_silver(
+        settings, seed, len(web_expected.silver), silver=web.silver, prefix="w"
+    )
+    web_exact = web_landed == len(web_expected.silver)
+    print(
+        f"  {web.silver.trino_name} holds {web_landed:,} of this run's events; "
+        f"the generator expected {len(web_expected.silver):,}"
+    )
+    print(trino_client.format_table(_settled_accounting(settings, source="web")))
+    print(trino_client.format_table(accounting.by_reason(settings, source="web")))
+
     _step(f"Airflow: regauge_reprocess {VIEW} v1 (its first version serves everyone once valid)")
     airflow.run("regauge_reprocess", {"view": VIEW, "version": 1})
     print(f"  {_describe(settings, 1)}")
@@ -266,6 +295,7 @@ def run(settings: Settings, events: int) -> int:
         "Net revenue by customer segment and country",
         "Revenue by product category",
         "Daily net revenue, from the dbt mart",
+        "Sessions by referrer, and how many led to an order",
         "Hourly revenue as you see it",
     ):
         _step(f"asking Trino as {ANALYSTS[0]} (docs/analysts.md): {title}")
@@ -275,7 +305,7 @@ def run(settings: Settings, events: int) -> int:
         "\nstill running: ingest and revenue_hourly v2's live stream (`regauge streams list`), "
         "and the stack (`make status`); `make down` stops everything"
     )
-    return 0 if ok and followed and forgotten and evolved else 1
+    return 0 if ok and web_exact and followed and forgotten and evolved else 1
 
 
 # Orders the producer sends as schema_version 2: few, so the story stays readable.
@@ -369,11 +399,13 @@ LIMIT 1
 """
 
 
-def _settled_accounting(settings: Settings, timeout: float = 300) -> trino_client.Result:
-    """The accounting once ingest has settled what it was still working on."""
+def _settled_accounting(
+    settings: Settings, timeout: float = 300, source: str = registry.SHOP_SOURCE
+) -> trino_client.Result:
+    """`source`'s accounting once ingest has settled what it was still working on."""
     deadline = time.monotonic() + timeout
     while True:
-        result = accounting.per_partition(settings)
+        result = accounting.per_partition(settings, source=source)
         unaccounted = result.columns.index("unaccounted")
         if all(row[unaccounted] == 0 for row in result.rows) or time.monotonic() > deadline:
             return result
