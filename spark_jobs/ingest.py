@@ -451,8 +451,6 @@ def run(
     # same application, and must not gather one listener per try.
     spark.streams.addListener(listener)
     try:
-        for name in names:
-            prepare(spark, settings, name)
         log.info(
             "ingest running: %s -> bronze -> silver, every %s",
             ", ".join(registry.source_tables(n).topic for n in names),
@@ -496,6 +494,9 @@ def _tend(
         retry_at = _retry_at(settings, name, "stopped", error, failures)
     if query is None and time.monotonic() >= retry_at:
         try:
+            # Its tables first, here: a full disk or a lost mount while they are made
+            # is retried like any start that failed, and ends no other source's query.
+            prepare(spark, settings, source)
             query = start(spark, settings, trigger=trigger, source=source)
         except Exception as exc:
             # Starting reads Kafka's partitions and may settle a recovery: a
