@@ -27,6 +27,7 @@ from pyspark.sql.types import BooleanType, StringType, StructField, StructType, 
 from spark_jobs import contract, lake, views
 from spark_jobs.views import runner
 from spark_jobs.views.base import View
+from spark_jobs.views.inputs import Position
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 
@@ -98,7 +99,7 @@ def differing_keys(view: View, want: DataFrame, have: DataFrame) -> tuple[int, i
     )
 
 
-def _snapshot(spark: SparkSession, path: str) -> tuple[int, tuple[int, int, str] | None]:
+def _snapshot(spark: SparkSession, path: str) -> tuple[int, tuple[int, Position, str] | None]:
     """A consistent (newest gold version, newest tag at or before it)."""
     while True:
         tag = runner.latest_tag(spark, path)
@@ -115,9 +116,9 @@ def check_version(
     newest, tag = _snapshot(spark, path)
     if tag is None:
         return Finding("silver_gold", subject, False, "no gold commit names its silver version")
-    tag_version, silver_version, _ = tag
+    tag_version, position, _ = tag
     have = runner.read_gold(spark, settings, view, newest)
-    silver = runner.read_silver(spark, settings, silver_version)
+    silver = runner.read_input(spark, settings, view, position)
     if sample is not None:
         scopes = sample_scopes(view, silver, have, sample).localCheckpoint(eager=True)
         want = runner.gold_rows(view, view.restrict(silver, scopes))
@@ -138,7 +139,7 @@ def check_version(
     after = [(int(r["version"]), str(r["operation"])) for r in foreign]
     detail = {
         "gold_version": newest,
-        "silver_version": silver_version,
+        "silver_version": position.json(),
         "rows": have.count(),
         "missing": missing,
         "unexpected": unexpected,
@@ -149,10 +150,10 @@ def check_version(
     ok = not (missing or unexpected)
     written_by = ", ".join(f"version {v} ({op})" for v, op in after)
     summary = (
-        f"equals its code over silver version {silver_version}{scope_note}"
+        f"equals its code over {position.describe()}{scope_note}"
         if ok
-        else f"{missing + unexpected} rows differ from its code over silver version "
-        f"{silver_version}{scope_note}: keys {json.dumps(keys[:3])}"
+        else f"{missing + unexpected} rows differ from its code over "
+        f"{position.describe()}{scope_note}: keys {json.dumps(keys[:3])}"
         + (f"; written after its stream by {written_by}" if after else "")
     )
     return Finding("silver_gold", subject, ok, summary, detail)

@@ -127,7 +127,10 @@ def erasure_restatements(
     `gold` as they were before the erasure), as restatements with reason `erasure`:
     no event, and a window key that named the customer replaced by ERASED_KEY."""
     events = gone.where(F.col("event_type").isin(*view.event_types))
-    kept = silver.join(gone.select(*POSITION), POSITION, "left_anti")
+    # By position and event type: over several sources (a union of their silvers)
+    # a position alone names a record in each topic, and an event type one source.
+    at = [*POSITION, "event_type"]
+    kept = silver.join(gone.select(*at), at, "left_anti")
     newest = kept.where(F.col("event_type").isin(*view.event_types)).agg(
         F.max(restatements.vouched_time()).alias("newest")
     )
@@ -218,9 +221,14 @@ def _delete_matching(
     return int((metrics["operationMetrics"] or {}).get("numTargetRowsDeleted", 0))
 
 
-def silver_rows_at(spark: SparkSession, settings: Settings, found: DataFrame) -> DataFrame:
-    """Silver's rows at the forgotten positions, before they go."""
-    silver = spark.read.format("delta").load(registry.SILVER_EVENTS.path(settings))
+def silver_rows_at(
+    spark: SparkSession,
+    settings: Settings,
+    found: DataFrame,
+    src: registry.SourceTables = registry.SHOP,
+) -> DataFrame:
+    """`src`'s silver rows at the forgotten positions, before they go."""
+    silver = spark.read.format("delta").load(src.silver.path(settings))
     return silver.join(F.broadcast(found.select(*POSITION)), POSITION, "left_semi")
 
 

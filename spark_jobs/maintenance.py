@@ -183,24 +183,34 @@ def gold_pins(spark: SparkSession, settings: Settings, gold_paths: Sequence[str]
     """Each gold table's newest tagged commit, and the silver version it was computed
     from: what the audit and the validation gate read. And the silver version a
     replayed view's stream will start at, before its checkpoint exists."""
-    silver = registry.SILVER_EVENTS.path(settings)
+
+    def silver_of(source: str) -> str:
+        return registry.source_tables(source).silver.path(settings)
+
     root = f"{settings.lake_root.rstrip('/')}/_checkpoints/gold"
     pins = []
     for path in gold_paths:
         name = path.rstrip("/").rsplit("/", 1)[-1]
         found = runner.latest_tag(spark, path)
         if found is not None:
-            gold_version, silver_version, _ = found
+            gold_version, position, _ = found
             pins.append(Pin(path, gold_version, f"the audit of gold.{name}"))
-            pins.append(Pin(silver, silver_version, f"the audit of gold.{name}"))
+            for source, version in position.versions:
+                pins.append(Pin(silver_of(source), version, f"the audit of gold.{name}"))
         checkpoint = f"{root}/{name}/main"
         marker = lake.read_text(spark, f"{checkpoint}/{runner.REPLAY_MARKER}")
-        if (
-            marker
-            and marker.strip().isdigit()
-            and not lake.checkpoint_has_progress(spark, checkpoint)
-        ):
-            pins.append(Pin(silver, int(marker), f"gold.{name}'s stream, not started yet"))
+        if marker and not lake.checkpoint_has_progress(spark, checkpoint):
+            # `123` (the shop's silver), or `shop@123,web@45` over several sources.
+            for part in marker.strip().split(","):
+                source, _, number = part.rpartition("@")
+                if number.isdigit():
+                    pins.append(
+                        Pin(
+                            silver_of(source or registry.SHOP_SOURCE),
+                            int(number),
+                            f"gold.{name}'s stream, not started yet",
+                        )
+                    )
     return pins
 
 

@@ -181,6 +181,10 @@ class View:
     agrees_with: dict[int, dict[str, str]] = field(default_factory=dict)
     # Declared where the view's rows add up (`Sums`): its live batches fold changes.
     sums: Sums | None = None
+    # The declared sources whose silver it reads (docs/contract.md §10). Over several,
+    # `compute` gets the union of their silvers by column name, and each event type
+    # the view reads belongs to one of them (`inputs.event_types_by_source`).
+    sources: tuple[str, ...] = ("shop",)
 
     def __post_init__(self) -> None:
         columns = set(self.schema.fieldNames())
@@ -192,6 +196,8 @@ class View:
             raise ValueError(f"{self.table_name}: the window start must be in the key")
         if self.sums is not None:
             self._check_sums(self.sums, columns)
+        if not self.sources or len(set(self.sources)) != len(self.sources):
+            raise ValueError(f"{self.table_name}: name each source it reads once")
 
     def _check_sums(self, sums: Sums, columns: set[str]) -> None:
         """A fold needs each gold row to follow from its own events alone: fixed

@@ -12,8 +12,10 @@ each micro-batch's MERGE; the view's declared scope says where an event lands.
 from __future__ import annotations
 
 import logging
+import operator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import reduce
 from typing import NamedTuple
 
 from delta.tables import DeltaTable
@@ -30,7 +32,9 @@ from pyspark.sql.types import (
 
 from spark_jobs import lake
 from spark_jobs.silver import READMISSION_TAG
+from spark_jobs.views import inputs
 from spark_jobs.views.base import View
+from spark_jobs.views.inputs import Position
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 
@@ -155,19 +159,37 @@ def restated(
 
 
 def _name_readmissions(
-    spark: SparkSession, settings: Settings, changes: DataFrame, found: DataFrame
+    spark: SparkSession,
+    settings: Settings,
+    changes: DataFrame,
+    found: DataFrame,
+    view: View | None = None,
 ) -> DataFrame:
     """`found` with reason READMISSION for the events a re-admission's silver commits
     landed. Asked only of a batch that restated something: one Spark job for its
-    commit versions, and a read of each one's commit file."""
+    commit versions, and a read of each one's commit file (of each source the view
+    reads: None, the shop's)."""
     landed = changes.where(F.col("_change_type").isin(*LANDED))
-    versions = [r[0] for r in landed.select("_commit_version").distinct().collect()]
-    path = registry.SILVER_EVENTS.path(settings)
-    tagged = [v for v in versions if lake.commit_metadata(spark, path, v) == READMISSION_TAG]
-    if not tagged:
+    by_source: dict[str, Column | None] = (
+        {registry.SHOP_SOURCE: None}
+        if view is None
+        else {
+            s: F.col("event_type").isin(*t) for s, t in inputs.event_types_by_source(view).items()
+        }
+    )
+    tagged_rows: list[Column] = []
+    for src, of_source in by_source.items():
+        rows = landed if of_source is None else landed.where(of_source)
+        versions = [r[0] for r in rows.select("_commit_version").distinct().collect()]
+        path = inputs.silver_table(src).path(settings)
+        tagged = [v for v in versions if lake.commit_metadata(spark, path, v) == READMISSION_TAG]
+        if tagged:
+            on = F.col("_commit_version").isin(*tagged)
+            tagged_rows.append(on if of_source is None else on & of_source)
+    if not tagged_rows:
         return found
     readmitted = (
-        landed.where(F.col("_commit_version").isin(*tagged))
+        landed.where(reduce(operator.or_, tagged_rows))
         .select("event_id", F.lit(True).alias("_readmitted"))
         .distinct()
     )
@@ -208,10 +230,15 @@ def ensure_table(spark: SparkSession, settings: Settings) -> None:
 
 
 def newest_before(
-    spark: SparkSession, settings: Settings, view: View, version: int, floor: int | None = None
+    spark: SparkSession,
+    settings: Settings,
+    view: View,
+    version: int | Position,
+    floor: int | None = None,
 ) -> DataFrame:
-    """One row, `newest`: the newest time the view's events in silver as of `version`
-    vouch for (null if none): max(min(event_time, kafka_timestamp)).
+    """One row, `newest`: the newest time the view's events in its input as of
+    `version` (a position; a number: the shop's silver version) vouch for (null if
+    none): max(min(event_time, kafka_timestamp)).
 
     `floor` (UTC microseconds), if given, is a time some event in that version
     vouches for. The newest is then at least `floor`, and an event vouching for
@@ -219,8 +246,16 @@ def newest_before(
     the two), so only the days from `floor`'s on are read: a partition filter,
     exact, and bounded by how recent `floor` is instead of by history.
     """
-    silver = lake.read_version(spark, registry.SILVER_EVENTS.path(settings), version)
-    silver = silver.where(F.col("event_type").isin(*view.event_types))
+    at = version if isinstance(version, Position) else Position(((registry.SHOP_SOURCE, version),))
+    columns = ("event_type", "event_date", "event_time", "kafka_timestamp")
+    frames = [
+        lake.read_version(spark, inputs.silver_table(src).path(settings), v).select(*columns)
+        for src, v in at.versions
+        if v >= 0
+    ]
+    if not frames:
+        return spark.range(1).select(F.lit(None).cast("timestamp").alias("newest"))
+    silver = inputs.union(frames).where(F.col("event_type").isin(*view.event_types))
     if floor is not None:
         # The UTC date as a literal, as silver's event_date is (silver.py), whatever
         # the session's time zone.
@@ -306,21 +341,21 @@ def record(
     changes: DataFrame,
     silver: DataFrame | None,
     placed: DataFrame | None,
-    first_version: int,
+    before: Position,
     watermark: Watermark,
     txn: tuple[str, int],
     summary: Landed,
 ) -> int:
     """Record what a change-feed micro-batch (already limited to the view's event
-    types, from silver's commit `first_version` on) restated, exactly once.
+    types, of the commits after `before`) restated, exactly once.
     Returns how many restatements it found.
 
     `silver` must hold every `of` event of the scopes the batch touched (it may
     hold no more: `View.narrowed`; None for a view without linked events, which
     places each event by itself: `View.lands_in`), and `placed` the gold rows the batch
     recomputed (`Applied.rows`): every event it landed is in one of them.
-    `watermark` is as of the commit before `first_version`; if it is not known
-    yet, it is read from silver here.
+    `watermark` is as of `before`; if it is not known yet, it is read from silver
+    here.
 
     An event enters silver once, so the restatements of a batch that only
     inserted events are new: they are appended under `txn` (the stream's
@@ -332,9 +367,9 @@ def record(
     """
     landed = changes.where(F.col("_change_type").isin(*LANDED)).drop(*lake.CDF_COLUMNS)
     if not watermark.known:
-        if first_version > 0:
-            before = newest_before(spark, settings, view, first_version - 1, watermark.floor)
-            (watermark.micros,) = before.select(F.unix_micros("newest")).first() or (None,)
+        if any(v >= 0 for _, v in before.versions):
+            newest_then = newest_before(spark, settings, view, before, watermark.floor)
+            (watermark.micros,) = newest_then.select(F.unix_micros("newest")).first() or (None,)
         watermark.known = True
     micros = watermark.micros
     if micros is None or not can_restate(view, micros, summary):
@@ -357,7 +392,7 @@ def record(
         F.unix_micros(F.max("window_start")),
     ).first() or (0, None, None)
     if n:
-        found = _name_readmissions(spark, settings, changes, found)
+        found = _name_readmissions(spark, settings, changes, found, view)
     if n and not summary.replaced:
         app_id, batch_id = txn
         # A repeat after a conflicting commit is skipped if the first try landed.

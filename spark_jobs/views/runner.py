@@ -37,8 +37,9 @@ from spark_jobs import bronze, lake
 from spark_jobs import session as session_mod
 from spark_jobs import silver as silver_mod
 from spark_jobs.testing import faults
-from spark_jobs.views import changes, restatements
+from spark_jobs.views import changes, inputs, restatements
 from spark_jobs.views.base import View, merged_ranges
+from spark_jobs.views.inputs import Position
 from spark_jobs.views.links import LinkIndex
 from warehouse.base import metrics, registry
 from warehouse.base.settings import Settings
@@ -572,12 +573,20 @@ def gold_table(view: View) -> registry.Table:
 
 
 def silver_version(spark: SparkSession, settings: Settings) -> int:
-    """The newest commit of silver: the log position a replay is built from."""
+    """The newest commit of the shop's silver."""
     return lake.newest_version(spark, SILVER.path(settings))
 
 
 def read_silver(spark: SparkSession, settings: Settings, version: int | None = None) -> DataFrame:
+    """The shop's silver (as of a version)."""
     return lake.read_version(spark, SILVER.path(settings), version)
+
+
+def read_input(
+    spark: SparkSession, settings: Settings, view: View, at: Position | None = None
+) -> DataFrame:
+    """What the view's function reads: its sources' silver, as of `at` (None: newest)."""
+    return inputs.read(spark, settings, view, at)
 
 
 def read_gold(
@@ -593,17 +602,26 @@ def batch(
     settings: Settings,
     view: View,
     *,
-    as_of: int | None = None,
+    as_of: Position | None = None,
     source: str = "bronze",
-) -> int:
+) -> Position:
     """Recompute the whole view into its gold table, from the lake's history (silver as
-    of a version, `source="bronze"`) or from every record Kafka still holds (`"kafka"`).
+    of a position, `source="bronze"`) or from every record Kafka still holds (`"kafka"`).
 
-    Returns the silver version a stream should follow on from. From Kafka, that
+    Returns the position a stream should follow on from. From Kafka, that
     is silver's newest commit when the read began: every later change is
     recomputed from silver, so the hand-off is exact once silver has caught up.
     """
-    version = silver_version(spark, settings) if as_of is None else as_of
+    if source not in SOURCES:
+        raise ValueError(f"unknown replay source {source!r}: use {' or '.join(SOURCES)}")
+    if source == "kafka" and view.sources != (registry.SHOP_SOURCE,):
+        raise ValueError(
+            f"{view.table_name} reads {', '.join(view.sources)}: a replay from Kafka reads "
+            "the shop's topic only; replay it from bronze (the lake keeps every record)"
+        )
+    inputs.ensure(spark, settings, view)
+    inputs.event_types_by_source(view)  # refuses a view whose sources do not add up
+    position = inputs.newest(spark, settings, view) if as_of is None else as_of
     table = gold_table(view)
     if source == "kafka":
         records = bronze.to_bronze_rows(bronze.read_kafka_batch(spark, settings))
@@ -611,10 +629,8 @@ def batch(
             bronze.ignoring_forgotten(records, bronze.forgotten_positions(spark, settings)),
             silver_mod.deployed_plan(spark, settings),
         ).localCheckpoint(eager=True)
-    elif source == "bronze":
-        silver = read_silver(spark, settings, version)
     else:
-        raise ValueError(f"unknown replay source {source!r}: use {' or '.join(SOURCES)}")
+        silver = read_input(spark, settings, view, position)
     events = silver.where(F.col("event_type").isin(*view.event_types)).count()
     # Laid out by time (see GOLD_FILE_ROWS): sorted by the window start, each task's
     # run cut into files of at most that many rows. A new table gets
@@ -627,17 +643,17 @@ def batch(
             .mode("overwrite")
             .option("overwriteSchema", "true")
             .option("maxRecordsPerFile", GOLD_FILE_ROWS)
-            .option("userMetadata", tag(version, source))
+            .option("userMetadata", tag(position, source))
             .save(table.path(settings))
         )
     log.info(
-        "%s: recomputed from %s (silver version %d): %s",
+        "%s: recomputed from %s (%s): %s",
         table.trino_name,
         source,
-        version,
+        position.describe(),
         progress.summary(),
     )
-    return version
+    return position
 
 
 def stream(
@@ -667,14 +683,36 @@ def stream(
     table = gold_table(view)
     path = table.path(settings)
     ensure_gold(spark, path, view)
+    inputs.ensure(spark, settings, view)
+    by_source = inputs.event_types_by_source(view)
     checkpoint = table.checkpoint(settings)
-    floor = replayed_through(spark, settings, view)
+    replayed = replayed_through(spark, settings, view)
+    floor = inputs.nowhere(view) if replayed is None else replayed
     # A change feed cannot start at a version that does not exist yet, so the
     # stream starts *at* the replay's commit and skips it and everything before.
-    reader = spark.readStream.format("delta").option("readChangeFeed", "true")
-    if floor >= 0:
-        reader = reader.option("startingVersion", floor)
-    relevant = F.col("event_type").isin(*view.event_types) & (F.col("_commit_version") > floor)
+    # Over several sources, one feed of each, read together: their union.
+    feeds = []
+    for src in view.sources:
+        reader = spark.readStream.format("delta").option("readChangeFeed", "true")
+        if floor[src] >= 0:
+            reader = reader.option("startingVersion", floor[src])
+        feeds.append(reader.load(inputs.silver_table(src).path(settings)))
+    of_source = {src: F.col("event_type").isin(*types) for src, types in by_source.items()}
+    relevant = reduce(
+        operator.or_,
+        [of_source[src] & (F.col("_commit_version") > floor[src]) for src in view.sources],
+    )
+    # Where the stream has read each source to, for a view over several: a batch
+    # reads each source's silver as of its last change in the batch, or as of the
+    # last one an earlier batch saw (kept beside the checkpoint for a restart).
+    # Nothing in between changes the view's events, so that snapshot is the one
+    # the batch's offsets stand at, as far as the view can tell.
+    kept = (
+        _read_position(spark, settings, view, POSITION_MARKER)
+        if has_checkpoint(spark, settings, view)
+        else None
+    )
+    through = kept or Position(tuple((s, max(v, 0)) for s, v in floor.versions))
 
     restatements.ensure_table(spark, settings)
     # Restatements are appended once per batch under this id (see restatements.record).
@@ -692,10 +730,15 @@ def stream(
         _publish(publisher, renew=True)
 
     def each_batch(changes: DataFrame, batch_id: int) -> None:
+        nonlocal through
         mine = changes.where(relevant).localCheckpoint(eager=True)
+        version = F.col("_commit_version")
         stats = mine.agg(
-            F.min("_commit_version"),
-            F.max("_commit_version"),
+            *[
+                agg(F.when(of_source[src], version))
+                for src in view.sources
+                for agg in (F.min, F.max)
+            ],
             # The oldest new event's Kafka timestamp: the batch's freshness. Not a
             # delete's (an erasure) or a pre-image's, which are old by nature.
             F.min(
@@ -706,19 +749,31 @@ def stream(
             ),
             *restatements.Landed.columns(view),
         ).first()
-        if stats is None or stats[1] is None:
+        n = len(view.sources)
+        ranges = {
+            src: (int(stats[2 * i]), int(stats[2 * i + 1]))
+            for i, src in enumerate(view.sources)
+            if stats is not None and stats[2 * i + 1] is not None
+        }
+        if stats is None or not ranges:
             return
-        first, last, oldest = stats[0], stats[1], stats[2]
-        landed = restatements.Landed(*stats[3:])
+        oldest = stats[2 * n]
+        landed = restatements.Landed(*stats[2 * n + 1 :])
+        # The input as of the batch's last commit of each source, and as it stood
+        # before the batch (what its restatements compare against).
+        at = through.after({src: last for src, (_, last) in ranges.items()})
+        before = through.after({src: first - 1 for src, (first, _) in ranges.items()})
         # Said before the work, so a slow batch shows in the log while it runs.
         log.info(
-            "%s batch %d: applying silver versions %d-%d",
+            "%s batch %d: applying silver versions %s",
             table.trino_name,
             batch_id,
-            int(first),
-            int(last),
+            ", ".join(
+                (f"{src}@" if n > 1 else "") + f"{first}-{last}"
+                for src, (first, last) in ranges.items()
+            ),
         )
-        spark.conf.set(TAG_CONF, tag(int(last), "stream"))
+        spark.conf.set(TAG_CONF, tag(at, "stream"))
         txn = (app_id, batch_id)
         try:
             applied = fold_changes(spark, path, view, mine, txn) if folding else None
@@ -726,7 +781,7 @@ def stream(
                 # One snapshot of silver, the batch's last commit, for the recompute
                 # and for placing restatements. Pre-images matter too: a replaced
                 # winner may leave a scope it was in.
-                silver = read_silver(spark, settings, int(last))
+                silver = read_input(spark, settings, view, at)
                 changed = mine.drop(*lake.CDF_COLUMNS)
                 applied = apply_changes(spark, path, view, changed, silver, links, txn)
             if applied.scopes:
@@ -737,13 +792,16 @@ def stream(
                     mine,
                     applied.silver,
                     applied.rows,
-                    int(first),
+                    before,
                     watermark,
                     txn=txn,
                     summary=landed,
                 )
         finally:
             spark.conf.unset(TAG_CONF)
+        if n > 1 and at != through:
+            lake.write_text(spark, _marker(settings, view, POSITION_MARKER), f"{at}\n")
+        through = at
         # Only once the batch is done: a batch retried after a failure must see
         # the watermark as it was before it.
         watermark.advance(
@@ -759,18 +817,18 @@ def stream(
             _publish(publisher, staged=applied.staged)
         if applied.scopes:
             log.info(
-                "%s batch %d: %d scopes %s (silver version %d), %d restatements of final windows",
+                "%s batch %d: %d scopes %s (%s), %d restatements of final windows",
                 table.trino_name,
                 batch_id,
                 applied.scopes,
                 "folded in" if applied.folded else "recomputed",
-                int(last),
+                at.describe(),
                 restated,
             )
 
     guard = lake.BatchGuard()
     writer = (
-        reader.load(SILVER.path(settings))
+        inputs.union(feeds)
         .writeStream.queryName(f"{view.table_name}")
         .foreachBatch(guard.wrap(each_batch))
         .option("checkpointLocation", checkpoint)
@@ -842,13 +900,18 @@ def has_checkpoint(spark: SparkSession, settings: Settings, view: View) -> bool:
 
 def can_stream(spark: SparkSession, settings: Settings, view: View) -> bool:
     """Whether a stream knows where to start: its checkpoint, or its replay's marker."""
-    return has_checkpoint(spark, settings, view) or replayed_through(spark, settings, view) >= 0
+    return (
+        has_checkpoint(spark, settings, view) or replayed_through(spark, settings, view) is not None
+    )
 
 
-# Beside a view's stream checkpoint: the silver version its last replay was built
-# from, and what it read (a `SOURCES` name).
+# Beside a view's stream checkpoint: the position its last replay was built from,
+# and what it read (a `SOURCES` name). Over several sources, also where the stream
+# has read each source to (`POSITION_MARKER`), since a micro-batch with no change
+# of one source says nothing of where that source stands.
 REPLAY_MARKER = "regauge_replayed_through"
 REPLAY_SOURCE_MARKER = "regauge_replayed_from"
+POSITION_MARKER = "regauge_read_through"
 
 
 def _marker(settings: Settings, view: View, name: str = REPLAY_MARKER) -> str:
@@ -872,23 +935,30 @@ def folds(spark: SparkSession, settings: Settings, view: View) -> bool:
     return source.strip() == "bronze"
 
 
-def replayed_through(spark: SparkSession, settings: Settings, view: View) -> int:
-    """The silver version the view's last replay was built from (-1: none)."""
-    text = lake.read_text(spark, _marker(settings, view))
-    return int(text) if text else -1
+def _read_position(
+    spark: SparkSession, settings: Settings, view: View, name: str
+) -> Position | None:
+    text = lake.read_text(spark, _marker(settings, view, name))
+    return Position.parse(view, text) if text and text.strip() else None
 
 
-def replay(spark: SparkSession, settings: Settings, view: View, source: str = "bronze") -> int:
-    """Rebuild the view from all of silver up to its newest commit; return that position.
+def replayed_through(spark: SparkSession, settings: Settings, view: View) -> Position | None:
+    """The position the view's last replay was built from (None: none)."""
+    return _read_position(spark, settings, view, REPLAY_MARKER)
+
+
+def replay(spark: SparkSession, settings: Settings, view: View, source: str = "bronze") -> Position:
+    """Rebuild the view from all of its input up to the newest commits; return that
+    position.
 
     Clears the view's stream checkpoint and leaves the position beside it, so
     the stream started next (`stream`) continues right after it.
     """
     lake.delete_tree(spark, gold_table(view).checkpoint(settings))
-    version = batch(spark, settings, view, source=source)
+    position = batch(spark, settings, view, source=source)
     lake.write_text(spark, _marker(settings, view, REPLAY_SOURCE_MARKER), f"{source}\n")
-    lake.write_text(spark, _marker(settings, view), f"{version}\n")
-    return version
+    lake.write_text(spark, _marker(settings, view), f"{position}\n")
+    return position
 
 
 # -- tags ------------------------------------------------------------------------------
@@ -896,14 +966,17 @@ def replay(spark: SparkSession, settings: Settings, view: View, source: str = "b
 TAG_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 
 
-def tag(silver_version: int, source: str) -> str:
-    """What a gold commit was computed from: silver as of one version."""
-    return json.dumps({"silver_version": silver_version, "source": source})
+def tag(position: Position | int, source: str) -> str:
+    """What a gold commit was computed from: its input as of one position (a number:
+    the shop's silver version)."""
+    if isinstance(position, int):
+        position = Position(((registry.SHOP_SOURCE, position),))
+    return json.dumps({**position.tag_fields(), "source": source})
 
 
-def latest_tag(spark: SparkSession, path: str) -> tuple[int, int, str] | None:
-    """The newest gold commit tagged with a silver version: (gold version, silver
-    version, source), or None if no commit has a tag yet."""
+def latest_tag(spark: SparkSession, path: str) -> tuple[int, Position, str] | None:
+    """The newest gold commit tagged with a position: (gold version, position,
+    source), or None if no commit has a tag yet."""
     for row in (
         lake.history(spark, path)
         .where(F.col("userMetadata").isNotNull())
@@ -915,6 +988,7 @@ def latest_tag(spark: SparkSession, path: str) -> tuple[int, int, str] | None:
             meta = json.loads(row["userMetadata"])
         except ValueError:
             continue
-        if isinstance(meta, dict) and isinstance(meta.get("silver_version"), int):
-            return int(row["version"]), int(meta["silver_version"]), str(meta.get("source"))
+        position = Position.from_tag(meta) if isinstance(meta, dict) else None
+        if position is not None:
+            return int(row["version"]), position, str(meta.get("source"))
     return None

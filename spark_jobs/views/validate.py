@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.views import runner
 from spark_jobs.views.base import View
+from spark_jobs.views.inputs import Position
 from warehouse.base.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -130,20 +131,20 @@ def _examples(df: DataFrame) -> list[dict[str, Any]]:
 
 
 def _self_check(
-    spark: SparkSession, settings: Settings, view: View, found: tuple[int, int, str]
+    spark: SparkSession, settings: Settings, view: View, found: tuple[int, Position, str]
 ) -> dict[str, Any]:
-    gold_version, silver_version, source = found
+    gold_version, position, source = found
     have = runner.read_gold(spark, settings, view, gold_version)
-    silver = runner.read_silver(spark, settings, silver_version)
+    silver = runner.read_input(spark, settings, view, position)
     want = runner.gold_rows(view, silver)
     events = silver.where(F.col("event_type").isin(*view.event_types)).count()
-    label = f"validate {view.table_name} against silver version {silver_version}"
+    label = f"validate {view.table_name} against {position.describe()}"
     with runner.Progress(spark, label, events) as progress:
         diff = difference(have, want)
     log.info("%s: %s", label, progress.summary())
     return {
         "gold_version": gold_version,
-        "silver_version": silver_version,
+        "silver_version": position.json(),
         "built_from": source,
         "rows": diff.rows,
         "expected_rows": diff.expected_rows,
@@ -178,13 +179,13 @@ def validate(
             check: dict[str, Any] = {"error": "no gold commit is tagged with a silver version"}
         else:
             check = _self_check(spark, settings, view, found)
+            position = found[1]
             log.info(
-                "%s v%d as of gold version %d = batch over silver version %d? "
-                "%d rows, %d missing, %d unexpected",
+                "%s v%d as of gold version %d = batch over %s? %d rows, %d missing, %d unexpected",
                 view.name,
                 view.version,
                 check["gold_version"],
-                check["silver_version"],
+                position.describe(),
                 check["rows"],
                 check["missing"],
                 check["unexpected"],
@@ -217,8 +218,11 @@ def validate(
         if clashes:
             problems.append("column types differ from the current version: " + "; ".join(clashes))
         columns = view.agrees_with.get(current.version)
-        if columns and ok:
-            silver = runner.read_silver(spark, settings, check["silver_version"])
+        if columns and ok and found is not None:
+            # The current version's input as of the same snapshot of each source.
+            silver = runner.read_input(
+                spark, settings, current, Position.of(current, found[1].as_dict())
+            )
             mine = (
                 spark.read.format("delta").option("versionAsOf", check["gold_version"]).load(path)
             )
@@ -245,10 +249,12 @@ def validate(
                 "note": f"v{view.version} declares no columns it shares with v{current.version}",
             }
     report["passed"] = not problems
+    # Without problems a tagged commit was found (no tag is a problem).
+    over = found[1].describe() if found is not None else ""
     report["summary"] = (
         "; ".join(problems)
         if problems
-        else f"equals its batch recompute over silver version {check['silver_version']}"
+        else f"equals its batch recompute over {over}"
         + (
             f" and agrees with v{current.version}"
             if current is not None and "disagreements" in report.get("shared_with", {})

@@ -144,7 +144,7 @@ def wait_caught_up(spark: SparkSession, settings: Settings, view: Any, timeout: 
             last, since = newest, time.monotonic()
         found = runner.latest_tag(spark, path)
         still = time.monotonic() - since >= SILVER_STILL_S
-        if still and found is not None and found[1] >= newest:
+        if still and found is not None and found[1][registry.SHOP_SOURCE] >= newest:
             return newest
         assert time.monotonic() < deadline, f"{view.table_name} is behind silver {newest}: {found}"
         time.sleep(1)

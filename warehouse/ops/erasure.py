@@ -161,7 +161,7 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> bool:
     """Steps 1-5 but dbt's, whose staging tables it deletes; whether the lake
     holds dbt models to rebuild."""
     from spark_jobs import erasure, lake
-    from spark_jobs.views import runner
+    from spark_jobs.views import inputs, runner
 
     spark = _session(settings, f"regauge-forget-{report.erasure_id[:8]}")
     try:
@@ -189,11 +189,24 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> bool:
         root = settings.lake_root.rstrip("/")
         live = _view_tables(spark, f"{root}/gold")
         archived = _view_tables(spark, f"{root}/_archive/table/gold")
-        silver = runner.read_silver(spark, settings).localCheckpoint(eager=True)
-        gone = erasure.silver_rows_at(spark, settings, found).localCheckpoint(eager=True)
+        # Each source's silver as it is, and its rows that go; a view reads those of
+        # its own sources.
+        founds = {registry.SHOP: found, **by_source}
+        silvers = {
+            src.source: spark.read.format("delta")
+            .load(src.silver.path(settings))
+            .localCheckpoint(eager=True)
+            for src in founds
+        }
+        goners = {
+            src.source: erasure.silver_rows_at(spark, settings, f, src).localCheckpoint(eager=True)
+            for src, f in founds.items()
+        }
         restated = 0
         for code, path in [*live, *archived]:
             gold = spark.read.format("delta").load(path)
+            silver = inputs.union([silvers[s] for s in code.sources])
+            gone = inputs.union([goners[s] for s in code.sources])
             rows = erasure.erasure_restatements(code, gone, silver, gold, customer_id)
             restated += erasure.record_restatements(spark, settings, rows)
         report.removed["erasure restatements recorded"] = restated
@@ -232,8 +245,8 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> bool:
                 erasure.compact(spark, path)
             report.compacted.append(path)
             report.rebuilt.append(runner.gold_table(code).trino_name)
-        fresh = runner.read_silver(spark, settings)
         for code, path in archived:
+            fresh = runner.read_input(spark, settings, code)
             runner.gold_rows(code, fresh).write.format("delta").mode("overwrite").save(path)
             report.rebuilt.append(path.rsplit("/", 1)[-1] + " (archived)")
         report.compacted += erasure.compact_all(spark, [path for _, path in archived])

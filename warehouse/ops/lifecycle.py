@@ -64,7 +64,9 @@ def build(settings: Settings, view: str, version: int, source: str) -> str:
         own = "a replay from Kafka" if source == "kafka" else None
         with sessions.task_session(settings, name, own_driver=own) as spark:
             through = pipeline.replay(spark, settings, code, source=source)
-    position = f"silver@{through}" if source != "kafka" else f"kafka, live from silver@{through}"
+    # `silver@123`; over several sources `silver shop@123,web@45`.
+    at = f"silver@{through}" if through.single is not None else f"silver {through}"
+    position = at if source != "kafka" else f"kafka, live from {at}"
     versions.record_position(settings, view, version, position)
     return f"{view} v{version}: replayed all history ({position}) into " + (
         runner.gold_table(code).trino_name

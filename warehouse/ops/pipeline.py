@@ -19,6 +19,7 @@ from pyspark.sql.streaming import StreamingQuery
 from spark_jobs import generator, ingest, producer
 from spark_jobs.views import restatements, runner
 from spark_jobs.views.base import View
+from spark_jobs.views.inputs import Position
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 from warehouse.ops.stack import kafka
@@ -101,8 +102,8 @@ def ensure_restatements(spark: SparkSession, settings: Settings) -> None:
     catalog.publish(restatements.RESTATEMENTS, settings)
 
 
-def replay(spark: SparkSession, settings: Settings, view: View, source: str = "bronze") -> int:
-    """`runner.replay`, then the table published; returns the silver version it was built from."""
+def replay(spark: SparkSession, settings: Settings, view: View, source: str = "bronze") -> Position:
+    """`runner.replay`, then the table published; returns the position it was built from."""
     after = runner.replay(spark, settings, view, source=source)
     catalog.publish(runner.gold_table(view), settings)
     return after

@@ -99,15 +99,14 @@ def run_view(
             # folds its changes into gold (View.sums) would count a second time.
             version = pipeline.replay(spark, settings, view, source=source)
             print(
-                f"{table.trino_name}: recomputed from {source} (silver version {version}); "
+                f"{table.trino_name}: recomputed from {source} ({version.describe()}); "
                 "a stream started later continues after it"
             )
             return 0
         if mode == "replay":
             after = pipeline.replay(spark, settings, view, source=source)
             print(
-                f"{table.trino_name}: replayed {source} (silver up to version {after}); "
-                "continuing live"
+                f"{table.trino_name}: replayed {source} (up to {after.describe()}); continuing live"
             )
         elif not runner.can_stream(spark, settings, view):
             print(

@@ -8,8 +8,10 @@ from decimal import Decimal
 from pyspark.sql.types import IntegerType, StructField, StructType
 
 from spark_jobs.views import revenue_hourly_v1, revenue_hourly_v2, runner
+from spark_jobs.views.inputs import Position
 from spark_jobs.views.validate import difference, disagreements, type_clashes
 from tests.spark_jobs.conftest import at, cancel, order
+from warehouse.base import registry
 
 
 def test_v2_agrees_with_v1_on_what_they_share(spark, silver_df):
@@ -62,13 +64,13 @@ def test_the_newest_tagged_commit_names_its_silver_version(spark, tmp_path):
     df = spark.range(3)
     df.write.format("delta").option("userMetadata", runner.tag(7, "silver")).save(path)
     df.write.format("delta").mode("append").save(path)  # untagged: someone else's commit
-    assert runner.latest_tag(spark, path) == (0, 7, "silver")
+    assert runner.latest_tag(spark, path) == (0, Position(((registry.SHOP_SOURCE, 7),)), "silver")
     spark.conf.set(runner.TAG_CONF, runner.tag(9, "stream"))
     try:
         df.write.format("delta").mode("append").save(path)
     finally:
         spark.conf.unset(runner.TAG_CONF)
-    assert runner.latest_tag(spark, path) == (2, 9, "stream")
+    assert runner.latest_tag(spark, path) == (2, Position(((registry.SHOP_SOURCE, 9),)), "stream")
 
 
 def test_difference_counts_rows_as_a_multiset_with_nulls_equal(spark):
