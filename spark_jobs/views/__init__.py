@@ -11,6 +11,7 @@ import pkgutil
 import re
 
 from spark_jobs.views.base import View
+from warehouse.base import registry
 
 _MODULE = re.compile(r"^(?P<name>[a-z][a-z0-9_]*)_v(?P<version>[1-9][0-9]*)$")
 
@@ -29,6 +30,12 @@ def discover() -> dict[tuple[str, int], View]:
             )
         found[(view.name, view.version)] = view
     return found
+
+
+def of_the_shop() -> dict[tuple[str, int], View]:
+    """The views that read the shop's silver alone: what `make bench` measures, over
+    the shop's generated traffic, so its figures compare with earlier runs."""
+    return {k: v for k, v in discover().items() if v.sources == (registry.SHOP_SOURCE,)}
 
 
 def get(name: str, version: int) -> View:

@@ -138,7 +138,7 @@ def test_params_are_the_contracts(loaded):
     assert set(dags["regauge_maintenance"]["params"]) == {"retention_hours"}
     assert set(dags["regauge_readmit"]["params"]) == {"source", "reason"}
     views = dags["regauge_reprocess"]["params"]["view"]["enum"]
-    assert views == ["cart_sessions", "revenue_hourly"]
+    assert views == ["cart_sessions", "revenue_hourly", "visits"]
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from spark_jobs.silver import SILVER_SCHEMA
-from spark_jobs.views import restatements
+from spark_jobs.views import inputs, restatements
+from spark_jobs.views.base import View
 
 T0 = datetime(2026, 1, 1, 10, 0, 0)
 
@@ -43,14 +44,41 @@ def cart(customer: str, when: datetime, quantity: int = 1, removed: bool = False
     }
 
 
+def web_session(customer: str, when: datetime, session: str, referrer: str = "search") -> dict:
+    return {
+        "event_type": "session_started",
+        "customer_id": customer,
+        "event_time": when,
+        "session_id": session,
+        "referrer": referrer,
+    }
+
+
+def web_view(customer: str, when: datetime, session: str, product: str) -> dict:
+    return {
+        "event_type": "product_viewed",
+        "customer_id": customer,
+        "event_time": when,
+        "session_id": session,
+        "product_id": product,
+    }
+
+
+def item(product: str, quantity: int = 1, unit_price: str = "1.00") -> tuple:
+    """One of an order's items, as silver's `items` holds it."""
+    return (product, quantity, Decimal(unit_price))
+
+
 @pytest.fixture
 def silver_df(spark):
-    """silver_df([{...}, ...]) -> a DataFrame with silver's schema, unknown columns null."""
+    """silver_df([{...}, ...]) -> a DataFrame with silver's schema, unknown columns null;
+    with `view=`, the schema of that view's input (its sources' silvers, one union)."""
 
-    def make(rows: list[dict]):
+    def make(rows: list[dict], view: View | None = None):
+        schema = SILVER_SCHEMA if view is None else inputs.schema(view)
         full = []
         for i, row in enumerate(rows):
-            base: dict[str, Any] = {f.name: None for f in SILVER_SCHEMA.fields}
+            base: dict[str, Any] = {f.name: None for f in schema.fields}
             base.update(
                 event_id=f"e{i}",
                 customer_id="cust-1",
@@ -66,8 +94,8 @@ def silver_df(spark):
             # As silver derives it: the partition column follows the event time.
             if base["event_time"] is not None and "event_date" not in row:
                 base["event_date"] = base["event_time"].date()
-            full.append(tuple(base[f.name] for f in SILVER_SCHEMA.fields))
-        return spark.createDataFrame(full, SILVER_SCHEMA)
+            full.append(tuple(base[f.name] for f in schema.fields))
+        return spark.createDataFrame(full, schema)
 
     return make
 

@@ -10,7 +10,7 @@ from chispa import assert_df_equality
 from spark_jobs import lake, session, views
 from spark_jobs.views import runner
 from spark_jobs.views.links import LinkIndex
-from tests.spark_jobs.conftest import at, cancel, cart, order
+from tests.spark_jobs.conftest import at, cancel, cart, item, order, web_session, web_view
 from warehouse.ops.stack.process import wait_until
 
 LOG = [
@@ -35,9 +35,26 @@ LOG = [
 ]
 
 
-@pytest.fixture
-def log_df(silver_df):
-    return silver_df(LOG)
+# What the web source adds for a view that reads it too (visits): c5 views a product
+# and orders it (a converted visit), later views one and orders another; c1's views
+# fall between its orders, one of them bridging two visits.
+WEB_LOG = [
+    web_session("c5", at(0), "s1"),
+    web_view("c5", at(2), "s1", "prod-0001"),
+    order("o9", at(10), "3.00", customer_id="c5", items=[item("prod-0001", 1, "3.00")]),
+    web_view("c5", at(15), "s1", "prod-0002"),
+    web_session("c5", at(hours=3), "s2", "ads"),
+    web_view("c5", at(181), "s2", "prod-0003"),
+    order("o8", at(185), "2.00", customer_id="c5", items=[item("prod-0004", 2, "1.00")]),
+    web_session("c1", at(18), "s3", "email"),
+    web_view("c1", at(20), "s3", "prod-0001"),
+    web_view("c1", at(45), "s3", "prod-0005"),
+]
+
+
+def log_of(silver_df, view):
+    """LOG in the view's input: with WEB_LOG for a view that reads the web source."""
+    return silver_df(LOG + (WEB_LOG if "web" in view.sources else []), view=view)
 
 
 def _compiles(spark) -> bool:
@@ -56,7 +73,7 @@ RUNS = [(*v, False) for v in sorted(views.discover())] + [
 
 @pytest.mark.parametrize("name,version,indexed", RUNS)
 def test_shuffled_micro_batches_replay_and_batch_agree(
-    spark, tmp_path, log_df, name, version, indexed
+    spark, tmp_path, silver_df, name, version, indexed
 ):
     """A view's gold is the same from shuffled micro-batches, from one replay and from
     one batch, and a micro-batch run again changes nothing.
@@ -67,6 +84,7 @@ def test_shuffled_micro_batches_replay_and_batch_agree(
     arrival order and batch boundaries do not change what real MERGEs leave."""
     view = views.get(name, version)
     links = LinkIndex(view) if indexed else None
+    log_df = log_of(silver_df, view)
     rows = log_df.collect()
     # The batch and the replay compile their plans, as a replay does on the host
     # (the tests' own session does not: tests/conftest.py).

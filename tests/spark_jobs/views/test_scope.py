@@ -16,7 +16,7 @@ from spark_jobs import views
 from spark_jobs.views import hourly, runner
 from spark_jobs.views.base import Scope, View, merged_ranges
 from tests.spark_jobs.conftest import assert_staged_is_the_newest_commit, at, cart, order
-from tests.spark_jobs.views.test_runner import LOG
+from tests.spark_jobs.views.test_runner import LOG, log_of
 
 VERSIONS = sorted(views.discover())
 # Views whose windows follow from the event alone (hourly); sessions are placed in gold.
@@ -29,7 +29,7 @@ def log_df(silver_df):
 
 
 @pytest.mark.parametrize("name,version", VERSIONS)
-def test_restricted_silver_decides_its_scopes_rows_exactly(log_df, name, version):
+def test_restricted_silver_decides_its_scopes_rows_exactly(silver_df, name, version):
     """Every gold row is in a scope its own events yield, and silver restricted to every
     other scope computes exactly those scopes' rows of gold.
 
@@ -38,6 +38,7 @@ def test_restricted_silver_decides_its_scopes_rows_exactly(log_df, name, version
     actions, since what it proves is what the view's plans compute from a restricted
     silver."""
     view = views.get(name, version)
+    log_df = log_of(silver_df, view)
     cols = list(view.scope_columns)
     gold = runner.gold_rows(view, log_df)
     scopes = view.scopes_of(log_df, log_df)

@@ -52,7 +52,7 @@ def history(bench: Bench, spark: Any) -> None:
     _replay_large(bench, spark, large, scratch / "replay")
     ratios = {}
     unseen: dict[str, int] = {}
-    for _, view in sorted(views.discover().items()):
+    for _, view in sorted(views.of_the_shop().items()):
         seconds = {}
         for label, settings, n in (("small", small, small_n), ("large", large, large_n)):
             took = _one_event_batches(spark, settings, view, bench.run_id)
@@ -159,7 +159,7 @@ def _write_silver(spark: Any, settings: Settings, rows: Any) -> None:
 
     silver_mod.ensure_tables(spark, settings)
     rows.write.format("delta").mode("append").save(silver_mod.SILVER.path(settings))
-    for view in views.discover().values():
+    for view in views.of_the_shop().values():
         runner.replay(spark, settings, view)
 
 

@@ -77,7 +77,7 @@ def measure(bench: Bench, spark: Any, settings: Settings, scratch: Path) -> Repl
     version = runner.silver_version(spark, settings)
     events = runner.read_silver(spark, settings, version).count()
     seconds: dict[str, float] = {}
-    for (name, v), view in sorted(views.discover().items()):
+    for (name, v), view in sorted(views.of_the_shop().items()):
         started = time.monotonic()
         (
             runner.gold_rows(view, runner.read_silver(spark, settings, version))
