@@ -101,6 +101,23 @@ _TMP = "__scope_"
 MAX_RANGES = 64
 
 
+def gap_sessions(events: DataFrame, by: str, gap: timedelta, number: str) -> DataFrame:
+    """`events` with `number`, the count of sessions so far of its `by` (a customer)
+    in event-time order: events at most `gap` apart share one, as with Spark's
+    `session_window`. A window over each one's events in time order rather than
+    `session_window`, so that a late event that bridges two sessions merges them
+    when the runner recomputes that one's sessions from silver."""
+    in_order = Window.partitionBy(by).orderBy("event_time")
+    previous = F.lag("event_time").over(in_order)
+    starts = previous.isNull() | (
+        F.col("event_time") > previous + F.expr(f"INTERVAL {int(gap.total_seconds())} SECONDS")
+    )
+    return events.withColumn("_starts", starts.cast("int")).withColumn(
+        number,
+        F.sum("_starts").over(in_order.rowsBetween(Window.unboundedPreceding, Window.currentRow)),
+    )
+
+
 def merged_ranges(
     bounds: Iterable[tuple[int, int]], limit: int = MAX_RANGES
 ) -> list[tuple[int, int]]:

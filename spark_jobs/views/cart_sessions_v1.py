@@ -1,17 +1,15 @@
 """cart_sessions v1: shopping sessions per customer, 30-minute inactivity gap (docs/contract.md §3).
 
 Same semantics as Spark's session_window: a session ends 30 minutes after its
-last event, and events at most 30 minutes apart share a session. Built with a
-window over each customer's events in time order rather than session_window,
-because a late event must be able to bridge, and so merge, two sessions when
-the runner recomputes a customer's sessions from silver.
+last event, and events at most 30 minutes apart share a session (`gap_sessions`,
+which says why it is not session_window).
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BooleanType,
@@ -22,7 +20,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs.views.base import Scope, View
+from spark_jobs.views.base import Scope, View, gap_sessions
 
 SESSION_GAP = timedelta(minutes=30)
 GAP = f"INTERVAL {int(SESSION_GAP.total_seconds())} SECONDS"
@@ -45,13 +43,7 @@ def compute(silver: DataFrame) -> DataFrame:
     events = silver.where(F.col("event_type").isin(*EVENT_TYPES)).select(
         "customer_id", "event_time", "event_type", "quantity"
     )
-    in_order = Window.partitionBy("customer_id").orderBy("event_time")
-    previous = F.lag("event_time").over(in_order)
-    starts_session = previous.isNull() | (F.col("event_time") > previous + F.expr(GAP))
-    numbered = events.withColumn("_starts", starts_session.cast("int")).withColumn(
-        "_session",
-        F.sum("_starts").over(in_order.rowsBetween(Window.unboundedPreceding, Window.currentRow)),
-    )
+    numbered = gap_sessions(events, "customer_id", SESSION_GAP, "_session")
 
     def quantity_of(event_type: str) -> F.Column:
         return F.coalesce(

@@ -582,6 +582,18 @@ def read_silver(spark: SparkSession, settings: Settings, version: int | None = N
     return lake.read_version(spark, SILVER.path(settings), version)
 
 
+def check_replay_source(view: View, source: str) -> None:
+    """Refuse a replay `source` the view cannot be built from, before any work (a
+    reprocess's first task asks it too)."""
+    if source not in SOURCES:
+        raise ValueError(f"unknown replay source {source!r}: use {' or '.join(SOURCES)}")
+    if source == "kafka" and view.sources != (registry.SHOP_SOURCE,):
+        raise ValueError(
+            f"{view.table_name} reads {', '.join(view.sources)}: a replay from Kafka reads "
+            "the shop's topic only; replay it from bronze (the lake keeps every record)"
+        )
+
+
 def read_input(
     spark: SparkSession, settings: Settings, view: View, at: Position | None = None
 ) -> DataFrame:
@@ -612,13 +624,7 @@ def batch(
     is silver's newest commit when the read began: every later change is
     recomputed from silver, so the hand-off is exact once silver has caught up.
     """
-    if source not in SOURCES:
-        raise ValueError(f"unknown replay source {source!r}: use {' or '.join(SOURCES)}")
-    if source == "kafka" and view.sources != (registry.SHOP_SOURCE,):
-        raise ValueError(
-            f"{view.table_name} reads {', '.join(view.sources)}: a replay from Kafka reads "
-            "the shop's topic only; replay it from bronze (the lake keeps every record)"
-        )
+    check_replay_source(view, source)
     inputs.ensure(spark, settings, view)
     inputs.event_types_by_source(view)  # refuses a view whose sources do not add up
     position = inputs.newest(spark, settings, view) if as_of is None else as_of

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BooleanType,
@@ -23,7 +23,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs.views.base import Scope, View
+from spark_jobs.views.base import Scope, View, gap_sessions
 
 VISIT_GAP = timedelta(minutes=30)
 GAP = f"INTERVAL {int(VISIT_GAP.total_seconds())} SECONDS"
@@ -48,13 +48,7 @@ def compute(silver: DataFrame) -> DataFrame:
     events = silver.where(F.col("event_type").isin(*EVENT_TYPES)).select(
         "customer_id", "event_time", "event_type", "session_id", "product_id", "items"
     )
-    in_order = Window.partitionBy("customer_id").orderBy("event_time")
-    previous = F.lag("event_time").over(in_order)
-    starts_visit = previous.isNull() | (F.col("event_time") > previous + F.expr(GAP))
-    numbered = events.withColumn("_starts", starts_visit.cast("int")).withColumn(
-        "_visit",
-        F.sum("_starts").over(in_order.rowsBetween(Window.unboundedPreceding, Window.currentRow)),
-    )
+    numbered = gap_sessions(events, "customer_id", VISIT_GAP, "_visit")
     visit = ["customer_id", "_visit"]
 
     def count_of(event_type: str) -> F.Column:

@@ -23,6 +23,7 @@ from warehouse.ops import pipeline
 from warehouse.sql import trino_client
 
 GAP = timedelta(minutes=30)
+WEB = "web"
 
 
 def _utc(text: str) -> datetime:
@@ -108,10 +109,58 @@ def expected_sessions(events: list[dict[str, Any]]) -> set[tuple]:
     return out
 
 
+def expected_visits(events: list[dict[str, Any]]) -> set[tuple]:
+    """visits v1 over the shop's and the web's events: per customer, a 30-minute gap
+    over session starts, product views and orders; converted if an order holds a
+    product viewed at or before it in the same visit."""
+    kinds = {"session_started", "product_viewed", "order_placed"}
+    by_customer: dict[str, list[tuple[datetime, dict[str, Any]]]] = defaultdict(list)
+    for e in events:
+        if e["event_type"] in kinds:
+            by_customer[e["customer_id"]].append((_utc(e["event_time"]), e))
+    out = set()
+    for customer, evs in by_customer.items():
+        evs.sort(key=lambda te: te[0])
+        visits = [[evs[0]]]
+        for t, e in evs[1:]:
+            if t - visits[-1][-1][0] > GAP:
+                visits.append([])
+            visits[-1].append((t, e))
+        for visit in visits:
+            views_ = [
+                (t, e["payload"]["product_id"])
+                for t, e in visit
+                if e["event_type"] == "product_viewed"
+            ]
+            orders = [(t, e) for t, e in visit if e["event_type"] == "order_placed"]
+            converted = any(
+                seen <= t and product in {i["product_id"] for i in o["payload"]["items"]}
+                for t, o in orders
+                for seen, product in views_
+            )
+            sessions = {
+                e["payload"]["session_id"] for _, e in visit if e["event_type"] != "order_placed"
+            }
+            out.add(
+                (
+                    customer,
+                    visit[0][0],
+                    visit[-1][0] + GAP,
+                    len(visit),
+                    len(sessions),
+                    len(views_),
+                    len(orders),
+                    converted,
+                )
+            )
+    return out
+
+
 EXPECTED = {
     ("revenue_hourly", 1): (expected_revenue_v1, "window_start"),
     ("revenue_hourly", 2): (expected_revenue_v2, "window_start"),
     ("cart_sessions", 1): (expected_sessions, "session_start"),
+    ("visits", 1): (expected_visits, "visit_start"),
 }
 
 
@@ -132,10 +181,18 @@ def _gold_through_trino(settings, view, time_col: str, start: datetime, end: dat
 @pytest.fixture(scope="module")
 def two_runs(stack, settings, spark):
     """A chaos run in its own years-ago week, replayed into every view; then a second run
-    in the same week (all of it late), applied live through the views' streams."""
+    in the same week (all of it late), applied live through the views' streams. Each run
+    has the web's browsing of the same seed beside it (its customers view what they
+    then buy), which visits v1 joins to the shop's orders.
+
+    Returns the week's start, the accepted events of both sources, the shop's two runs
+    and the newest order time before the second."""
     seed = fresh_seed()
     start = datetime(2001, 1, 1, tzinfo=UTC) + timedelta(days=seed % 8000)
     first = pipeline.produce(settings, seed=seed, count=4000, chaos=True, start=start, days=1)
+    web_first = pipeline.produce(
+        settings, seed=seed, count=1500, chaos=True, start=start, days=1, source=WEB
+    )
     pipeline.ingest_once(spark, settings)
     # No catch-up after the replay: it would process nothing (the stream starts at
     # the replay's commit), and the one below starts from the same marker.
@@ -146,13 +203,16 @@ def two_runs(stack, settings, spark):
         settings,
         f"SELECT max(event_time) FROM {SILVER_EVENTS.trino_name} WHERE event_type = 'order_placed'",
     )
-    second = pipeline.produce(
-        settings, seed=fresh_seed(), count=2000, chaos=True, start=start, days=1
+    seed = fresh_seed()
+    second = pipeline.produce(settings, seed=seed, count=2000, chaos=True, start=start, days=1)
+    web_second = pipeline.produce(
+        settings, seed=seed, count=800, chaos=True, start=start, days=1, source=WEB
     )
     pipeline.ingest_once(spark, settings)
     for view in views.discover().values():
         pipeline.catch_up(spark, settings, view)
-    return start, accepted_events(first, second), first, second, newest_order
+    events = accepted_events(first, second, web_first, web_second)
+    return start, events, first, second, newest_order
 
 
 @pytest.mark.parametrize("name,version", sorted(EXPECTED))

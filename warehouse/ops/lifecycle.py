@@ -40,7 +40,12 @@ def view_code(view: str, version: int) -> View:
 
 
 def register(settings: Settings, view: str, version: int, source: str) -> str:
-    view_code(view, version)
+    from spark_jobs.views import runner
+
+    try:
+        runner.check_replay_source(view_code(view, version), source)
+    except ValueError as e:
+        raise VersionError(str(e)) from None
     how = versions.register(settings, view, version, source)
     return f"{view} v{version}: {how}, building from {source}"
 

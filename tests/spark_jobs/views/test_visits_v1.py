@@ -242,3 +242,18 @@ def test_a_live_stream_follows_both_change_feeds_and_restates_a_late_web_event(
     before = lake.newest_version(spark, gold_path)
     assert stream_once() == []
     assert lake.newest_version(spark, gold_path) == before
+
+
+def test_a_replay_from_kafka_is_refused_before_any_work_for_a_view_over_two_sources(settings):
+    from spark_jobs.views import revenue_hourly_v1, runner
+    from warehouse.ops import lifecycle
+    from warehouse.sql.versions import VersionError
+
+    runner.check_replay_source(revenue_hourly_v1.VIEW, "kafka")  # the shop's own: fine
+    with pytest.raises(ValueError, match="visits_v1 reads shop, web: a replay from Kafka"):
+        runner.check_replay_source(VIEW, "kafka")
+    with pytest.raises(ValueError, match="unknown replay source 'tape'"):
+        runner.check_replay_source(VIEW, "tape")
+    # The reprocess DAG's first task refuses it before the registry is asked.
+    with pytest.raises(VersionError, match="replay it from bronze"):
+        lifecycle.register(settings, "visits", 1, "kafka")
