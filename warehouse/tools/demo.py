@@ -34,6 +34,8 @@ from warehouse.tools.examples import analyst_examples
 log = logging.getLogger(__name__)
 
 VIEW = "revenue_hourly"
+# The view over both sources (docs/contract.md §3): built once the web has landed.
+VISITS = "visits"
 # Three analysts whose cohorts (docs/contract.md §4) are 8, 25 and 85: they move to v2
 # at 10 %, 50 % and 100 % respectively.
 ANALYSTS = ("analyst.yuki", "analyst.grace", "analyst.alice")
@@ -152,9 +154,10 @@ def run(settings: Settings, events: int) -> int:
     services.up(settings)
     airflow = airflow_client.Client(settings)
 
-    _step(f"{VIEW}: starting its story over (earlier demo versions forgotten)")
-    for line in lifecycle.forget(settings, VIEW):
-        print(f"  {line}")
+    for view in (VIEW, VISITS):
+        _step(f"{view}: starting its story over (earlier demo versions forgotten)")
+        for line in lifecycle.forget(settings, view):
+            print(f"  {line}")
 
     # A new seed per demo: its event ids are new, so what it expects is exact.
     seed = int(time.time())
@@ -290,6 +293,23 @@ def run(settings: Settings, events: int) -> int:
     forgotten = not any(left.values())
     print(f"\n{'forgotten' if forgotten else 'NOT FORGOTTEN'}: {customer} is in no table")
 
+    _step(
+        f"Airflow: regauge_reprocess {VISITS} v1, a view over both sources: each customer's "
+        "visits across the web and the shop, and whether a product viewed was ordered"
+    )
+    airflow.run("regauge_reprocess", {"view": VISITS, "version": 1})
+    print(f"  {_describe(settings, 1, VISITS)}")
+    _step(f"asking Trino as {ANALYSTS[0]}: visits per day across both sources, and conversions")
+    visits = trino_client.query(settings, VISITS_SQL, user=ANALYSTS[0])
+    print(trino_client.format_table(visits))
+    # The gate passed (every gold commit equals the view over its snapshot of both
+    # silvers); what is left to see is that the web's views meet the shop's orders.
+    joined = any(row[3] for row in visits.rows)
+    print(
+        f"\n{'joined' if joined else 'NOT JOINED'}: visits that viewed a product, then "
+        "ordered it, in one view over both sources"
+    )
+
     examples = analyst_examples()
     for title in (
         "Net revenue by customer segment and country",
@@ -302,10 +322,11 @@ def run(settings: Settings, events: int) -> int:
         answer = trino_client.query(settings, examples[title], user=ANALYSTS[0])
         print(trino_client.format_table(answer))
     print(
-        "\nstill running: ingest and revenue_hourly v2's live stream (`regauge streams list`), "
+        "\nstill running: ingest, and the live streams of revenue_hourly v2 and visits v1 "
+        "(`regauge streams list`), "
         "and the stack (`make status`); `make down` stops everything"
     )
-    return 0 if ok and web_exact and followed and forgotten and evolved else 1
+    return 0 if ok and web_exact and followed and forgotten and evolved and joined else 1
 
 
 # Orders the producer sends as schema_version 2: few, so the story stays readable.
@@ -431,8 +452,8 @@ def _busiest_customer(settings: Settings, seed: int) -> str:
     return str(rows[0][0])
 
 
-def _describe(settings: Settings, version: int) -> str:
-    v = versions.get(settings, VIEW, version)
+def _describe(settings: Settings, version: int, view: str = VIEW) -> str:
+    v = versions.get(settings, view, version)
     summary = (v.validation or {}).get("summary", "")
     return (
         f"{v.label}: {v.status} at {v.rollout_percent} %, built from {v.source_position}; "
@@ -459,6 +480,16 @@ FROM {V1} AS v1
 JOIN {V2} AS v2 ON v2.window_start = v1.window_start AND v2.currency = v1.currency
 WHERE v1.currency = 'EUR'
 ORDER BY v2.orders_cancelled DESC, v1.revenue DESC, v1.window_start
+LIMIT 8
+"""
+VISITS_SQL = f"""
+SELECT date(visit_start) AS day, count(*) AS visits,
+       count_if(web_sessions > 0 AND orders > 0) AS browsed_and_ordered,
+       count_if(converted) AS converted,
+       round(100.0 * count_if(converted) / count(*), 1) AS converted_pct
+FROM {serving.trino_name(VISITS)}
+GROUP BY date(visit_start)
+ORDER BY day
 LIMIT 8
 """
 RESTATEMENTS_SQL = f"""
