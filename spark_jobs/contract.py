@@ -415,9 +415,23 @@ class Json:
             & (magnitude != 0)
         )
 
-    def is_count(self, path: str) -> Column:
-        """An integer (not a string, not 1.5) from 1 to INT_MAX."""
-        return F.coalesce(self.whole(path).between(1, INT_MAX), F.lit(False))
+    def is_count(self, path: str, minimum: int = 1, maximum: int = INT_MAX) -> Column:
+        """An integer (not a string, not 1.5) from `minimum` to `maximum`."""
+        return F.coalesce(self.whole(path).between(minimum, maximum), F.lit(False))
+
+    def is_text(self, path: str, kind: Text) -> Column:
+        """A string of the declared length that matches the declared pattern whole."""
+        ok = self.is_string(path)
+        if kind.pattern is None and not kind.min_length and kind.max_length is None:
+            return ok
+        value = self.get(path, "string")
+        if kind.min_length or kind.max_length is not None:
+            high = INT_MAX if kind.max_length is None else kind.max_length
+            ok = ok & F.char_length(value).between(kind.min_length, high)
+        if kind.pattern is not None:
+            # \A and \z: the whole value (Java's `$` also matches before a final newline).
+            ok = ok & value.rlike(f"\\A(?:{kind.pattern})\\z")
+        return F.coalesce(ok, F.lit(False))
 
     def is_money(self, path: str) -> Column:
         """A number >= 0 with at most two decimals that fits DECIMAL(18,2)."""
@@ -556,9 +570,9 @@ class _Compiler:
 
     def valid(self, event: Json, path: str, kind: Kind) -> Column:
         if isinstance(kind, Text):
-            return event.is_string(path)
+            return event.is_text(path, kind)
         if isinstance(kind, Count):
-            return event.is_count(path)
+            return event.is_count(path, kind.minimum, kind.maximum)
         if isinstance(kind, Money):
             return event.is_money(path)
         if isinstance(kind, OneOf):
@@ -635,6 +649,7 @@ class _Compiler:
                     lit(f"payload.{f.name} is missing or null"),
                 )
                 for f in shape.fields
+                if f.required
             ]
             # An item's missing fields come after all of its type's own.
             checks += [
@@ -687,10 +702,13 @@ class _Compiler:
             is_this = self.of_shape(event, etype, shape)
             less = {r.less: r for r in shape.rules if r.less}
             for f in shape.fields:
+                path = f"$.payload.{f.name}"
+                # An optional field is judged only when given.
+                given = is_this if f.required else is_this & ~event.absent(path)
                 checks.append(
                     (
                         "invalid_field",
-                        is_this & ~self.valid(event, f"$.payload.{f.name}", f.kind),
+                        given & ~self.valid(event, path, f.kind),
                         lit(f"payload.{f.name} must be {f.kind.text}"),
                     )
                 )

@@ -174,10 +174,15 @@ def union(frames: list[DataFrame]) -> DataFrame:
 def ensure(spark: SparkSession, settings: Settings, view: View) -> None:
     """Make the silver tables of a view over several sources, so that each has a
     version to read even before its first record (one source's silver is made by
-    its ingest, as it always was)."""
+    its ingest, as it always was).
+
+    Only those missing: making a table takes Delta's Python API, which a Spark Connect
+    session (a reprocess's replay in the view host) does not have, and ingest has made
+    every declared source's tables by then."""
     if len(view.sources) > 1:
         for source in view.sources:
-            silver_mod.ensure_tables(spark, settings, source)
+            if not lake.exists(spark, f"{silver_table(source).path(settings)}/_delta_log"):
+                silver_mod.ensure_tables(spark, settings, source)
 
 
 def newest(spark: SparkSession, settings: Settings, view: View) -> Position:

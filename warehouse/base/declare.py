@@ -26,22 +26,94 @@ INT_MAX = 2_147_483_647
 
 
 # -- kinds of value ---------------------------------------------------------------------
-@dataclass(frozen=True)
+# The smallest integer a Count may allow: silver types integers as INT.
+INT_MIN = -2_147_483_648
+
+
+def _limits(kind: Any) -> dict[str, Any]:
+    """The limits a Text or Count declares beyond its defaults."""
+    unset = type(kind)()
+    return {
+        name: getattr(kind, name)
+        for name in kind.__dataclass_fields__
+        if getattr(kind, name) != getattr(unset, name)
+    }
+
+
+def _limits_repr(kind: Any) -> str:
+    """`Text()`, `Count(minimum=0)`: the limits declared, as a declaration writes them."""
+    said = ", ".join(f"{k}={v!r}" for k, v in _limits(kind).items())
+    return f"{type(kind).__name__}({said})"
+
+
+@dataclass(frozen=True, repr=False)
 class Text:
-    """A JSON string."""
+    """A JSON string; with `pattern`, one the whole of which matches it (a Java and
+    Python regular expression both read alike: letters, classes, `{m,n}`, `|`), and
+    from `min_length` to `max_length` characters."""
+
+    pattern: str | None = None
+    min_length: int = 0
+    max_length: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.pattern is not None:
+            try:
+                re.compile(self.pattern)
+            except re.error as e:
+                raise ValueError(f"Text: pattern {self.pattern!r} is not a regex: {e}") from None
+        if self.min_length < 0 or (
+            self.max_length is not None and self.max_length < max(self.min_length, 1)
+        ):
+            raise ValueError(
+                f"Text: lengths must be 0 <= min_length <= max_length and max_length >= 1, "
+                f"got {self.min_length} and {self.max_length}"
+            )
 
     @property
     def text(self) -> str:
-        return "a string"
+        said = "a string"
+        low, high = self.min_length, self.max_length
+        if high is not None:
+            said += f" of {low}-{high} characters" if low else f" of at most {high} characters"
+        elif low:
+            said += f" of at least {low} characters"
+        if self.pattern is not None:
+            said += f" matching {self.pattern}"
+        return said
+
+    def __repr__(self) -> str:
+        return _limits_repr(self)
+
+    def accepts(self, value: str) -> bool:
+        """Whether `value` is valid: what the engine's check computes, in Python."""
+        high = len(value) if self.max_length is None else self.max_length
+        return self.min_length <= len(value) <= high and (
+            self.pattern is None or re.fullmatch(self.pattern, value) is not None
+        )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Count:
-    """A JSON integer (3, 3.0 and 3e0 alike; not "3", not 3.5) from 1 to INT_MAX."""
+    """A JSON integer (3, 3.0 and 3e0 alike; not "3", not 3.5) from `minimum` to
+    `maximum` (1 to INT_MAX unless declared)."""
+
+    minimum: int = 1
+    maximum: int = INT_MAX
+
+    def __post_init__(self) -> None:
+        if not INT_MIN <= self.minimum <= self.maximum <= INT_MAX:
+            raise ValueError(
+                f"Count: need {INT_MIN} <= minimum <= maximum <= {INT_MAX}, "
+                f"got {self.minimum} and {self.maximum}"
+            )
+
+    def __repr__(self) -> str:
+        return _limits_repr(self)
 
     @property
     def text(self) -> str:
-        return f"an integer from 1 to {INT_MAX}"
+        return f"an integer from {self.minimum} to {self.maximum}"
 
 
 @dataclass(frozen=True)
@@ -79,6 +151,8 @@ class Items:
         for f in self.fields:
             if isinstance(f.kind, Items):
                 raise ValueError(f"item field {f.name}: items inside items are not supported")
+            if not f.required:
+                raise ValueError(f"item field {f.name}: an item's fields are all required")
 
     @property
     def text(self) -> str:
@@ -88,9 +162,23 @@ class Items:
 Kind = Text | Count | Money | OneOf | Items
 
 
+def column_kind(kind: Kind) -> Kind:
+    """The kind as silver's column holds it: without its limits (a pattern, lengths, a
+    range), which only judge records. Two event types may limit one column otherwise."""
+    if isinstance(kind, Text):
+        return Text()
+    if isinstance(kind, Count):
+        return Count()
+    if isinstance(kind, Items):
+        return Items(tuple(replace(f, kind=column_kind(f.kind)) for f in kind.fields))
+    return kind
+
+
 @dataclass(frozen=True)
 class Field:
-    """A required payload field: present, not null, and a valid `kind`.
+    """A payload field: present, not null, and a valid `kind`. With
+    `required=False` it may be absent or null (silver then holds null), and is
+    checked only when given.
 
     `default`: what a record of an older schema version of its event type, which
     has no such field, reads in silver (its JSON text, e.g. "0.00"). A field new
@@ -100,11 +188,17 @@ class Field:
     name: str
     kind: Kind
     default: str | None = None
+    required: bool = True
 
     def __post_init__(self) -> None:
         _check_name("field", self.name)
         if self.default is not None and not _fits(self.kind, self.default):
             raise ValueError(f"field {self.name}: default {self.default!r} is not {self.kind.text}")
+
+    @property
+    def text(self) -> str:
+        """What it must be, as `regauge sources show` says it."""
+        return self.kind.text if self.required else f"optional; if given, {self.kind.text}"
 
 
 def _fits(kind: Kind, text: str) -> bool:
@@ -112,11 +206,14 @@ def _fits(kind: Kind, text: str) -> bool:
     a count as plain digits, money as plain digits with up to 2 decimals and below
     10^16 (DECIMAL(18,2)), never in exponent form."""
     if isinstance(kind, Text):
-        return True
+        return kind.accepts(text)
     if isinstance(kind, OneOf):
         return text in kind.values
     if isinstance(kind, Count):
-        return re.fullmatch(r"[1-9][0-9]*", text) is not None and int(text) <= INT_MAX
+        return (
+            re.fullmatch(r"-?(0|[1-9][0-9]*)", text) is not None
+            and kind.minimum <= int(text) <= kind.maximum
+        )
     if isinstance(kind, Money):
         return re.fullmatch(r"[0-9]{1,16}(\.[0-9]{1,2})?", text) is not None
     return False
@@ -237,10 +334,11 @@ class Source:
         for etype in self.event_types:
             for shape in etype.shapes:
                 for f in shape.fields:
-                    if kinds.setdefault(f.name, f.kind) != f.kind:
+                    column = column_kind(f.kind)
+                    if kinds.setdefault(f.name, column) != column:
                         raise ValueError(
                             f"{self.name}: payload.{f.name} is {kinds[f.name]} somewhere and "
-                            f"{f.kind} in {etype.name} v{shape.version}; silver has one "
+                            f"{column} in {etype.name} v{shape.version}; silver has one "
                             "column per name"
                         )
         arrays = {name for name, kind in kinds.items() if isinstance(kind, Items)}
@@ -306,7 +404,8 @@ COLUMNS = ("event type", "schema version", "field", "must be")
 
 def rows(source: Source) -> list[tuple[str, str, str, str]]:
     """Every payload field of every event type and schema version, with what it must
-    be, in the order they are checked. Every field is required (present, not null)."""
+    be, in the order they are checked. A field is required (present, not null)
+    unless it says optional."""
     found = []
     for etype in source.event_types:
         for shape in etype.shapes:
@@ -316,7 +415,7 @@ def rows(source: Source) -> list[tuple[str, str, str, str]]:
             version = str(shape.version) + (f" (contract {shape.since})" if shape.since > 1 else "")
             older = [s.version for s in etype.shapes if s.version < shape.version]
             for f in shape.fields:
-                said = [f.kind.text, *[t for t in (rules.get(f.name), limits.get(f.name)) if t]]
+                said = [f.text, *[t for t in (rules.get(f.name), limits.get(f.name)) if t]]
                 new_here = older and all(
                     f.name not in {g.name for g in s.fields}
                     for s in etype.shapes
@@ -358,17 +457,28 @@ def markdown(source: Source) -> str:
 
 
 # -- compatibility, in the manner of a schema registry's BACKWARD rule ----------------------
+# What a field's form says beyond its kind, each written only when not the default
+# (so contracts accepted before these words existed read the same): how a value is
+# judged, which a new schema version may change for its own records.
+_LIMITS = ("pattern", "min_length", "max_length", "minimum", "maximum", "required")
+
+
 def _kind_form(kind: Kind) -> dict[str, Any]:
     form: dict[str, Any] = {"kind": type(kind).__name__}
     if isinstance(kind, OneOf):
         form["values"] = list(kind.values)
     if isinstance(kind, Items):
         form["fields"] = [_field_form(f) for f in kind.fields]
+    if isinstance(kind, Text | Count):
+        form.update(_limits(kind))
     return form
 
 
 def _field_form(f: Field) -> dict[str, Any]:
-    return {"name": f.name, **_kind_form(f.kind), "default": f.default}
+    form = {"name": f.name, **_kind_form(f.kind), "default": f.default}
+    if not f.required:
+        form["required"] = False
+    return form
 
 
 def canonical(source: Source) -> dict[str, Any]:
@@ -396,6 +506,9 @@ def _describe_field(form: dict[str, Any]) -> str:
     kind = form["kind"]
     if "values" in form:
         kind += "(" + ", ".join(form["values"]) + ")"
+    limits = [f"{k}={form[k]!r}" for k in _LIMITS if k in form]
+    if limits:
+        kind += "(" + ", ".join(limits) + ")"
     return kind
 
 
@@ -418,7 +531,7 @@ def _field_changes(where: str, path: str, was: dict[str, Any], now: dict[str, An
         return found
     if was == now:
         return []
-    if _kind_form_of(was) != _kind_form_of(now):
+    if _describe_field(was) != _describe_field(now) or _kind_form_of(was) != _kind_form_of(now):
         return [f"{where}, field {path}: was {_describe_field(was)}, now {_describe_field(now)}"]
     return [f"{where}, field {path}: its default was {was['default']!r}, now {now['default']!r}"]
 
@@ -494,7 +607,9 @@ def _new_version_problems(
 
 
 def _kind_form_of(form: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in form.items() if k not in ("name", "default")}
+    """What silver's column of a field follows from: its kind, not its limits (a new
+    schema version may judge its own records otherwise; older ones keep theirs)."""
+    return {k: v for k, v in form.items() if k not in ("name", "default", *_LIMITS)}
 
 
 def _newest_since(form: dict[str, Any]) -> int:

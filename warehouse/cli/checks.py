@@ -30,6 +30,10 @@ def dbt(args: argparse.Namespace) -> int:
 
 
 def query(args: argparse.Namespace) -> int:
+    if not args.sql.strip():
+        # Trino answers an empty statement with an HTTP 400, not a query error.
+        print("regauge: query: the SQL is empty; give one statement", file=sys.stderr)
+        return 2
     result = trino_client.query(settings_mod.get(), args.sql, user=args.user)
     print(trino_client.FORMATS[args.format](result))
     return 0

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from warehouse.base import declare
 from warehouse.base.declare import (
     Count,
     EventType,
@@ -28,6 +29,43 @@ def test_each_kind_says_what_it_wants_in_the_words_quarantine_details_use():
     assert Money().text == "a number >= 0 with at most 2 decimals"
     assert OneOf(("EUR", "USD")).text == "one of EUR, USD"
     assert ITEMS.text == "a non-empty array of items"
+    assert Text(pattern="[A-Z]{3}").text == "a string matching [A-Z]{3}"
+    assert Text(min_length=1, max_length=64).text == "a string of 1-64 characters"
+    assert Text(max_length=8).text == "a string of at most 8 characters"
+    assert Text(min_length=3).text == "a string of at least 3 characters"
+    assert Count(minimum=-5, maximum=5).text == "an integer from -5 to 5"
+    assert Field("n", Count(), required=False).text == (
+        "optional; if given, an integer from 1 to 2147483647"
+    )
+
+
+def test_limits_leave_the_canonical_form_of_a_field_without_them_unchanged():
+    """Contracts accepted before limits existed read the same (`sources check`)."""
+    plain = declare.canonical(_source())
+    assert plain["event_types"]["page_viewed"]["1"]["fields"] == [
+        {"name": "url", "kind": "Text", "default": None}
+    ]
+    limited = _source(
+        event_types=(
+            EventType(
+                "page_viewed",
+                (Shape(1, (Field("url", Text(max_length=9), required=False),)),),
+            ),
+        )
+    )
+    assert declare.canonical(limited)["event_types"]["page_viewed"]["1"]["fields"] == [
+        {"name": "url", "kind": "Text", "max_length": 9, "default": None, "required": False}
+    ]
+
+
+def test_one_column_may_have_other_limits_in_other_event_types():
+    both = _source(
+        event_types=(
+            EventType("a", (Shape(1, (Field("n", Count(maximum=9)),)),)),
+            EventType("b", (Shape(1, (Field("n", Count(minimum=0)),)),)),
+        )
+    )
+    assert [t.name for t in both.event_types] == ["a", "b"]
 
 
 def _source(**changes) -> Source:
@@ -115,6 +153,17 @@ def test_a_source_lists_its_envelope_in_the_order_it_is_checked():
         (lambda: _source(subject_field="event_id"), "the envelope's fields must differ"),
         (lambda: _source(event_types=()), "event types must be distinct"),
         (lambda: _source(name="Web"), "source name 'Web'"),
+        (lambda: Text(pattern="(unclosed"), "Text: pattern '(unclosed' is not a regex"),
+        (lambda: Text(min_length=5, max_length=4), "Text: lengths must be"),
+        (lambda: Text(max_length=0), "Text: lengths must be"),
+        (lambda: Count(minimum=3, maximum=2), "Count: need"),
+        (lambda: Count(maximum=2**31), "Count: need"),
+        (
+            lambda: Items((Field("sku", Text(), required=False),)),
+            "item field sku: an item's fields are all required",
+        ),
+        (lambda: Field("n", Count(maximum=9), default="10"), "default '10' is not an integer"),
+        (lambda: Field("t", Text(pattern="[a-z]+"), default="A"), "default 'A' is not a string"),
     ],
 )
 def test_a_malformed_declaration_is_refused_with_what_is_wrong(build, message):

@@ -236,3 +236,11 @@ def test_sources_show_prints_a_declared_contract_without_loading_spark():
 def test_sources_show_names_the_sources_there_are(argv, says, capsys):
     assert main(argv) == 2
     assert says in capsys.readouterr().err
+
+
+def test_an_empty_query_is_refused_in_one_line_before_trino_is_asked(capsys):
+    from warehouse.cli import main
+
+    # No Trino runs here: a request would fail otherwise.
+    assert main(["query", " \n"]) == 2
+    assert capsys.readouterr().err == "regauge: query: the SQL is empty; give one statement\n"

@@ -62,6 +62,23 @@ def test_a_new_schema_version_with_a_default_for_older_records_is_compatible():
             _with_order(dataclasses.replace(V1, fields=V1.fields[:3], rules=())),
             "order_placed v1, field total: removed",
         ),
+        # A limit tightened, or a field made optional, in a version already accepted.
+        (
+            _with_order(
+                dataclasses.replace(
+                    V1, fields=(Field("order_id", Text(max_length=8)), *V1.fields[1:])
+                )
+            ),
+            "order_placed v1, field order_id: was Text, now Text(max_length=8)",
+        ),
+        (
+            _with_order(
+                dataclasses.replace(
+                    V1, fields=(Field("order_id", Text(), required=False), *V1.fields[1:])
+                )
+            ),
+            "order_placed v1, field order_id: was Text, now Text(required=False)",
+        ),
         (
             _with_order(dataclasses.replace(V1, fields=(*V1.fields, Field("note", Text())))),
             "order_placed v1, field note: added to a version already accepted",
@@ -136,3 +153,12 @@ def test_a_contract_version_not_accepted_yet_is_named_and_accepting_records_it(
     broken = _with_order(dataclasses.replace(V1, fields=V1.fields[:3], rules=()), ORDER_V2)
     assert "order_placed v1, field total: removed" in sources.accept(broken)
     assert (tmp_path / "shop.json").read_text() == recorded
+
+
+def test_a_new_schema_version_may_judge_its_own_records_by_other_limits():
+    """Limits judge records of their own version only, and silver's column is the
+    same: a new version may change them (older records keep theirs)."""
+    stricter = dataclasses.replace(
+        ORDER_V2, fields=(Field("order_id", Text(pattern="o-[0-9]+")), *ORDER_V2.fields[1:])
+    )
+    assert declare.incompatibilities(ACCEPTED_V1, _with_order(V1, stricter)) == []
