@@ -15,6 +15,24 @@ from spark_jobs.views.base import View
 T0 = datetime(2026, 1, 1, 10, 0, 0)
 
 
+# A record's verdict case: (its Kafka value, the reason it must be quarantined by or
+# None, the detail that reason must carry).
+Case = tuple[bytes, str | None, str | None]
+JUDGED_AT = datetime(2026, 1, 1, 12, 0, 0)
+
+
+def judge(spark, cases: dict[str, Case], plan) -> dict[str, Any]:
+    """Each case's record, one Kafka record each (partition 0, in order), through
+    `contract.validate` by `plan`: name -> its validated row."""
+    from spark_jobs import contract
+
+    rows = [(n, 0, i, JUDGED_AT, value) for i, (n, (value, _, _)) in enumerate(cases.items())]
+    records = spark.createDataFrame(
+        rows, "name string, partition int, offset long, kafka_timestamp timestamp, value binary"
+    )
+    return {r["name"]: r for r in contract.validate(records, plan).collect()}
+
+
 def at(minutes: float = 0, *, ms: int = 0, hours: float = 0) -> datetime:
     return T0 + timedelta(minutes=minutes, hours=hours, milliseconds=ms)
 

@@ -7,11 +7,11 @@ One validation of every case, shared by the tests (a module fixture)."""
 from __future__ import annotations
 
 import json
-from datetime import datetime
 
 import pytest
 
 from spark_jobs import contract
+from tests.spark_jobs.conftest import Case, judge
 from warehouse.base.declare import Count, EventType, Field, OneOf, Shape, Source, Text
 
 SKU = r"[A-Z]{3}-[0-9]{4}"
@@ -41,7 +41,6 @@ SOURCE = Source(
         ),
     ),
 )
-KAFKA_TS = datetime(2026, 1, 1, 12, 0, 0)
 GOOD = {"sku": "ABC-0001", "shelf": "A1", "on_hand": 0}
 
 
@@ -60,7 +59,7 @@ def _record(**payload: object) -> bytes:
 
 
 # name -> (record, reason, detail)
-CASES: dict[str, tuple[bytes, str | None, str | None]] = {
+CASES: dict[str, Case] = {
     "the least a record holds": (_record(), None, None),
     "every optional field given": (
         _record(delta=-50, note="recount!", unit="box", on_hand=10_000, shelf="B12C"),
@@ -129,12 +128,7 @@ CASES: dict[str, tuple[bytes, str | None, str | None]] = {
 
 @pytest.fixture(scope="module")
 def verdicts(spark):
-    rows = [(n, 0, i, KAFKA_TS, value) for i, (n, (value, _, _)) in enumerate(CASES.items())]
-    records = spark.createDataFrame(
-        rows, "name string, partition int, offset long, kafka_timestamp timestamp, value binary"
-    )
-    found = contract.validate(records, contract.plan(SOURCE)).collect()
-    return {r["name"]: r for r in found}
+    return judge(spark, CASES, contract.plan(SOURCE))
 
 
 def test_each_record_is_judged_by_the_declared_limits(verdicts):

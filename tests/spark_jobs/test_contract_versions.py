@@ -14,6 +14,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from spark_jobs import contract, lake, silver
+from tests.spark_jobs.conftest import judge
 from warehouse.sources import shop
 
 SHOP_V2 = shop.SOURCE  # contract version 2: order_placed v2 (§10)
@@ -102,12 +103,7 @@ CASES: dict[str, tuple[bytes, str | None, str | None]] = {
 
 @pytest.fixture(scope="module")
 def verdicts(spark):
-    rows = [(n, 0, i, KAFKA_TS, value) for i, (n, (value, _, _)) in enumerate(CASES.items())]
-    records = spark.createDataFrame(
-        rows, "name string, partition int, offset long, kafka_timestamp timestamp, value binary"
-    )
-    found = contract.validate(records, contract.plan(SHOP_V2)).collect()
-    return {r["name"]: r for r in found}
+    return judge(spark, CASES, contract.plan(SHOP_V2))
 
 
 def test_each_record_is_judged_by_its_own_schema_version(verdicts):
