@@ -21,7 +21,7 @@ from _regauge import dag_args, regauge
 SOURCE_PATTERN = r"^[a-z][a-z0-9_]{0,63}(?![\s\S])"
 # The quarantine reasons of docs/contract.md §1 but conflicting_duplicate (those
 # records passed the contract; dedup settles them). tests/dags holds this list to
-# spark_jobs.readmit's.
+# spark_jobs.engine.readmit's.
 REASONS = [
     "unsupported_schema_version",
     "oversize",

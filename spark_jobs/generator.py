@@ -24,7 +24,7 @@ from datetime import UTC, date, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
-from spark_jobs import contract
+from spark_jobs.engine import contract
 
 VALID = "valid"
 DUPLICATE = "duplicate"

@@ -22,8 +22,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from spark_jobs import generator
-from spark_jobs.testing import expectations
+from spark_jobs import expectations, generator
 from warehouse.base import kafka_conf, registry
 from warehouse.base.settings import Settings
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_jobs.session import INTERPRETED_CONF, build_session
+from spark_jobs.engine.session import INTERPRETED_CONF, build_session
 from warehouse.base import settings as settings_mod
 from warehouse.base.settings import Settings
 

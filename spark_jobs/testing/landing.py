@@ -18,7 +18,7 @@ from functools import reduce
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs import lake
+from spark_jobs.engine import lake
 from spark_jobs.producer import GeneratedRun
 from warehouse.base import registry
 from warehouse.base.settings import Settings

@@ -246,8 +246,8 @@ def test_every_task_logs_its_failure(loaded):
 
 
 def test_readmit_offers_the_reasons_the_command_takes(loaded):
-    """The DAG's list (Airflow's process loads no Spark) is spark_jobs.readmit's."""
-    from spark_jobs import contract, readmit
+    """The DAG's list (Airflow's process loads no Spark) is spark_jobs.engine.readmit's."""
+    from spark_jobs.engine import contract, readmit
 
     offered = loaded["dags"]["regauge_readmit"]["params"]["reason"]["enum"]
     assert sorted(offered) == sorted(r for r in contract.REASONS if r != "conflicting_duplicate")

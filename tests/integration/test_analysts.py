@@ -19,8 +19,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from trino.exceptions import TrinoUserError
 
-from spark_jobs import audit as spark_audit
-from spark_jobs import lake as lakefs
+from spark_jobs.engine import audit as spark_audit
+from spark_jobs.engine import lake as lakefs
 from spark_jobs.testing.landing import fresh_seed
 from warehouse.base import registry
 from warehouse.base.settings import Settings

@@ -23,11 +23,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from trino.exceptions import TrinoQueryError
 
-from spark_jobs import audit as spark_audit
-from spark_jobs import lake, producer, views
+from spark_jobs import producer, views
+from spark_jobs.engine import audit as spark_audit
+from spark_jobs.engine import gold_writes, lake
 from spark_jobs.testing.landing import assert_exact, fresh_seed, landing
 from spark_jobs.testing.residue import residue
-from spark_jobs.views import runner
 from spark_jobs.views.base import View
 from tests.integration.subscription import Subscription
 from warehouse.base import registry
@@ -145,7 +145,7 @@ def test_a_deleted_silver_row_is_named(settings, honest):
 
 def test_a_changed_gold_value_is_named_with_the_commit_that_did_it(settings, honest):
     spark = honest
-    path = runner.gold_table(views.get(VIEW, VERSION)).path(settings)
+    path = gold_writes.gold_table(views.get(VIEW, VERSION)).path(settings)
     gold = DeltaTable.forPath(spark, path)
     before = gold.history(1).collect()[0]["version"]
     row = gold.toDF().orderBy("customer_id", "session_start").limit(1).collect()[0]
@@ -351,7 +351,7 @@ def _hourly_with_a_way_back(spark: SparkSession, settings: Settings) -> Iterator
 
 
 def _table_rows(spark: SparkSession, settings: Settings, code: View) -> set[tuple]:
-    path = runner.gold_table(code).path(settings)
+    path = gold_writes.gold_table(code).path(settings)
     return {tuple(r) for r in spark.read.format("delta").load(path).collect()}
 
 
@@ -527,7 +527,7 @@ def _forget(spark: SparkSession, settings: Settings, customer: str) -> Erased:
     # Earlier erasures (a demo's, on a developer's lake) are in the count too.
     forgotten_sql = f"SELECT count(*) FROM {registry.SILVER_FORGOTTEN.trino_name}"
     (forgotten_before,) = trino_client.query(settings, forgotten_sql).rows[0]
-    gold = runner.gold_table(views.get(VIEW, VERSION)).trino_name
+    gold = gold_writes.gold_table(views.get(VIEW, VERSION)).trino_name
     mart = f"{registry.TRINO_LAKE_CATALOG}.{registry.MARTS_SCHEMA}.dim_customers"
     assert before[registry.BRONZE_EVENTS.trino_name] >= 3, before
     assert before[registry.SILVER_EVENTS.trino_name] and before[gold] and before[mart], before

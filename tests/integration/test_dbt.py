@@ -20,8 +20,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs import views
+from spark_jobs.engine import gold_writes
 from spark_jobs.testing.landing import fresh_seed
-from spark_jobs.views import runner
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 from warehouse.ops import airflow_client, ingest_ctl, pipeline
@@ -130,7 +130,7 @@ def test_daily_revenue_v1_and_v2_equal_silver_and_the_hourly_views_summed(built,
 
     # The hourly views' own code over the same silver, summed per day.
     def per_day(version: int, columns: list[str]) -> Day:
-        hourly = runner.gold_rows(views.get("revenue_hourly", version), silver)
+        hourly = gold_writes.gold_rows(views.get("revenue_hourly", version), silver)
         rows = (
             hourly.groupBy(F.to_date("window_start").alias("day"), "currency")
             .agg(*[F.sum(c).alias(c) for c in columns])

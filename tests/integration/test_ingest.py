@@ -8,7 +8,7 @@ lake to it, after a chaos mix, after kill -9, and across a broker restart.
 from __future__ import annotations
 
 from spark_jobs import producer
-from spark_jobs.testing.expectations import id_checksum
+from spark_jobs.expectations import id_checksum
 from spark_jobs.testing.landing import assert_exact, fresh_seed, landing
 from warehouse.base.registry import SILVER_EVENTS
 from warehouse.ops import ingest_ctl, pipeline

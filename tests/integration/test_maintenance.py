@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from spark_jobs import lake, maintenance
+from spark_jobs.engine import lake, maintenance
 from spark_jobs.testing.landing import fresh_seed
 from warehouse.base import registry
 from warehouse.ops import airflow_client, ingest_ctl, pipeline

@@ -20,10 +20,10 @@ import pytest
 from trino.exceptions import TrinoUserError
 
 from spark_jobs import producer
-from spark_jobs.testing import faults
+from spark_jobs.engine import faults
 from spark_jobs.testing.landing import fresh_seed
 from warehouse.base import registry
-from warehouse.ops import ingest_ctl, pipeline
+from warehouse.ops import audit, ingest_ctl, pipeline
 from warehouse.sql import accounting, trino_client
 
 ITEMS = [{"product_id": "p1", "quantity": 2, "unit_price": 5}]  # Σ = 10.00
@@ -122,6 +122,14 @@ def test_a_second_source_is_ingested_live_into_its_own_tables_by_its_own_contrac
     for hidden in (web.quarantine, web.bronze):
         with pytest.raises(TrinoUserError, match="Access Denied"):
             trino_client.query(settings, f"SELECT count(*) FROM {hidden.trino_name}", user=analyst)
+    # The audit's Kafka -> bronze -> silver checks, on the web's own tables and topic.
+    findings = audit.check_kafka_bronze(settings, web) + audit.check_bronze_silver(
+        settings, attempts=2, wait_s=5, src=web
+    )
+    assert [f for f in findings if not f.passed] == []
+    subjects = {f.subject for f in findings}
+    assert {f"{web.topic}[0]", "web partition 0", "web event ids", "web forgotten"} <= subjects
+    assert "partition 0" not in subjects  # the shop's are not asked here
 
 
 def test_v2_orders_wait_in_quarantine_and_come_back_once_the_contract_learns_them(

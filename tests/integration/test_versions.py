@@ -26,9 +26,9 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs import lake
+from spark_jobs.engine import gold_writes, lake, marks, runner
 from spark_jobs.testing.landing import fresh_seed
-from spark_jobs.views import revenue_hourly_v2, runner
+from spark_jobs.views import revenue_hourly_v2
 from tests.integration.subscription import Subscription
 from warehouse.base import registry
 from warehouse.base.settings import Settings
@@ -135,14 +135,14 @@ def assert_routing(settings: Settings, users: list[str]) -> dict[str, int]:
 def wait_caught_up(spark: SparkSession, settings: Settings, view: Any, timeout: float = 600) -> int:
     """Wait until silver has stopped moving and the view's newest tagged gold commit
     is silver's newest commit."""
-    path = runner.gold_table(view).path(settings)
+    path = gold_writes.gold_table(view).path(settings)
     deadline = time.monotonic() + timeout
     last, since = -1, time.monotonic()
     while True:
         newest = runner.silver_version(spark, settings)
         if newest != last:
             last, since = newest, time.monotonic()
-        found = runner.latest_tag(spark, path)
+        found = marks.latest_tag(spark, path)
         still = time.monotonic() - since >= SILVER_STILL_S
         if still and found is not None and found[1][registry.SHOP_SOURCE] >= newest:
             return newest
@@ -374,7 +374,9 @@ def _reprocess_roll_out_and_retire(
     # v2, live all along, still equals its own code over all of silver.
     flowing.set()
     through = wait_caught_up(spark, settings, revenue_hourly_v2.VIEW)
-    want = runner.gold_rows(revenue_hourly_v2.VIEW, runner.read_silver(spark, settings, through))
+    want = gold_writes.gold_rows(
+        revenue_hourly_v2.VIEW, runner.read_silver(spark, settings, through)
+    )
     got = served_rows(settings, USERS[0])
     expected = want.selectExpr("unix_seconds(window_start)", *SERVED.split(", ")).collect()
     assert len(expected) > 10
@@ -449,8 +451,9 @@ CONNECT_CLIENT = """
 import json, logging, sys
 logging.basicConfig(level=logging.INFO)
 from pyspark import SparkContext
-from spark_jobs import lake, session, views
-from spark_jobs.views import runner
+from spark_jobs import views
+from spark_jobs.engine import lake, session
+from spark_jobs.engine import runner
 from warehouse.base import registry, settings as settings_mod
 from warehouse.ops import sessions
 
@@ -462,8 +465,8 @@ with sessions.task_session(s, "regauge-test-connect") as spark:
     # What a replay writes, as a replay writes it.
     view = views.get("revenue_hourly", 1)
     silver = runner.read_silver(spark, s).limit(1000)
-    runner.gold_rows(view, silver).write.format("delta").save(table)
-    with runner.Progress(spark, "probe", 1_000, every_s=0.5) as progress:
+    gold_writes.gold_rows(view, silver).write.format("delta").save(table)
+    with progress.Progress(spark, "probe", 1_000, every_s=0.5) as progress:
         # Long enough (seconds) for the server's progress reports, sent every second
         # while an operation runs.
         spark.range(0, 6_000_000, 1, 8).selectExpr(

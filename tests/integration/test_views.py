@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from spark_jobs import producer, views
+from spark_jobs.engine import gold_writes, runner
 from spark_jobs.testing.landing import fresh_seed
-from spark_jobs.views import runner
 from warehouse.base.registry import GOLD_RESTATEMENTS as RESTATEMENTS
 from warehouse.base.registry import SILVER_EVENTS
 from warehouse.ops import pipeline
@@ -165,7 +165,7 @@ EXPECTED = {
 
 
 def _gold_through_trino(settings, view, time_col: str, start: datetime, end: datetime) -> set:
-    table = runner.gold_table(view).trino_name
+    table = gold_writes.gold_table(view).trino_name
     cols = ", ".join(f.name for f in view.schema.fields)
     result = trino_client.query(
         settings,

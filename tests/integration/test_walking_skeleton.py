@@ -2,7 +2,8 @@
 
 import uuid
 
-from spark_jobs import ingest, producer
+from spark_jobs import producer
+from spark_jobs.engine import ingest
 from warehouse.base.registry import BRONZE_EVENTS
 from warehouse.ops import pipeline
 from warehouse.sql import trino_client

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.silver import SILVER_SCHEMA
-from spark_jobs.views import inputs, restatements
+from spark_jobs.engine import inputs, restatements
+from spark_jobs.engine.silver import SILVER_SCHEMA
 from spark_jobs.views.base import View
 
 T0 = datetime(2026, 1, 1, 10, 0, 0)
@@ -24,7 +24,7 @@ JUDGED_AT = datetime(2026, 1, 1, 12, 0, 0)
 def judge(spark, cases: dict[str, Case], plan) -> dict[str, Any]:
     """Each case's record, one Kafka record each (partition 0, in order), through
     `contract.validate` by `plan`: name -> its validated row."""
-    from spark_jobs import contract
+    from spark_jobs.engine import contract
 
     rows = [(n, 0, i, JUDGED_AT, value) for i, (n, (value, _, _)) in enumerate(cases.items())]
     records = spark.createDataFrame(
@@ -127,10 +127,9 @@ def restated(spark, view, landed, silver, gold, newest: datetime | None) -> list
 
 
 def assert_staged_is_the_newest_commit(spark, path: str, view, staged) -> None:
-    """What a batch publishes, read off its MERGE (`runner.Applied.staged`), is the
+    """What a batch publishes, read off its MERGE (`gold_writes.Applied.staged`), is the
     newest commit of gold at `path` and the records its change feed gives."""
-    from spark_jobs import lake
-    from spark_jobs.views import changes
+    from spark_jobs.engine import changes, lake
 
     newest = lake.newest_version(spark, path)
     assert staged is not None and staged.commit == newest

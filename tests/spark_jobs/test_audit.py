@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from spark_jobs.audit import differing_keys, differing_rows, sample_scopes
-from spark_jobs.views import cart_sessions_v1, revenue_hourly_v1, runner
+from spark_jobs.engine import gold_writes
+from spark_jobs.engine.audit import differing_keys, differing_rows, sample_scopes
+from spark_jobs.views import cart_sessions_v1, revenue_hourly_v1
 from tests.spark_jobs.conftest import at, cart, order
 
 
@@ -14,7 +15,7 @@ def test_differing_keys_names_changed_missing_and_extra_rows(spark, silver_df):
     silver = silver_df(
         [order("o1", at(5), "10.00"), order("o2", at(65), "4.00"), order("o3", at(125), "1.00")]
     )
-    want = runner.gold_rows(view, silver)
+    want = gold_writes.gold_rows(view, silver)
     # One value changed (10:00), one row gone (11:00), one row moved to 13:00.
     hour = F.hour("window_start")
     have = (
@@ -35,14 +36,14 @@ def test_differing_keys_names_changed_missing_and_extra_rows(spark, silver_df):
 
 def test_an_unchanged_table_has_no_differing_keys(spark, silver_df):
     view = revenue_hourly_v1.VIEW
-    want = runner.gold_rows(view, silver_df([order("o1", at(5), "10.00")]))
+    want = gold_writes.gold_rows(view, silver_df([order("o1", at(5), "10.00")]))
     assert differing_keys(view, want, want) == (0, 0, [])
 
 
 def test_sampling_takes_scopes_from_silver_and_from_gold(spark, silver_df):
     view = cart_sessions_v1.VIEW
     silver = silver_df([cart("cust-1", at(0)), cart("cust-2", at(5))])
-    gold = runner.gold_rows(view, silver_df([cart("cust-9", at(0))]))
+    gold = gold_writes.gold_rows(view, silver_df([cart("cust-9", at(0))]))
     everything = {r.customer_id for r in sample_scopes(view, silver, gold, 1.0).collect()}
     assert everything == {"cust-1", "cust-2", "cust-9"}
     assert sample_scopes(view, silver, gold, 0.0).count() == 0

@@ -4,7 +4,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from spark_jobs.bronze import BRONZE_SCHEMA, KAFKA_SOURCE_SCHEMA, to_bronze_rows
+from spark_jobs.engine.bronze import BRONZE_SCHEMA, KAFKA_SOURCE_SCHEMA, to_bronze_rows
 
 
 def test_bronze_keeps_every_record_and_its_raw_bytes(spark):
@@ -35,7 +35,7 @@ def test_bronze_keeps_every_record_and_its_raw_bytes(spark):
 
 
 def test_after_a_lost_checkpoint_each_partition_resumes_after_its_last_copied_offset():
-    from spark_jobs.bronze import resume_offsets
+    from spark_jobs.engine.bronze import resume_offsets
 
     # p2 was never copied: it starts at the earliest offset Kafka has (-2).
     assert resume_offsets({0: 41, 1: 0, 3: 9}, [3, 2, 1, 0]) == {
@@ -44,7 +44,7 @@ def test_after_a_lost_checkpoint_each_partition_resumes_after_its_last_copied_of
 
 
 def test_a_checkpoint_counts_as_started_once_it_planned_a_batch(spark, tmp_path):
-    from spark_jobs import lake
+    from spark_jobs.engine import lake
 
     assert not lake.checkpoint_has_progress(spark, str(tmp_path / "none"))
     (tmp_path / "cp" / "offsets").mkdir(parents=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs import class_archive
+from spark_jobs.engine import class_archive
 
 
 def test_setup_made_an_archive_every_session_maps(spark):
@@ -28,8 +28,8 @@ def test_a_driver_that_requires_the_archive_starts_with_it_and_the_operators_opt
     # that REGAUGE_SPARK_DRIVER_JAVA_OPTIONS reaches the JVM, after regauge's own.
     script = textwrap.dedent(
         """
-        from spark_jobs import class_archive
-        from spark_jobs.session import build_session
+        from spark_jobs.engine import class_archive
+        from spark_jobs.engine.session import build_session
         spark = build_session("archive-check", ui=False,
                               extra_java_options=class_archive.java_option() + " -Xshare:on")
         print("rows", spark.range(3).count())

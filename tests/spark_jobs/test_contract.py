@@ -7,7 +7,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from spark_jobs.contract import EVENT_SCHEMA, REASONS, validate
+from spark_jobs.engine.contract import EVENT_SCHEMA, REASONS, validate
 
 KAFKA_TS = datetime(2026, 1, 1, 12, 0, 0)
 ORDER = {

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs import contract
+from spark_jobs.engine import contract
 from warehouse.base.declare import Count, EventType, Field, Shape, Source, Text
 from warehouse.sources import shop
 

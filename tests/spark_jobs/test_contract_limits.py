@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from spark_jobs import contract
+from spark_jobs.engine import contract
 from tests.spark_jobs.conftest import Case, judge
 from warehouse.base.declare import Count, EventType, Field, OneOf, Shape, Source, Text
 

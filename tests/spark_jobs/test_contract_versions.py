@@ -13,7 +13,7 @@ from decimal import Decimal
 import pytest
 from pyspark.sql import functions as F
 
-from spark_jobs import contract, lake, silver
+from spark_jobs.engine import contract, lake, silver
 from tests.spark_jobs.conftest import judge
 from warehouse.sources import shop
 

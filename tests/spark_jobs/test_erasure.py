@@ -11,10 +11,19 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from spark_jobs import audit, erasure, silver
-from spark_jobs.bronze import BRONZE_SCHEMA
+from spark_jobs.engine import (
+    audit,
+    erasure,
+    forgotten,
+    gold_writes,
+    marks,
+    restatements,
+    runner,
+    silver,
+)
+from spark_jobs.engine.bronze import BRONZE_SCHEMA
 from spark_jobs.testing.residue import residue
-from spark_jobs.views import cart_sessions_v1, restatements, runner
+from spark_jobs.views import cart_sessions_v1
 from warehouse.base import registry
 
 GONE = "cust-forget-me"
@@ -81,10 +90,10 @@ def test_forget_removes_every_row_records_erasures_and_leaves_no_residue(spark, 
     replayed and compacted (a VACUUM, a checkpoint and two property commits a table),
     since what it proves is that no file on disk keeps the id afterwards."""
     view = cart_sessions_v1.VIEW
-    gold_path = runner.gold_table(view).path(lake)
-    runner.ensure_gold(spark, gold_path, view)
+    gold_path = gold_writes.gold_table(view).path(lake)
+    gold_writes.ensure_gold(spark, gold_path, view)
     silver_path = registry.SILVER_EVENTS.path(lake)
-    runner.apply_changes(
+    gold_writes.apply_changes(
         spark, gold_path, view, *[spark.read.format("delta").load(silver_path)] * 2
     )
     gold = spark.read.format("delta").load(gold_path)
@@ -93,9 +102,9 @@ def test_forget_removes_every_row_records_erasures_and_leaves_no_residue(spark, 
     found = erasure.find(spark, lake, GONE)
     assert erasure.record(spark, lake, found, "er-1") == len(FORGOTTEN)
     assert erasure.record(spark, lake, found, "er-1") == len(FORGOTTEN)  # a rerun adds nothing
-    forgotten = erasure.read_forgotten(spark, lake)
-    assert sorted(r.offset for r in forgotten.collect()) == sorted(FORGOTTEN)
-    assert GONE not in str(forgotten.collect())
+    kept_positions = forgotten.read_forgotten(spark, lake)
+    assert sorted(r.offset for r in kept_positions.collect()) == sorted(FORGOTTEN)
+    assert GONE not in str(kept_positions.collect())
 
     silver_before = spark.read.format("delta").load(silver_path).localCheckpoint()
     gone = erasure.silver_rows_at(spark, lake, found)
@@ -143,7 +152,7 @@ def test_forget_removes_every_row_records_erasures_and_leaves_no_residue(spark, 
     compacted = erasure.compact_all(spark, [t.path(lake) for t in registry.TABLES.values()])
     assert len(compacted) == 7
     through = runner.replay(spark, lake, view)
-    with erasure.removing_history(spark, runner.tag(through, "bronze")):
+    with erasure.removing_history(spark, marks.tag(through, "bronze")):
         erasure.compact(spark, gold_path)
     assert residue(root, GONE) == []
     assert residue(root, "e-gone-1") == []
@@ -153,7 +162,7 @@ def test_forget_removes_every_row_records_erasures_and_leaves_no_residue(spark, 
         spark.read.format("delta").option("versionAsOf", 0).load(silver_path).collect()
     # What the audit and the stream read afterwards still reads: the tag on gold's
     # newest commit, silver as of that version, its change feed from there.
-    tagged = runner.latest_tag(spark, gold_path)
+    tagged = marks.latest_tag(spark, gold_path)
     assert tagged is not None and tagged[1:] == (through, "bronze")
     # (a later commit: time travel to a version before the newest must still work)
     spark.sql(f"ALTER TABLE delta.`{silver_path}` SET TBLPROPERTIES ('regauge.test' = 'x')")
@@ -173,8 +182,8 @@ def test_forget_removes_every_row_records_erasures_and_leaves_no_residue(spark, 
 
 def test_the_ignore_list_drops_forgotten_positions(spark):
     records = spark.createDataFrame([(0, 1), (0, 2), (1, 2)], "partition int, offset bigint")
-    forgotten = spark.createDataFrame([(0, 2)], "partition int, offset bigint")
-    kept = erasure.without_forgotten(records, forgotten)
+    gone = spark.createDataFrame([(0, 2)], "partition int, offset bigint")
+    kept = forgotten.without_forgotten(records, gone)
     assert sorted(tuple(r) for r in kept.collect()) == [(0, 1), (1, 2)]
 
 

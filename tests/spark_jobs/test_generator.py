@@ -7,8 +7,9 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from spark_jobs import contract, generator
-from spark_jobs.bronze import BRONZE_SCHEMA
+from spark_jobs import generator
+from spark_jobs.engine import contract
+from spark_jobs.engine.bronze import BRONZE_SCHEMA
 
 
 def test_same_seed_same_records_other_seed_other_records():

@@ -12,7 +12,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from spark_jobs import bronze, contract, ingest, lake, silver
+from spark_jobs.engine import bronze, contract, ingest, lake, silver
 from warehouse.base import registry
 
 KAFKA_TS = datetime(2026, 1, 1, 12, 0, 0)

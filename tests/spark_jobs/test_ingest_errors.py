@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from spark_jobs import ingest
-from spark_jobs.ingest import error_text, is_data_loss
+from spark_jobs.engine import ingest
+from spark_jobs.engine.ingest import error_text, is_data_loss
 
 
 class Captured(Exception):

@@ -10,8 +10,8 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType, LongType, StringType, StructField, StructType
 
-from spark_jobs import lake
-from spark_jobs.lake import USER_METADATA
+from spark_jobs.engine import lake
+from spark_jobs.engine.lake import USER_METADATA
 
 SCHEMA = StructType([StructField("x", LongType(), False)])
 

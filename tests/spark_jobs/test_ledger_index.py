@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spark_jobs.ledger_index import Keys, LedgerIndex
+from spark_jobs.engine.ledger_index import Keys, LedgerIndex
 
 
 def _keys(pairs: list[tuple[int, int, int]]) -> Keys:

@@ -14,8 +14,7 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from spark_jobs import lake, maintenance
-from spark_jobs.views import runner
+from spark_jobs.engine import lake, maintenance, marks
 from warehouse.base import registry
 
 
@@ -190,14 +189,14 @@ def test_a_lagging_change_feed_reader_keeps_the_files_it_has_yet_to_read(spark, 
 def test_the_audit_s_tag_holds_gold_and_the_silver_version_it_names(spark, temp_lake):
     gold = registry.gold_view_table("tagged", 1).path(temp_lake)
     spark.range(3).write.format("delta").save(gold)
-    spark.conf.set(runner.TAG_CONF, runner.tag(7, "bronze"))
+    spark.conf.set(marks.TAG_CONF, marks.tag(7, "bronze"))
     try:
         spark.range(3, 4).write.format("delta").mode("append").save(gold)
     finally:
-        spark.conf.unset(runner.TAG_CONF)
+        spark.conf.unset(marks.TAG_CONF)
     spark.range(4, 5).write.format("delta").mode("append").save(gold)  # untagged, newer
     marker = f"{registry.gold_view_table('tagged', 1).checkpoint(temp_lake)}/"
-    lake.write_text(spark, marker + runner.REPLAY_MARKER, "5\n")
+    lake.write_text(spark, marker + marks.REPLAY_MARKER, "5\n")
 
     pins = maintenance.gold_pins(spark, temp_lake, [gold])
     silver = registry.SILVER_EVENTS.path(temp_lake)

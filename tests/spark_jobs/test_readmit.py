@@ -16,8 +16,7 @@ from datetime import datetime
 import pytest
 from chispa import assert_df_equality
 
-from spark_jobs import bronze, contract, ingest, lake, readmit, silver
-from spark_jobs.views import restatements
+from spark_jobs.engine import bronze, contract, ingest, lake, readmit, restatements, silver
 from warehouse.base import registry
 
 KAFKA_TS = datetime(2026, 1, 1, 12, 0, 0)

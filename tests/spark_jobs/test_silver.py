@@ -12,9 +12,9 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StructField, StructType
 
-from spark_jobs import contract, ledger_index, silver
-from spark_jobs import lake as spark_lake
-from spark_jobs.bronze import BRONZE_SCHEMA
+from spark_jobs.engine import contract, ledger_index, silver
+from spark_jobs.engine import lake as spark_lake
+from spark_jobs.engine.bronze import BRONZE_SCHEMA
 from warehouse.base import registry
 
 KAFKA_TS = datetime(2026, 1, 1, 12, 0, 0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spark_jobs.sorted_pairs import SortedPairs
+from spark_jobs.engine.sorted_pairs import SortedPairs
 
 
 def _built(keys: np.ndarray, values: np.ndarray) -> SortedPairs:

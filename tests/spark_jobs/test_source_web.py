@@ -10,7 +10,7 @@ from datetime import datetime
 import pytest
 from pyspark.sql.types import StringType
 
-from spark_jobs import bronze, contract, ingest, lake, silver
+from spark_jobs.engine import bronze, contract, ingest, lake, silver
 from warehouse.base import registry
 
 WEB = registry.source_tables("web")

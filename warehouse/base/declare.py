@@ -4,7 +4,7 @@ A source is one Kafka topic and the contract its records keep: which envelope
 fields hold the event id, the event time and the subject erasure goes by (§8),
 its event types, and for each type and schema version the payload's fields,
 their kinds and the rules across them. A declaration is data, not code: the
-engine (`spark_jobs.contract`) compiles it into the Spark expressions that
+engine (`spark_jobs.engine.contract`) compiles it into the Spark expressions that
 validate and type records. Declarations live in `warehouse.sources`, one
 module per source.
 

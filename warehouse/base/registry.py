@@ -163,7 +163,7 @@ def view_topic(view: str, version: int) -> str:
 
 def view_publisher_group(view: str, version: int) -> str:
     """The Kafka consumer group whose committed offset marks the last gold commit a
-    view version published (it consumes nothing; see spark_jobs.views.changes)."""
+    view version published (it consumes nothing; see spark_jobs.engine.changes)."""
     return f"regauge.publisher.{view}_v{version}"
 
 

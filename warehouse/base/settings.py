@@ -86,7 +86,7 @@ class Settings:
     # How long `regauge maintain` keeps the files a table's newer versions no longer
     # use (Delta's VACUUM retention): time travel and a lagging change-feed reader
     # need them. Longer for a table while some reader needs an older version
-    # (spark_jobs.maintenance); Delta's own default is 7 days.
+    # (spark_jobs.engine.maintenance); Delta's own default is 7 days.
     maintenance_retention_hours: float = 168.0
     # Where every Spark application regauge starts writes Spark's event log (plain
     # JSON lines: every job, stage and task with its duration and micro-batch),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spark_jobs.session import build_session
+from spark_jobs.engine.session import build_session
 from warehouse.base import settings as settings_mod
 from warehouse.ops import audit as audit_mod
 from warehouse.ops import dbt_runner

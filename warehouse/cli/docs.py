@@ -5,7 +5,7 @@ there misleads the next reader, and nothing else notices. This checks what can
 be checked mechanically, and only that:
 
 - every relative link in a doc resolves to a file or folder;
-- every repository path in backticks (`spark_jobs/silver.py`, `docs/bench/`)
+- every repository path in backticks (`spark_jobs/engine/silver.py`, `docs/bench/`)
   exists; a path with a placeholder (`<view>`, `*`) is a pattern, not checked;
 - every `regauge COMMAND` in backticks names a command the CLI has
   (docs/contract.md is exempt: the contract also names what is still to build);

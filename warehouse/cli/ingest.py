@@ -6,8 +6,9 @@ import argparse
 import sys
 from datetime import UTC, datetime, timedelta
 
-from spark_jobs import ingest, producer
-from spark_jobs.session import build_session
+from spark_jobs import producer
+from spark_jobs.engine import ingest
+from spark_jobs.engine.session import build_session
 from warehouse.base import settings as settings_mod
 from warehouse.ops import ingest_ctl, pipeline, processes, writers
 

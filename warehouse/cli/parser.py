@@ -31,7 +31,7 @@ from warehouse.base.sqlnames import (
 
 # The choices below are spelled here so `--help` imports no Spark or Trino; fast
 # tests hold each equal to the module that owns it.
-SOURCES = ("bronze", "kafka")  # spark_jobs.views.runner.SOURCES
+SOURCES = ("bronze", "kafka")  # spark_jobs.engine.runner.SOURCES
 AUDIT_CHECKS = ("kafka_bronze", "bronze_silver", "silver_gold", "routing")  # ops.audit.CHECKS
 CHAOS_CASES = (  # tools.chaos.CASES
     "ingest_kills",

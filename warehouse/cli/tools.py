@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from spark_jobs.session import build_session
+from spark_jobs.engine.session import build_session
 from warehouse.base import settings as settings_mod
 from warehouse.tools import bench as bench_mod
 from warehouse.tools import chaos as chaos_mod

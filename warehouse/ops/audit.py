@@ -8,11 +8,15 @@
 - bronze -> silver: `bronze = silver + quarantine + exact duplicates` per
   partition, and nothing downstream that bronze does not have; and by content,
   every silver, quarantine and ledger row equals what the contract's code makes
-  of its bronze records (spark_jobs/audit.py), so an UPDATE is named.
+  of its bronze records (spark_jobs/engine/audit.py), so an UPDATE is named.
 - silver -> gold: each live view version equals a batch recompute of its own
   code over the silver snapshot its newest tagged commit names
-  (spark_jobs/audit.py).
+  (spark_jobs/engine/audit.py).
 - routing: each serving view routes to exactly the live versions.
+
+The kafka -> bronze and bronze -> silver checks run for every declared source whose
+tables exist (docs/contract.md §10), each on its own topic and tables; another
+source's findings name it ("web partition 0"), the shop's read as they always did.
 
 Each check yields `Finding`s; the run's findings go to `lakehouse.gold.audit_runs`.
 """
@@ -27,14 +31,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs import audit as spark_audit
-from spark_jobs.audit import MAX_KEYS, Finding, Run
+from spark_jobs.engine import audit as spark_audit
+from spark_jobs.engine.audit import MAX_KEYS, Finding, Run
 from warehouse.base import kafka_conf, registry
 from warehouse.base.jsonfile import replace_json
 from warehouse.base.settings import Settings
 from warehouse.ops.lag import kafka_watermarks, uncopied_age_s
-from warehouse.sql import catalog, serving, trino_client, versions
-from warehouse.sql.accounting import PER_PARTITION_SQL
+from warehouse.sql import accounting, catalog, serving, trino_client, versions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -42,8 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHECKS = ("kafka_bronze", "bronze_silver", "silver_gold", "routing")
-BRONZE = registry.BRONZE_EVENTS.trino_name
-FORGOTTEN = registry.SILVER_FORGOTTEN.trino_name
+SHOP = registry.SHOP
 
 
 # -- kafka -> bronze ---------------------------------------------------------------------
@@ -60,7 +62,9 @@ def gaps(offsets_from: int, present: Iterable[tuple[int, int]], upto: int) -> li
     return [g for g in missing if g[0] <= g[1]]
 
 
-def kafka_records_in(settings: Settings, partition: int, start: int, end: int) -> list[int]:
+def kafka_records_in(
+    settings: Settings, partition: int, start: int, end: int, topic: str | None = None
+) -> list[int]:
     """Offsets in [start, end] for which Kafka has a record (markers have none)."""
     from confluent_kafka import Consumer, TopicPartition
 
@@ -74,7 +78,7 @@ def kafka_records_in(settings: Settings, partition: int, start: int, end: int) -
     )
     found: list[int] = []
     try:
-        consumer.assign([TopicPartition(registry.TOPIC, partition, start)])
+        consumer.assign([TopicPartition(topic or registry.TOPIC, partition, start)])
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and len(found) < MAX_KEYS:
             msg = consumer.poll(1.0)
@@ -89,29 +93,32 @@ def kafka_records_in(settings: Settings, partition: int, start: int, end: int) -
     return found
 
 
-def check_kafka_bronze(settings: Settings) -> list[Finding]:
+def check_kafka_bronze(settings: Settings, src: registry.SourceTables = SHOP) -> list[Finding]:
+    """Per partition of `src`'s topic (subject `<topic>[<partition>]`)."""
     findings = []
-    marks = kafka_watermarks(settings)
+    topic = src.topic
+    bronze, forgotten = src.bronze.trino_name, src.forgotten.trino_name
+    marks = kafka_watermarks(settings, topic=topic)
     doubles = trino_client.query(
         settings,
-        f'SELECT partition, "offset", count(*) FROM {BRONZE} WHERE topic = ? '
+        f'SELECT partition, "offset", count(*) FROM {bronze} WHERE topic = ? '
         f'GROUP BY partition, "offset" HAVING count(*) > 1 ORDER BY 1, 2 LIMIT {MAX_KEYS}',
-        [registry.TOPIC],
+        [topic],
     ).rows
     for partition, (low, high) in marks.items():
-        subject = f"{registry.TOPIC}[{partition}]"
+        subject = f"{topic}[{partition}]"
         ranges = trino_client.query(
             settings,
             # Runs of consecutive offsets, as [start, end]: gaps are what lies between.
             f"""SELECT min(o), max(o) FROM (
                   SELECT "offset" AS o, "offset" - row_number() OVER (ORDER BY "offset") AS run
-                  FROM (SELECT "offset" FROM {BRONZE}
+                  FROM (SELECT "offset" FROM {bronze}
                         WHERE topic = ? AND partition = ? AND "offset" >= ?
                         -- an erased record is accounted for, not missing (docs/contract.md §8)
-                        UNION SELECT "offset" FROM {FORGOTTEN}
+                        UNION SELECT "offset" FROM {forgotten}
                         WHERE partition = ? AND "offset" >= ?))
                 GROUP BY run ORDER BY 1""",
-            [registry.TOPIC, partition, low, partition, low],
+            [topic, partition, low, partition, low],
         ).rows
         copied_to = max((int(r[1]) for r in ranges), default=low - 1)
         holes = gaps(low, [(int(a), int(b)) for a, b in ranges], copied_to)
@@ -119,11 +126,11 @@ def check_kafka_bronze(settings: Settings) -> list[Finding]:
         real = [
             (start, end, found)
             for start, end in holes
-            if (found := kafka_records_in(settings, partition, start, end))
+            if (found := kafka_records_in(settings, partition, start, end, topic))
         ]
         dup = [(int(r[1]), int(r[2])) for r in doubles if int(r[0]) == partition]
         lag = max(0, high - 1 - copied_to)
-        age = uncopied_age_s(settings, partition, copied_to + 1) if lag else None
+        age = uncopied_age_s(settings, partition, copied_to + 1, topic) if lag else None
         stalled = age is not None and age > settings.ingest_lag_alert_s
         detail = {
             "kafka_low": low,
@@ -158,40 +165,48 @@ def check_kafka_bronze(settings: Settings) -> list[Finding]:
 
 
 # -- bronze -> silver --------------------------------------------------------------------
-ORPHANS_SQL = f"""
-SELECT 'silver' AS layer, s.partition, s."offset" FROM {registry.SILVER_EVENTS.trino_name} AS s
-WHERE NOT EXISTS (SELECT 1 FROM {BRONZE} AS b
+def orphans_sql(src: registry.SourceTables = SHOP) -> str:
+    """Silver and quarantine rows at a position bronze does not hold."""
+    bronze = src.bronze.trino_name
+    return f"""
+SELECT 'silver' AS layer, s.partition, s."offset" FROM {src.silver.trino_name} AS s
+WHERE NOT EXISTS (SELECT 1 FROM {bronze} AS b
                   WHERE b.partition = s.partition AND b."offset" = s."offset")
 UNION ALL
-SELECT 'quarantine', q.partition, q."offset" FROM {registry.SILVER_QUARANTINE.trino_name} AS q
-WHERE NOT EXISTS (SELECT 1 FROM {BRONZE} AS b
+SELECT 'quarantine', q.partition, q."offset" FROM {src.quarantine.trino_name} AS q
+WHERE NOT EXISTS (SELECT 1 FROM {bronze} AS b
                   WHERE b.partition = q.partition AND b."offset" = q."offset")
 ORDER BY 1, 2, 3
 LIMIT {MAX_KEYS}
 """
-UNSETTLED_SQL = f"""
-SELECT b.partition, b."offset" FROM {BRONZE} AS b
+
+
+def unsettled_sql(src: registry.SourceTables = SHOP) -> str:
+    """Bronze records of one partition (the parameter) in neither the ledger nor the
+    quarantine."""
+    return f"""
+SELECT b.partition, b."offset" FROM {src.bronze.trino_name} AS b
 WHERE b.partition = ?
-  AND NOT EXISTS (SELECT 1 FROM {registry.SILVER_LEDGER.trino_name} AS l
+  AND NOT EXISTS (SELECT 1 FROM {src.ledger.trino_name} AS l
                   WHERE l.partition = b.partition AND l."offset" = b."offset")
-  AND NOT EXISTS (SELECT 1 FROM {registry.SILVER_QUARANTINE.trino_name} AS q
+  AND NOT EXISTS (SELECT 1 FROM {src.quarantine.trino_name} AS q
                   WHERE q.partition = b.partition AND q."offset" = b."offset")
 ORDER BY 2
 LIMIT {MAX_KEYS}
 """
 
 
-SILVER = registry.SILVER_EVENTS.trino_name
-LEDGER = registry.SILVER_LEDGER.trino_name
-# Every event id the ledger accepted has exactly one row in silver (its winner).
-WINNERS_SQL = f"""
-SELECT 'no silver row' AS problem, l.event_id FROM (SELECT DISTINCT event_id FROM {LEDGER}) AS l
-WHERE NOT EXISTS (SELECT 1 FROM {SILVER} AS s WHERE s.event_id = l.event_id)
+def winners_sql(src: registry.SourceTables = SHOP) -> str:
+    """Every event id the ledger accepted has exactly one row in silver (its winner)."""
+    silver, ledger = src.silver.trino_name, src.ledger.trino_name
+    return f"""
+SELECT 'no silver row' AS problem, l.event_id FROM (SELECT DISTINCT event_id FROM {ledger}) AS l
+WHERE NOT EXISTS (SELECT 1 FROM {silver} AS s WHERE s.event_id = l.event_id)
 UNION ALL
-SELECT 'not in the ledger', s.event_id FROM {SILVER} AS s
-WHERE NOT EXISTS (SELECT 1 FROM {LEDGER} AS l WHERE l.event_id = s.event_id)
+SELECT 'not in the ledger', s.event_id FROM {silver} AS s
+WHERE NOT EXISTS (SELECT 1 FROM {ledger} AS l WHERE l.event_id = s.event_id)
 UNION ALL
-SELECT 'several silver rows', event_id FROM {SILVER} GROUP BY event_id HAVING count(*) > 1
+SELECT 'several silver rows', event_id FROM {silver} GROUP BY event_id HAVING count(*) > 1
 ORDER BY 1, 2
 LIMIT {MAX_KEYS}
 """
@@ -199,40 +214,45 @@ LIMIT {MAX_KEYS}
 
 # What an erasure forgot, back again: at a forgotten position, or as an event id
 # whose hash the erasure kept (a producer re-sending the event, say).
-_IDS = f"SELECT event_id_sha256 FROM {FORGOTTEN} WHERE event_id_sha256 IS NOT NULL"
-
-
-def _returned(layer: str, table: str, by_event_id: bool) -> str:
+def _returned(layer: str, table: str, by_event_id: bool, forgotten: str) -> str:
     at = (
-        f"EXISTS (SELECT 1 FROM {FORGOTTEN} AS f "
+        f"EXISTS (SELECT 1 FROM {forgotten} AS f "
         'WHERE f.partition = t.partition AND f."offset" = t."offset")'
     )
-    same_id = f"lower(to_hex(sha256(to_utf8(t.event_id)))) IN ({_IDS})"
+    ids = f"SELECT event_id_sha256 FROM {forgotten} WHERE event_id_sha256 IS NOT NULL"
+    same_id = f"lower(to_hex(sha256(to_utf8(t.event_id)))) IN ({ids})"
     where = f"{at} OR {same_id}" if by_event_id else at
     return f"SELECT '{layer}' AS layer, t.partition, t.\"offset\" FROM {table} AS t WHERE {where}"
 
 
-RETURNED_SQL = (
-    "\nUNION ALL\n".join(
-        _returned(layer, table, by_id)
-        for layer, table, by_id in (
-            ("bronze", BRONZE, False),
-            ("silver", SILVER, True),
-            ("ledger", LEDGER, True),
-            ("quarantine", registry.SILVER_QUARANTINE.trino_name, True),
+def returned_sql(src: registry.SourceTables = SHOP) -> str:
+    return (
+        "\nUNION ALL\n".join(
+            _returned(layer, table.trino_name, by_id, src.forgotten.trino_name)
+            for layer, table, by_id in (
+                ("bronze", src.bronze, False),
+                ("silver", src.silver, True),
+                ("ledger", src.ledger, True),
+                ("quarantine", src.quarantine, True),
+            )
         )
+        + f"\nORDER BY 1, 2, 3 LIMIT {MAX_KEYS}"
     )
-    + f"\nORDER BY 1, 2, 3 LIMIT {MAX_KEYS}"
-)
 
 
-def check_forgotten(settings: Settings) -> Finding:
+def _named(src: registry.SourceTables, subject: str) -> str:
+    """A finding's subject: the shop's as it always was, another source's named."""
+    return subject if src.source == registry.SHOP_SOURCE else f"{src.source} {subject}"
+
+
+def check_forgotten(settings: Settings, src: registry.SourceTables = SHOP) -> Finding:
     """Nothing an erasure removed is back in bronze or silver (docs/contract.md §8)."""
-    back = trino_client.query(settings, RETURNED_SQL).rows
-    (n,) = trino_client.query(settings, f"SELECT count(*) FROM {FORGOTTEN}").rows[0]
+    back = trino_client.query(settings, returned_sql(src)).rows
+    forgotten = src.forgotten.trino_name
+    (n,) = trino_client.query(settings, f"SELECT count(*) FROM {forgotten}").rows[0]
     return Finding(
         "bronze_silver",
-        "forgotten",
+        _named(src, "forgotten"),
         not back,
         f"none of the {n} forgotten records is back"
         if not back
@@ -242,14 +262,19 @@ def check_forgotten(settings: Settings) -> Finding:
     )
 
 
-def check_bronze_silver(settings: Settings, attempts: int = 4, wait_s: float = 15) -> list[Finding]:
-    """The accounting per partition, and one silver row per accepted event id.
+def check_bronze_silver(
+    settings: Settings,
+    attempts: int = 4,
+    wait_s: float = 15,
+    src: registry.SourceTables = SHOP,
+) -> list[Finding]:
+    """`src`'s accounting per partition, and one silver row per accepted event id.
 
     Live ingest settles bronze into silver a batch behind, so records bronze
     has and silver has not settled yet must outlast a few looks before they count.
     """
     for attempt in range(1, attempts + 1):
-        result = trino_client.query(settings, PER_PARTITION_SQL)
+        result = accounting.per_partition(settings, source=src.source)
         cols = result.columns
         rows = [dict(zip(cols, r, strict=True)) for r in result.rows]
         if all(r["unaccounted"] <= 0 for r in rows) or attempt == attempts:
@@ -258,7 +283,7 @@ def check_bronze_silver(settings: Settings, attempts: int = 4, wait_s: float = 1
             "bronze -> silver: %s unaccounted; looking again", [r["unaccounted"] for r in rows]
         )
         time.sleep(wait_s)
-    orphans = trino_client.query(settings, ORPHANS_SQL).rows
+    orphans = trino_client.query(settings, orphans_sql(src)).rows
     findings = []
     for r in rows:
         partition = int(r["partition"])
@@ -267,7 +292,8 @@ def check_bronze_silver(settings: Settings, attempts: int = 4, wait_s: float = 1
         detail: dict[str, Any] = {k: int(v) for k, v in r.items()}
         if r["unaccounted"] > 0:
             detail["unsettled_offsets"] = [
-                int(x[1]) for x in trino_client.query(settings, UNSETTLED_SQL, [partition]).rows
+                int(x[1])
+                for x in trino_client.query(settings, unsettled_sql(src), [partition]).rows
             ]
         if mine:
             detail["not_in_bronze"] = mine
@@ -276,12 +302,13 @@ def check_bronze_silver(settings: Settings, attempts: int = 4, wait_s: float = 1
             f"duplicates {r['exact_duplicates']} + forgotten {r['forgotten']}"
             + ("" if ok else f"; {r['unaccounted']} unaccounted, {len(mine)} not in bronze")
         )
-        findings.append(Finding("bronze_silver", f"partition {partition}", ok, summary, detail))
-    broken = trino_client.query(settings, WINNERS_SQL).rows
+        subject = _named(src, f"partition {partition}")
+        findings.append(Finding("bronze_silver", subject, ok, summary, detail))
+    broken = trino_client.query(settings, winners_sql(src)).rows
     findings.append(
         Finding(
             "bronze_silver",
-            "event ids",
+            _named(src, "event ids"),
             not broken,
             "every accepted event id has exactly one silver row"
             if not broken
@@ -290,7 +317,7 @@ def check_bronze_silver(settings: Settings, attempts: int = 4, wait_s: float = 1
             {"broken": [[why, eid] for why, eid in broken]},
         )
     )
-    findings.append(check_forgotten(settings))
+    findings.append(check_forgotten(settings, src))
     return findings
 
 
@@ -369,11 +396,14 @@ def run(
     """Run the chosen checks and record their findings in `gold.audit_runs`."""
     wanted = set(checks)
     result = Run()
+    tables = audited_sources(spark, settings)
     if "kafka_bronze" in wanted:
-        result.findings += check_kafka_bronze(settings)
+        for src in tables:
+            result.findings += check_kafka_bronze(settings, src)
     if "bronze_silver" in wanted:
-        result.findings += check_bronze_silver(settings)
-        result.findings += spark_audit.check_silver_content(spark, settings, sample)
+        for src in tables:
+            result.findings += check_bronze_silver(settings, src=src)
+            result.findings += spark_audit.check_silver_content(spark, settings, sample, src=src)
     if "routing" in wanted:
         result.findings += check_routing(settings)
     if "silver_gold" in wanted:
@@ -383,6 +413,16 @@ def run(
     catalog.publish(spark_audit.AUDIT_RUNS, settings)
     remember(settings, result, sorted(wanted))
     return result
+
+
+def audited_sources(spark: SparkSession, settings: Settings) -> list[registry.SourceTables]:
+    """Every declared source whose tables ingest has made (docs/contract.md §10): a
+    source declared but never started has nothing to audit yet."""
+    from spark_jobs.engine import lake
+    from warehouse import sources
+
+    found = [registry.source_tables(name) for name in sorted(sources.discover())]
+    return [src for src in found if lake.exists(spark, src.bronze.path(settings))]
 
 
 def _last_file(settings: Settings) -> Path:

@@ -84,7 +84,7 @@ def lake_tables(spark: SparkSession, settings: Settings) -> list[registry.Table]
 
     Listed through Hadoop's FileSystem, as Spark reaches the lake, so a local
     folder and an s3a:// bucket are read by the same code."""
-    from spark_jobs import lake
+    from spark_jobs.engine import lake
 
     found = [registry.SILVER_EVENTS]
     root = settings.lake_root.rstrip("/")
@@ -150,7 +150,7 @@ def run(settings: Settings, args: Sequence[str]) -> int:
     command = next((a for a in args if not a.startswith("-")), "")
     spark = None
     if args and command not in NO_SQL and args[0] not in NO_SQL:
-        from spark_jobs.session import build_session
+        from spark_jobs.engine.session import build_session
 
         # CREATE DATABASE makes a directory under the warehouse dir; keep it in the state.
         warehouse_dir = str(state_dir(settings) / "spark-warehouse")

@@ -137,7 +137,7 @@ def forget_customer(settings: Settings, customer_id: str, reason: str) -> Report
 
 
 def _session(settings: Settings, name: str) -> SparkSession:
-    from spark_jobs.session import build_session
+    from spark_jobs.engine.session import build_session
 
     return build_session(name, settings, ui=False)
 
@@ -145,7 +145,8 @@ def _session(settings: Settings, name: str) -> SparkSession:
 def _view_tables(spark: SparkSession, root: str) -> list[tuple[View, str]]:
     """(view code, path) of every view version's table under `root`, named
     `<view>_v<N>`, or `<view>_v<N>@<stamp>` once archived."""
-    from spark_jobs import lake, views
+    from spark_jobs import views
+    from spark_jobs.engine import lake
 
     codes = views.discover()
     found = []
@@ -160,8 +161,7 @@ def _view_tables(spark: SparkSession, root: str) -> list[tuple[View, str]]:
 def _erase(settings: Settings, customer_id: str, report: Report) -> bool:
     """Steps 1-5 but dbt's, whose staging tables it deletes; whether the lake
     holds dbt models to rebuild."""
-    from spark_jobs import erasure, lake
-    from spark_jobs.views import inputs, runner
+    from spark_jobs.engine import erasure, gold_writes, inputs, lake, marks, runner
 
     spark = _session(settings, f"regauge-forget-{report.erasure_id[:8]}")
     try:
@@ -241,13 +241,13 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> bool:
         )
         for code, path in live:
             through = pipeline.replay(spark, settings, code)
-            with erasure.removing_history(spark, runner.tag(through, "bronze")):
+            with erasure.removing_history(spark, marks.tag(through, "bronze")):
                 erasure.compact(spark, path)
             report.compacted.append(path)
-            report.rebuilt.append(runner.gold_table(code).trino_name)
+            report.rebuilt.append(gold_writes.gold_table(code).trino_name)
         for code, path in archived:
             fresh = runner.read_input(spark, settings, code)
-            runner.gold_rows(code, fresh).write.format("delta").mode("overwrite").save(path)
+            gold_writes.gold_rows(code, fresh).write.format("delta").mode("overwrite").save(path)
             report.rebuilt.append(path.rsplit("/", 1)[-1] + " (archived)")
         report.compacted += erasure.compact_all(spark, [path for _, path in archived])
         dbt_models = [
@@ -288,7 +288,7 @@ def _rebuild_marts(settings: Settings, report: Report) -> None:
 
 
 def _compact_marts(settings: Settings, report: Report) -> None:
-    from spark_jobs import erasure
+    from spark_jobs.engine import erasure
 
     spark = _session(settings, "regauge-forget-compact")
     try:

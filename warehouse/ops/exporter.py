@@ -28,7 +28,7 @@ from warehouse.ops import audit, ingest_ctl, lag, streams
 log = logging.getLogger(__name__)
 
 LAG_EVERY_S = 15.0
-# Spark's PrometheusServlet on the driver's UI port (spark_jobs.session turns it on).
+# Spark's PrometheusServlet on the driver's UI port (spark_jobs.engine.session turns it on).
 SPARK_DRIVER_PATH = "/metrics/prometheus/"
 SPARK_EXECUTORS_PATH = "/metrics/executors/prometheus"
 

@@ -37,7 +37,7 @@ def _base(settings: Settings) -> Path:
 
 
 def status_file(settings: Settings) -> Path:
-    """Each ingest query's latest progress, written by spark_jobs.ingest.ProgressLog."""
+    """Each ingest query's latest progress, written by spark_jobs.engine.ingest.ProgressLog."""
     return _base(settings) / "ingest.status.json"
 
 

@@ -46,14 +46,16 @@ def _consumer(settings: Settings) -> Consumer:
     )
 
 
-def first_record_ms(settings: Settings, partition: int, offset: int) -> int | None:
-    """The Kafka timestamp (ms) of the partition's first record at or after `offset`,
-    or None if Kafka has none there (yet)."""
+def first_record_ms(
+    settings: Settings, partition: int, offset: int, topic: str | None = None
+) -> int | None:
+    """The Kafka timestamp (ms) of the partition's first record at or after `offset`
+    in `topic` (the shop's by default), or None if Kafka has none there (yet)."""
     from confluent_kafka import TopicPartition
 
     consumer = _consumer(settings)
     try:
-        consumer.assign([TopicPartition(registry.TOPIC, partition, offset)])
+        consumer.assign([TopicPartition(topic or registry.TOPIC, partition, offset)])
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             msg = consumer.poll(1.0)
@@ -64,21 +66,27 @@ def first_record_ms(settings: Settings, partition: int, offset: int) -> int | No
     return None
 
 
-def uncopied_age_s(settings: Settings, partition: int, first_uncopied: int) -> float | None:
+def uncopied_age_s(
+    settings: Settings, partition: int, first_uncopied: int, topic: str | None = None
+) -> float | None:
     """How long the oldest record ingest has not copied has waited, in seconds."""
-    ms = first_record_ms(settings, partition, first_uncopied)
+    ms = first_record_ms(settings, partition, first_uncopied, topic)
     return None if ms is None else max(0.0, time.time() - ms / 1000)
 
 
-def kafka_watermarks(settings: Settings, timeout: float = 30) -> dict[int, tuple[int, int]]:
-    """(low, high) per partition: the offsets Kafka still holds are [low, high)."""
+def kafka_watermarks(
+    settings: Settings, timeout: float = 30, topic: str | None = None
+) -> dict[int, tuple[int, int]]:
+    """(low, high) per partition of `topic` (the shop's by default): the offsets Kafka
+    still holds are [low, high)."""
     from confluent_kafka import TopicPartition
 
+    name = topic or registry.TOPIC
     consumer = _consumer(settings)
     try:
-        meta = consumer.list_topics(registry.TOPIC, timeout=timeout).topics[registry.TOPIC]
+        meta = consumer.list_topics(name, timeout=timeout).topics[name]
         return {
-            p: consumer.get_watermark_offsets(TopicPartition(registry.TOPIC, p), timeout=timeout)
+            p: consumer.get_watermark_offsets(TopicPartition(name, p), timeout=timeout)
             for p in sorted(meta.partitions)
         }
     finally:

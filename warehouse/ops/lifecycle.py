@@ -40,7 +40,7 @@ def view_code(view: str, version: int) -> View:
 
 
 def register(settings: Settings, view: str, version: int, source: str) -> str:
-    from spark_jobs.views import runner
+    from spark_jobs.engine import runner
 
     try:
         runner.check_replay_source(view_code(view, version), source)
@@ -53,7 +53,7 @@ def register(settings: Settings, view: str, version: int, source: str) -> str:
 def build(settings: Settings, view: str, version: int, source: str) -> str:
     """Replay all history through the version's code into its table (from scratch,
     so a build killed halfway is simply run again)."""
-    from spark_jobs.views import runner
+    from spark_jobs.engine import gold_writes
     from warehouse.ops import pipeline, sessions
 
     code = view_code(view, version)
@@ -74,7 +74,7 @@ def build(settings: Settings, view: str, version: int, source: str) -> str:
     position = at if source != "kafka" else f"kafka, live from {at}"
     versions.record_position(settings, view, version, position)
     return f"{view} v{version}: replayed all history ({position}) into " + (
-        runner.gold_table(code).trino_name
+        gold_writes.gold_table(code).trino_name
     )
 
 
@@ -91,7 +91,7 @@ def go_live(settings: Settings, view: str, version: int) -> str:
 def validate(settings: Settings, view: str, version: int) -> dict[str, Any]:
     """The gate. A failed gate marks the version failed and stops its stream; the
     current version keeps serving, untouched."""
-    from spark_jobs.views import validate as gate
+    from spark_jobs.engine import validate as gate
     from warehouse.ops import sessions
 
     code = view_code(view, version)
@@ -176,8 +176,8 @@ def archive(settings: Settings, table: registry.Table) -> list[str]:
     Through Hadoop's FileSystem (a Spark driver with no executors of its own), so
     a local lake is renamed and an s3a:// one copied and deleted by the same code.
     """
-    from spark_jobs import lake
-    from spark_jobs.session import build_session
+    from spark_jobs.engine import lake
+    from spark_jobs.engine.session import build_session
 
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     root = f"{settings.lake_root.rstrip('/')}/_archive"

@@ -1,7 +1,7 @@
 """`regauge maintain`: compact, checkpoint and VACUUM every table regauge writes.
 
 What runs on each table, and how long its files are kept, is in
-`spark_jobs.maintenance`: the configured retention
+`spark_jobs.engine.maintenance`: the configured retention
 (`REGAUGE_MAINTENANCE_RETENTION_HOURS`, 7 days by default), made longer for a
 table while a reader (a stream's checkpoint, a replay waiting for its stream,
 the audit's time travel) still needs an older version. It runs beside ingest
@@ -28,9 +28,9 @@ def maintain(
 ) -> list[list[str]]:
     """Maintain `tables` (`schema.name`; all when empty); the rows of a report table.
     With `dry_run`, only say what the retention of each would be and why."""
-    from spark_jobs import lake
-    from spark_jobs import maintenance as jobs
-    from spark_jobs.session import build_session
+    from spark_jobs.engine import lake
+    from spark_jobs.engine import maintenance as jobs
+    from spark_jobs.engine.session import build_session
 
     floor = settings.maintenance_retention_hours if retention_hours is None else retention_hours
     if floor < jobs.MIN_RETENTION_HOURS:

@@ -16,10 +16,10 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from spark_jobs import generator, ingest, producer
-from spark_jobs.views import restatements, runner
+from spark_jobs import generator, producer
+from spark_jobs.engine import gold_writes, ingest, restatements, runner
+from spark_jobs.engine.inputs import Position
 from spark_jobs.views.base import View
-from spark_jobs.views.inputs import Position
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 from warehouse.ops.stack import kafka
@@ -105,7 +105,7 @@ def ensure_restatements(spark: SparkSession, settings: Settings) -> None:
 def replay(spark: SparkSession, settings: Settings, view: View, source: str = "bronze") -> Position:
     """`runner.replay`, then the table published; returns the position it was built from."""
     after = runner.replay(spark, settings, view, source=source)
-    catalog.publish(runner.gold_table(view), settings)
+    catalog.publish(gold_writes.gold_table(view), settings)
     return after
 
 
@@ -125,7 +125,7 @@ def stream(
         spark, settings, view, trigger=trigger, available_now=available_now, publish=True
     )
     try:
-        catalog.publish(runner.gold_table(view), settings)
+        catalog.publish(gold_writes.gold_table(view), settings)
         catalog.publish(restatements.RESTATEMENTS, settings)
     except BaseException:
         # The caller never gets the query to stop: a retry would find it running.

@@ -26,10 +26,9 @@ from pyspark import InheritableThread
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from spark_jobs import ingest
 from spark_jobs import views as views_mod
-from spark_jobs.session import build_session
-from spark_jobs.views import runner
+from spark_jobs.engine import gold_writes, ingest, runner
+from spark_jobs.engine.session import build_session
 from spark_jobs.views.base import View
 from warehouse import sources
 from warehouse.base import metrics
@@ -88,7 +87,7 @@ def run_view(
     until_caught_up: bool = False,
 ) -> int:
     """One view version: recompute once (batch), or replay then stream, or stream on."""
-    table = runner.gold_table(view)
+    table = gold_writes.gold_table(view)
     lock = writers.view(settings, view.name, view.version, f"`regauge views run --mode {mode}`")
     lock.acquire()
     spark = build_session(f"regauge-view-{view.table_name}", settings)

@@ -58,7 +58,7 @@ class Deployed:
 def deploy(settings: Settings, name: str, version: int) -> Deployed:
     """Run `version` of the source's contract from ingest's next start on."""
     source = _engine_source(name)
-    from spark_jobs import silver
+    from spark_jobs.engine import silver
 
     with (
         ingest_ctl.paused(settings, f"`regauge sources deploy {source} {version}`"),
@@ -87,8 +87,8 @@ def readmit(settings: Settings, name: str, reason: str = UNSUPPORTED) -> Run:
     """Validate again, under the contract version the lake runs, every record of the
     source quarantined with `reason`; log the run in control.readmissions."""
     source = _engine_source(name)
-    from spark_jobs import readmit as engine
-    from spark_jobs import silver
+    from spark_jobs.engine import readmit as engine
+    from spark_jobs.engine import silver
 
     engine.check_reason(reason)
     with (

@@ -26,7 +26,7 @@ from typing import Any
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from spark_jobs import session
+from spark_jobs.engine import session
 from warehouse.base.settings import Settings
 from warehouse.base.text import first_line
 from warehouse.ops import streams

@@ -3,7 +3,7 @@ with the contract version that judged the records and what became of them.
 
 A run that did not finish (failed, or killed while `running`) is resumed under its
 own id by the next run for the same source and reason: its commits carry that id
-(`spark_jobs.readmit`), so nothing is admitted twice."""
+(`spark_jobs.engine.readmit`), so nothing is admitted twice."""
 
 from __future__ import annotations
 

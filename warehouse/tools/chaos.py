@@ -58,11 +58,10 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs import contract, generator, ingest, producer, views
+from spark_jobs import generator, producer, views
+from spark_jobs.engine import contract, faults, gold_writes, ingest, restatements, runner
 from spark_jobs.producer import GeneratedRun
-from spark_jobs.testing import faults
 from spark_jobs.testing.landing import Landing, fresh_seed, landing, score, wait_until_settled
-from spark_jobs.views import restatements, runner
 from warehouse.base import registry
 from warehouse.base.settings import REPO_ROOT, Settings
 from warehouse.ops import audit, ingest_ctl, pipeline, writers
@@ -332,7 +331,7 @@ class Chaos:
         pipeline.ingest_once(self.spark, self.settings, source=SHOP)
         argv = ["views", "run", view.name, str(view.version)]
         problems += _crash_between_commit_and_checkpoint(
-            runner.gold_table(view).checkpoint(self.settings),
+            gold_writes.gold_table(view).checkpoint(self.settings),
             "view_after_commit",
             [*argv, "--mode", "stream", "--until-caught-up"],
         )
@@ -564,7 +563,7 @@ class Chaos:
         problems = []
         with _tmpfs(mount, DISK_FULL_ROOM):
             ingest.run_once(self.spark, full, source=SHOP)  # the topic so far, copied
-            said = _Messages("spark_jobs.ingest")
+            said = _Messages("spark_jobs.engine.ingest")
             stop = threading.Event()
             running = threading.Thread(
                 target=ingest.run,
@@ -668,7 +667,7 @@ class Chaos:
         # Each computed once (both differences need both sides): the code's rows are
         # a whole replay of the view.
         gold = runner.read_gold(self.spark, self.settings, view).localCheckpoint()
-        want = runner.gold_rows(view, runner.read_silver(self.spark, self.settings))
+        want = gold_writes.gold_rows(view, runner.read_silver(self.spark, self.settings))
         want = want.localCheckpoint()
         return want.exceptAll(gold).count(), gold.exceptAll(want).count()
 

@@ -148,7 +148,7 @@ class _Follower:
 
 
 def run(settings: Settings, events: int) -> int:
-    from spark_jobs.testing.expectations import id_checksum
+    from spark_jobs.expectations import id_checksum
 
     _step("starting the local stack (PostgreSQL, Kafka, Trino, Airflow)")
     services.up(settings)

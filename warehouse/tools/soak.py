@@ -78,7 +78,7 @@ def run(
 ) -> Soak:
     from trino.exceptions import TrinoUserError
 
-    from spark_jobs.session import build_session
+    from spark_jobs.engine.session import build_session
     from warehouse.ops import airflow_client
 
     soak = Soak(datetime.now(UTC).isoformat(timespec="seconds"), minutes, rate)
@@ -161,7 +161,7 @@ def _sample(
     minute: float,
     last_batches: dict[str, tuple[float, float]],
 ) -> Sample:
-    from spark_jobs import maintenance
+    from spark_jobs.engine import maintenance
     from warehouse.ops import exporter
     from warehouse.sql import trino_client
 

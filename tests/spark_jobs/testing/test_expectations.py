@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from spark_jobs import generator
-from spark_jobs.testing import expectations
+from spark_jobs import expectations, generator
 
 
 def test_expected_outcome_follows_log_order_not_send_order():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from chispa import assert_df_equality
 
+from spark_jobs.engine import scoping
 from spark_jobs.views import cart_sessions_v1
 from tests.spark_jobs.conftest import at, cart, order, restated
 
@@ -78,10 +79,10 @@ def test_a_late_event_bridging_two_sessions_rescopes_its_customer(spark, silver_
         ]
     )
     late = silver.where("event_id = 'bridge'")
-    scopes = VIEW.scopes_of(late, silver)
+    scopes = scoping.scopes_of(VIEW, late, silver)
     assert [tuple(r) for r in scopes.collect()] == [("c1",)]
     # Every cart event and order of the customer, nothing else.
-    kept = VIEW.restrict(silver, scopes)
+    kept = scoping.restrict(VIEW, silver, scopes)
     got = sorted((r.customer_id, r.event_type, r.event_time) for r in kept.collect())
     assert got == [
         ("c1", "cart_item_added", at(0)),

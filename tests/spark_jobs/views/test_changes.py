@@ -14,8 +14,8 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_jobs import lake
-from spark_jobs.views import changes, revenue_hourly_v2
+from spark_jobs.engine import changes, lake
+from spark_jobs.views import revenue_hourly_v2
 from warehouse.ops.subscribe import Copy, parse
 
 VIEW = revenue_hourly_v2.VIEW

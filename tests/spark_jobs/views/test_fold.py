@@ -15,9 +15,9 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from spark_jobs import lake, views
-from spark_jobs import silver as silver_mod
-from spark_jobs.views import runner
+from spark_jobs import views
+from spark_jobs.engine import gold_writes, lake, marks, runner
+from spark_jobs.engine import silver as silver_mod
 from spark_jobs.views.base import Sums, View
 from tests.spark_jobs.conftest import assert_staged_is_the_newest_commit, at, order
 from tests.spark_jobs.views.test_runner import LOG
@@ -74,7 +74,7 @@ def _empty_gold(silver_df, tmp_path, name: str, version: int) -> tuple[View, Spa
     view = views.get(name, version)
     path = str(tmp_path / "gold")
     spark = silver_df([]).sparkSession
-    runner.ensure_gold(spark, path, view)
+    gold_writes.ensure_gold(spark, path, view)
     return view, spark, path
 
 
@@ -90,11 +90,11 @@ def test_folded_batches_give_the_views_rows_of_silver_after_them(
                 silver[row["event_id"]] = row
             else:
                 silver.pop(row["event_id"])
-        applied = runner.fold_changes(
+        applied = gold_writes.fold_changes(
             spark, path, view, _feed(silver_df, batch, batch_id), (APP, batch_id)
         )
         assert applied is not None and applied.scopes > 0 and applied.folded
-        expected = runner.gold_rows(view, silver_df(list(silver.values())))
+        expected = gold_writes.gold_rows(view, silver_df(list(silver.values())))
         assert_df_equality(
             spark.read.format("delta").load(path),
             expected,
@@ -108,14 +108,14 @@ def test_folded_batches_give_the_views_rows_of_silver_after_them(
 
     # The last batch again (its commit came before a crash): nothing is folded twice.
     newest = lake.newest_version(spark, path)
-    again = runner.fold_changes(
+    again = gold_writes.fold_changes(
         spark, path, view, _feed(silver_df, BATCHES[-1], 2), (APP, len(BATCHES) - 1)
     )
     assert again is not None and again.scopes > 0 and again.staged is None
     assert lake.newest_version(spark, path) == newest
     assert_df_equality(
         spark.read.format("delta").load(path),
-        runner.gold_rows(view, silver_df(list(silver.values()))),
+        gold_writes.gold_rows(view, silver_df(list(silver.values()))),
         ignore_row_order=True,
         ignore_nullable=True,
     )
@@ -130,16 +130,16 @@ def test_a_batch_recomputed_instead_is_not_folded_after_it(silver_df, tmp_path, 
     batch = BATCHES[0]
     silver = silver_df([row for _, row in batch])
     spark = silver.sparkSession
-    runner.ensure_gold(spark, path, view)
-    runner.apply_changes(spark, path, view, silver, silver, txn=(APP, 7))
+    gold_writes.ensure_gold(spark, path, view)
+    gold_writes.apply_changes(spark, path, view, silver, silver, txn=(APP, 7))
     assert lake.txn_version(spark, path, APP) == 7
     newest = lake.newest_version(spark, path)
-    again = runner.fold_changes(spark, path, view, _feed(silver_df, batch, 1), (APP, 7))
+    again = gold_writes.fold_changes(spark, path, view, _feed(silver_df, batch, 1), (APP, 7))
     assert again is not None and again.staged is None
     assert lake.newest_version(spark, path) == newest
     assert_df_equality(
         spark.read.format("delta").load(path),
-        runner.gold_rows(view, silver),
+        gold_writes.gold_rows(view, silver),
         ignore_row_order=True,
         ignore_nullable=True,
     )
@@ -152,7 +152,7 @@ def test_a_fold_taking_out_what_gold_does_not_hold_fails_the_batch(
     view, spark, path = _empty_gold(silver_df, tmp_path, name, version)
     erased = [("delete", order("o1", at(5), "10.00", event_id="a"))]
     with pytest.raises(PySparkException, match="replay the version"):
-        runner.fold_changes(spark, path, view, _feed(silver_df, erased, 0), (APP, 0))
+        gold_writes.fold_changes(spark, path, view, _feed(silver_df, erased, 0), (APP, 0))
     assert spark.read.format("delta").load(path).count() == 0
 
 
@@ -160,9 +160,12 @@ def test_a_fold_taking_out_what_gold_does_not_hold_fails_the_batch(
 def test_a_batch_touching_more_rows_than_fit_is_recomputed(
     silver_df, tmp_path, monkeypatch, name, version
 ):
-    monkeypatch.setattr(runner, "MAX_STAGED_ROWS", 1)
+    monkeypatch.setattr(gold_writes, "MAX_STAGED_ROWS", 1)
     view, spark, path = _empty_gold(silver_df, tmp_path, name, version)
-    assert runner.fold_changes(spark, path, view, _feed(silver_df, BATCHES[0], 0), (APP, 0)) is None
+    assert (
+        gold_writes.fold_changes(spark, path, view, _feed(silver_df, BATCHES[0], 0), (APP, 0))
+        is None
+    )
     assert lake.newest_version(spark, path) == 0
 
 
@@ -191,8 +194,10 @@ def test_shuffled_folds_of_the_shared_log_give_its_rows(silver_df, tmp_path, nam
     for batch_id, chunk in enumerate(chunks):
         # Unique ids, as silver's are: the shared log's repeat an order_id, not an event.
         batch = [("insert", {"event_id": f"x{batch_id}-{i}", **row}) for i, row in enumerate(chunk)]
-        runner.fold_changes(spark, path, view, _feed(silver_df, batch, batch_id), (APP, batch_id))
-    expected = runner.gold_rows(view, silver_df(LOG))
+        gold_writes.fold_changes(
+            spark, path, view, _feed(silver_df, batch, batch_id), (APP, batch_id)
+        )
+    expected = gold_writes.gold_rows(view, silver_df(LOG))
     assert expected.count() > 1
     assert_df_equality(
         spark.read.format("delta").load(path),
@@ -213,13 +218,13 @@ def test_only_a_replay_from_bronze_lets_a_stream_fold(silver_df, settings, tmp_p
     )
     spark = rows.sparkSession
     v1, v2 = views.get("revenue_hourly", 1), views.get("revenue_hourly", 2)
-    assert not runner.folds(spark, lake_settings, v1)  # never replayed
+    assert not marks.folds(spark, lake_settings, v1)  # never replayed
     for view in (v1, v2):
         runner.replay(spark, lake_settings, view)
-    assert runner.folds(spark, lake_settings, v1)
-    assert not runner.folds(spark, lake_settings, v2)  # its rows do not add up
-    marker = runner._marker(lake_settings, v1, runner.REPLAY_SOURCE_MARKER)
+    assert marks.folds(spark, lake_settings, v1)
+    assert not marks.folds(spark, lake_settings, v2)  # its rows do not add up
+    marker = marks.marker(lake_settings, v1, marks.REPLAY_SOURCE_MARKER)
     lake.write_text(spark, marker, "kafka\n")
-    assert not runner.folds(spark, lake_settings, v1)
+    assert not marks.folds(spark, lake_settings, v1)
     lake.delete_tree(spark, marker)
-    assert not runner.folds(spark, lake_settings, v1)
+    assert not marks.folds(spark, lake_settings, v1)

@@ -12,9 +12,9 @@ from chispa import assert_df_equality
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from spark_jobs import lake, maintenance, views
-from spark_jobs import silver as silver_mod
-from spark_jobs.views import runner
+from spark_jobs import views
+from spark_jobs.engine import gold_writes, lake, maintenance, runner
+from spark_jobs.engine import silver as silver_mod
 from tests.spark_jobs.conftest import at, order
 from warehouse.base import registry
 
@@ -60,9 +60,9 @@ def _write_silver(spark, settings, rows):
 def test_a_live_change_rewrites_only_the_files_of_its_hours(
     spark, silver_df, temp_lake, monkeypatch
 ):
-    monkeypatch.setattr(runner, "GOLD_FILE_ROWS", 4)
+    monkeypatch.setattr(gold_writes, "GOLD_FILE_ROWS", 4)
     view = views.get("revenue_hourly", 1)
-    path = runner.gold_table(view).path(temp_lake)
+    path = gold_writes.gold_table(view).path(temp_lake)
     silver = silver_df(ORDERS)
     _write_silver(spark, temp_lake, silver)
 
@@ -76,15 +76,15 @@ def test_a_live_change_rewrites_only_the_files_of_its_hours(
     # One late order in hour 5: the MERGE rewrites the one file holding hour 5.
     late = silver_df([order("late", at(hours=5, minutes=50), "2.50", currency="EUR")])
     after = silver.unionByName(late)
-    runner.ensure_gold(spark, path, view)
-    applied = runner.apply_changes(spark, path, view, late, after)
+    gold_writes.ensure_gold(spark, path, view)
+    applied = gold_writes.apply_changes(spark, path, view, late, after)
     metrics = _last_merge(spark, path)
     assert applied.scopes == 1
     assert (metrics["numTargetFilesRemoved"], metrics["numTargetRowsUpdated"]) == ("1", "1")
     assert metrics["numTargetRowsInserted"] == "0"
     assert_df_equality(
         runner.read_gold(spark, temp_lake, view),
-        runner.gold_rows(view, after),
+        gold_writes.gold_rows(view, after),
         ignore_row_order=True,
         ignore_nullable=True,
     )
@@ -94,14 +94,14 @@ def test_maintenance_lays_a_view_version_s_table_out_by_time(
     spark, silver_df, temp_lake, monkeypatch
 ):
     view = views.get("revenue_hourly", 1)
-    path = runner.gold_table(view).path(temp_lake)
+    path = gold_writes.gold_table(view).path(temp_lake)
     # One file per row, in an order that mixes the hours, as MERGEs leave them.
-    rows = runner.gold_rows(view, silver_df(ORDERS)).collect()
+    rows = gold_writes.gold_rows(view, silver_df(ORDERS)).collect()
     for row in sorted(rows, key=lambda r: (r["currency"], -r["window_start"].timestamp())):
         spark.createDataFrame([row], view.schema).write.format("delta").mode("append").save(path)
     assert maintenance.time_columns(temp_lake)[path] == "window_start"
 
-    monkeypatch.setattr(runner, "GOLD_FILE_BYTES", 6_000)  # a file per few rows
+    monkeypatch.setattr(gold_writes, "GOLD_FILE_BYTES", 6_000)  # a file per few rows
     with lake.vacuum_session(spark):
         done = maintenance.maintain(spark, path, 0.0, order_by="window_start")
 
@@ -118,8 +118,8 @@ def test_maintenance_leaves_a_view_version_s_table_in_one_small_file_as_it_is(
     """Z-ordering a table of one file of at most GOLD_FILE_BYTES would write the same
     file again: maintenance commits nothing to it but VACUUM's log entries."""
     view = views.get("revenue_hourly", 1)
-    path = runner.gold_table(view).path(temp_lake)
-    rows = runner.gold_rows(view, silver_df(ORDERS))
+    path = gold_writes.gold_table(view).path(temp_lake)
+    rows = gold_writes.gold_rows(view, silver_df(ORDERS))
     rows.coalesce(1).write.format("delta").save(path)
     before = lake.newest_version(spark, path)
 
@@ -131,8 +131,8 @@ def test_maintenance_leaves_a_view_version_s_table_in_one_small_file_as_it_is(
     assert {r["operation"] for r in history.collect()} == {"VACUUM START", "VACUUM END"}
     assert sorted(spark.read.format("delta").load(path).collect()) == sorted(rows.collect())
     # A larger file, or more than one, is laid out as before.
-    assert maintenance.already_laid_out(1, runner.GOLD_FILE_BYTES)
-    assert not maintenance.already_laid_out(1, runner.GOLD_FILE_BYTES + 1)
+    assert maintenance.already_laid_out(1, gold_writes.GOLD_FILE_BYTES)
+    assert not maintenance.already_laid_out(1, gold_writes.GOLD_FILE_BYTES + 1)
     assert not maintenance.already_laid_out(2, 1_000)
 
 
@@ -140,22 +140,22 @@ def test_no_compaction_undoes_the_layout(spark, silver_df, temp_lake, monkeypatc
     """Delta's auto compaction would bin-pack a replay's 60 small files into one at
     the next write; a view version's table has it off, also one made with it on
     (turned off when its stream starts)."""
-    monkeypatch.setattr(runner, "GOLD_FILE_ROWS", 1)
+    monkeypatch.setattr(gold_writes, "GOLD_FILE_ROWS", 1)
     view = views.get("revenue_hourly", 1)
-    path = runner.gold_table(view).path(temp_lake)
+    path = gold_writes.gold_table(view).path(temp_lake)
     lake.ensure_table(
-        spark, path, view.schema, {**runner.GOLD_PROPERTIES, runner.AUTO_COMPACT: "true"}
+        spark, path, view.schema, {**gold_writes.GOLD_PROPERTIES, gold_writes.AUTO_COMPACT: "true"}
     )
     hours = [order(f"o{h}", at(hours=h, minutes=5), "1.00") for h in range(60)]
     silver = silver_df(hours)
     _write_silver(spark, temp_lake, silver)
 
     # As a stream's start does (a replay may run over Spark Connect, without it).
-    runner.ensure_gold(spark, path, view)
-    assert lake.table_properties(spark, path)[runner.AUTO_COMPACT] == "false"
+    gold_writes.ensure_gold(spark, path, view)
+    assert lake.table_properties(spark, path)[gold_writes.AUTO_COMPACT] == "false"
     runner.batch(spark, temp_lake, view)
     late = silver_df([order("late", at(hours=30, minutes=50), "2.50")])
-    runner.apply_changes(spark, path, view, late, silver.unionByName(late))
+    gold_writes.apply_changes(spark, path, view, late, silver.unionByName(late))
 
     operations = [r["operation"] for r in DeltaTable.forPath(spark, path).history().collect()]
     assert "OPTIMIZE" not in operations and operations[0] == "MERGE"

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from chispa import assert_df_equality
 
-from spark_jobs import silver as silver_mod
-from spark_jobs.views import revenue_hourly_v2, runner
-from spark_jobs.views.links import LinkIndex
+from spark_jobs.engine import gold_writes
+from spark_jobs.engine import silver as silver_mod
+from spark_jobs.engine.links import LinkIndex
+from spark_jobs.views import revenue_hourly_v2
 from tests.spark_jobs.conftest import at, cancel, order
 
 VIEW = revenue_hourly_v2.VIEW
@@ -53,28 +54,28 @@ def test_a_live_batch_reads_only_the_days_its_links_are_on(spark, silver_df, tmp
     read = spark.read.format("delta").load
     history = _rows(silver_df, HISTORY, 0)
     _append(silver_path, history)
-    runner.gold_rows(VIEW, history).write.format("delta").save(gold)
-    runner.ensure_gold(spark, gold, VIEW)
+    gold_writes.gold_rows(VIEW, history).write.format("delta").save(gold)
+    gold_writes.ensure_gold(spark, gold, VIEW)
     # Built at the first batch, from the silver it reads; the second adds its rows.
     links = LinkIndex(VIEW)
 
     first = _rows(silver_df, FIRST, 10)
     _append(silver_path, first)
-    runner.apply_changes(spark, gold, VIEW, first, read(str(silver_path)), links)
+    gold_writes.apply_changes(spark, gold, VIEW, first, read(str(silver_path)), links)
 
     second = _rows(silver_df, SECOND, 20)
     _append(silver_path, second)
     silver = read(str(silver_path))
     unindexed = str(tmp_path / "unindexed")
-    runner.ensure_gold(spark, unindexed, VIEW)
+    gold_writes.ensure_gold(spark, unindexed, VIEW)
     # Reading a moved file fails: the batch must not touch these days.
     for part in UNNEEDED:
         (silver_path / part).rename(silver_path / (part.replace("/", "-") + ".away"))
     try:
         with pytest.raises(Exception, match=r"FileNotFound|does not exist|FAILED_READ_FILE"):
             # Without the index, every cancellation in history is read.
-            runner.apply_changes(spark, unindexed, VIEW, second, silver)
-        applied = runner.apply_changes(spark, gold, VIEW, second, silver, links)
+            gold_writes.apply_changes(spark, unindexed, VIEW, second, silver)
+        applied = gold_writes.apply_changes(spark, gold, VIEW, second, silver, links)
     finally:
         for part in UNNEEDED:
             (silver_path / (part.replace("/", "-") + ".away")).rename(silver_path / part)
@@ -82,7 +83,7 @@ def test_a_live_batch_reads_only_the_days_its_links_are_on(spark, silver_df, tmp
 
     assert_df_equality(
         read(gold),
-        runner.gold_rows(VIEW, read(str(silver_path))),
+        gold_writes.gold_rows(VIEW, read(str(silver_path))),
         ignore_row_order=True,
         ignore_nullable=True,
     )

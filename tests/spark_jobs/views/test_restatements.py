@@ -10,9 +10,8 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from spark_jobs import silver
-from spark_jobs.views import restatements, revenue_hourly_v2
-from spark_jobs.views.base import merged_ranges
+from spark_jobs.engine import gold_writes, restatements, scoping, silver
+from spark_jobs.views import revenue_hourly_v2
 from tests.spark_jobs.conftest import at, cancel, cart, order
 
 VIEW = revenue_hourly_v2.VIEW
@@ -133,7 +132,7 @@ def test_reads_of_a_live_batch_prune_silver_by_type_and_day(spark, lake):
     is opened; a plan without them would read all of history."""
     full = spark.read.format("delta").load(silver.SILVER.path(lake))
     hour = _micros(spark, at(0))
-    narrowed = VIEW.narrowed(full, merged_ranges([(hour, hour + 3_600_000_000)]))
+    narrowed = scoping.narrowed(VIEW, full, scoping.merged_ranges([(hour, hour + 3_600_000_000)]))
     plan = narrowed._jdf.queryExecution().executedPlan().toString()
     assert "PartitionFilters: [" in plan and "event_date" in plan.split("PartitionFilters: [")[1]
     assert sorted(r.order_id for r in narrowed.collect()) == ["o1", "o2"]  # the cancel, o2
@@ -173,7 +172,7 @@ def test_a_batch_run_again_after_a_crash_records_its_restatements_once(spark, la
     checkpoint commit is lost."""
     from pathlib import Path
 
-    from spark_jobs.views import runner
+    from spark_jobs.engine import runner
 
     runner.replay(spark, lake, VIEW)
     # Long after its hour closed (the newest event is 26 h in): a restatement.
@@ -193,7 +192,7 @@ def test_a_batch_run_again_after_a_crash_records_its_restatements_once(spark, la
     once = restated()
     assert [e for e, _ in once] == ["late-1"]
     # The crash: the batch's commits landed, its checkpoint commit did not.
-    commits = Path(runner.gold_table(VIEW).checkpoint(lake)) / "commits"
+    commits = Path(gold_writes.gold_table(VIEW).checkpoint(lake)) / "commits"
     for name in ("0", ".0.crc"):
         (commits / name).unlink()
     assert stream_once() == [0]  # the same batch, run again

@@ -6,6 +6,7 @@ from decimal import Decimal
 
 from chispa import assert_df_equality
 
+from spark_jobs.engine import scoping
 from spark_jobs.views import revenue_hourly_v1
 from tests.spark_jobs.conftest import at, cancel, order, restated
 
@@ -61,9 +62,11 @@ def test_v1_an_order_scopes_its_own_hour_and_currency_and_a_cancellation_nothing
             cancel("o1", at(70)),
         ]
     )
-    got = {tuple(r) for r in VIEW.scopes_of(silver, silver).collect()}
+    got = {tuple(r) for r in scoping.scopes_of(VIEW, silver, silver).collect()}
     assert got == {(H10, H11, "EUR"), (H11, H12, "USD")}
-    assert VIEW.scopes_of(silver.where("event_type = 'order_cancelled'"), silver).count() == 0
+    assert (
+        scoping.scopes_of(VIEW, silver.where("event_type = 'order_cancelled'"), silver).count() == 0
+    )
 
 
 def test_v1_restrict_keeps_exactly_the_orders_of_the_scopes_asked_for(silver_df):
@@ -75,8 +78,8 @@ def test_v1_restrict_keeps_exactly_the_orders_of_the_scopes_asked_for(silver_df)
             cancel("in", at(20)),
         ]
     )
-    scopes = VIEW.scopes_of(silver.where("event_id = 'in'"), silver)
-    kept = VIEW.restrict(silver, scopes)
+    scopes = scoping.scopes_of(VIEW, silver.where("event_id = 'in'"), silver)
+    kept = scoping.restrict(VIEW, silver, scopes)
     assert kept.columns == silver.columns  # silver's rows, as they are
     assert [r.event_id for r in kept.collect()] == ["in"]
 

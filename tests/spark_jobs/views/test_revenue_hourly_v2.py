@@ -7,7 +7,8 @@ from decimal import Decimal
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from spark_jobs.views import revenue_hourly_v2, runner
+from spark_jobs.engine import gold_writes, scoping
+from spark_jobs.views import revenue_hourly_v2
 from tests.spark_jobs.conftest import at, cancel, order, restated
 
 VIEW = revenue_hourly_v2.VIEW
@@ -77,10 +78,10 @@ def test_v2_a_cancellation_scopes_its_orders_hours_whenever_it_arrives(silver_df
         ]
     )
     late = silver.where("event_id = 'late'")
-    got = {tuple(r) for r in VIEW.scopes_of(late, silver).collect()}
+    got = {tuple(r) for r in scoping.scopes_of(VIEW, late, silver).collect()}
     assert got == {(H10, H11, "EUR"), (H11, H12, "USD")}
     # A cancellation of an order not (yet) in silver changes nothing.
-    assert VIEW.scopes_of(silver.where("event_id = 'orphan'"), silver).count() == 0
+    assert scoping.scopes_of(VIEW, silver.where("event_id = 'orphan'"), silver).count() == 0
 
 
 def test_v2_restrict_keeps_the_scopes_orders_and_every_cancellation_of_them(spark, silver_df):
@@ -96,8 +97,8 @@ def test_v2_restrict_keeps_the_scopes_orders_and_every_cancellation_of_them(spar
             cancel("ghost", at(5)),
         ]
     )
-    h10_eur = VIEW.scopes_of(silver.where("order_id = 'o2'"), silver)
-    kept = VIEW.restrict(silver, h10_eur)
+    h10_eur = scoping.scopes_of(VIEW, silver.where("order_id = 'o2'"), silver)
+    kept = scoping.restrict(VIEW, silver, h10_eur)
     got = sorted((r.event_type, r.order_id, r.event_time) for r in kept.collect())
     assert got == [
         ("order_cancelled", "o1", at(-30)),
@@ -106,10 +107,10 @@ def test_v2_restrict_keeps_the_scopes_orders_and_every_cancellation_of_them(spar
         ("order_placed", "o2", at(20)),
     ]
     # ...and they decide that hour's row exactly as all of silver does.
-    everything = runner.gold_rows(VIEW, silver).where(
+    everything = gold_writes.gold_rows(VIEW, silver).where(
         (F.col("window_start") == H10) & (F.col("currency") == "EUR")
     )
-    assert_df_equality(runner.gold_rows(VIEW, kept), everything, ignore_row_order=True)
+    assert_df_equality(gold_writes.gold_rows(VIEW, kept), everything, ignore_row_order=True)
 
 
 # -- restatements -------------------------------------------------------------------------

@@ -7,9 +7,10 @@ import random
 import pytest
 from chispa import assert_df_equality
 
-from spark_jobs import lake, session, views
-from spark_jobs.views import runner
-from spark_jobs.views.links import LinkIndex
+from spark_jobs import views
+from spark_jobs.engine import gold_writes, lake, runner, session
+from spark_jobs.engine.links import LinkIndex
+from spark_jobs.engine.progress import Progress
 from tests.spark_jobs.conftest import at, cancel, cart, item, order, web_session, web_view
 from warehouse.ops.stack.process import wait_until
 
@@ -102,7 +103,7 @@ def test_shuffled_micro_batches_replay_and_batch_agree(
     assert not _compiles(spark_live)
     assert spark_live.conf.get("spark.sql.codegen.factoryMode") == "NO_CODEGEN"
     live = str(tmp_path / "live")
-    runner.ensure_gold(spark_live, live, view)
+    gold_writes.ensure_gold(spark_live, live, view)
     order_ = list(range(len(rows)))
     random.Random(version * 31 + len(name)).shuffle(order_)
     chunks = [order_[i : i + 3] for i in range(0, len(order_), 3)]
@@ -111,17 +112,17 @@ def test_shuffled_micro_batches_replay_and_batch_agree(
         seen += chunk
         changed = spark_live.createDataFrame([rows[i] for i in chunk], log_df.schema)
         silver = spark_live.createDataFrame([rows[i] for i in seen], log_df.schema)
-        runner.apply_changes(spark_live, live, view, changed, silver, links)
+        gold_writes.apply_changes(spark_live, live, view, changed, silver, links)
     # ...and a micro-batch replayed after a crash changes nothing: no row of gold
     # differs, so there is no commit (and no change a live version publishes).
     before = lake.newest_version(spark_live, live)
-    assert runner.apply_changes(spark_live, live, view, changed, silver, links).scopes > 0
+    assert gold_writes.apply_changes(spark_live, live, view, changed, silver, links).scopes > 0
     assert lake.newest_version(spark_live, live) == before
 
     # (b) replay: all of history as one change.
     replay = str(tmp_path / "replay")
-    runner.ensure_gold(compiled, replay, view)
-    runner.apply_changes(compiled, replay, view, log_df, log_df)
+    gold_writes.ensure_gold(compiled, replay, view)
+    gold_writes.apply_changes(compiled, replay, view, log_df, log_df)
 
     read = compiled.read.format("delta").load
     for got in (read(live), read(replay)):
@@ -132,8 +133,8 @@ def test_shuffled_micro_batches_replay_and_batch_agree(
 
 
 def test_replay_progress_follows_the_jobs_tasks(spark, caplog):
-    caplog.set_level("INFO", logger="spark_jobs.views.runner")
-    with runner.Progress(spark, "replay t_v1", 1000, every_s=0.05) as progress:
+    caplog.set_level("INFO", logger="spark_jobs.engine.progress")
+    with Progress(spark, "replay t_v1", 1000, every_s=0.05) as progress:
         assert progress.share_done() == 0.0
         spark.range(0, 200_000, numPartitions=4).selectExpr("sum(id)").collect()
         # The status tracker hears of finished tasks through Spark's listener bus,

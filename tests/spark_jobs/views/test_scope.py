@@ -13,8 +13,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from spark_jobs import views
-from spark_jobs.views import hourly, runner
-from spark_jobs.views.base import Scope, View, merged_ranges
+from spark_jobs.engine import gold_writes, scoping
+from spark_jobs.views import hourly
+from spark_jobs.views.base import Scope, View
 from tests.spark_jobs.conftest import assert_staged_is_the_newest_commit, at, cart, order
 from tests.spark_jobs.views.test_runner import LOG, log_of
 
@@ -40,8 +41,8 @@ def test_restricted_silver_decides_its_scopes_rows_exactly(silver_df, name, vers
     view = views.get(name, version)
     log_df = log_of(silver_df, view)
     cols = list(view.scope_columns)
-    gold = runner.gold_rows(view, log_df)
-    scopes = view.scopes_of(log_df, log_df)
+    gold = gold_writes.gold_rows(view, log_df)
+    scopes = scoping.scopes_of(view, log_df, log_df)
     # Every gold row is in a scope that its own events yield.
     assert gold.select(*cols).distinct().exceptAll(scopes).count() == 0
     # Every other scope, by the scope columns' order.
@@ -49,7 +50,7 @@ def test_restricted_silver_decides_its_scopes_rows_exactly(silver_df, name, vers
     half = scopes.sparkSession.createDataFrame(ordered[::2], scopes.schema)
     assert len(ordered) > 1
     assert_df_equality(
-        runner.gold_rows(view, view.restrict(log_df, half)),
+        gold_writes.gold_rows(view, scoping.restrict(view, log_df, half)),
         gold.join(half, cols, "left_semi"),
         ignore_row_order=True,
     )
@@ -63,33 +64,37 @@ def test_silver_narrowed_to_the_scopes_times_decides_them_alike(log_df, name, ve
     every linked event) yields the same rows and places events alike, and leaves
     out the rest of history."""
     view = views.get(name, version)
-    scopes = view.scopes_of(log_df, log_df)
+    scopes = scoping.scopes_of(view, log_df, log_df)
     ordered = [tuple(r) for r in scopes.orderBy(*view.scope_columns).collect()]
     one = scopes.sparkSession.createDataFrame(ordered[:1], scopes.schema)
-    bounds = view.time_bounds(one)
+    bounds = scoping.time_bounds(view, one)
     assert bounds is not None
-    narrow = view.narrowed(log_df, merged_ranges((r[0], r[1]) for r in bounds.collect()))
+    narrow = scoping.narrowed(
+        view, log_df, scoping.merged_ranges((r[0], r[1]) for r in bounds.collect())
+    )
     assert 0 < narrow.count() < log_df.count()
     assert narrow.where(F.col("event_type").isin(*view.scope.linked)).count() == (
         log_df.where(F.col("event_type").isin(*view.scope.linked)).count()
     )
     assert_df_equality(
-        runner.gold_rows(view, view.restrict(narrow, one)),
-        runner.gold_rows(view, view.restrict(log_df, one)),
+        gold_writes.gold_rows(view, scoping.restrict(view, narrow, one)),
+        gold_writes.gold_rows(view, scoping.restrict(view, log_df, one)),
         ignore_row_order=True,
     )
-    landed = log_df.join(view.restrict(log_df, one).select("event_id"), "event_id", "left_semi")
+    landed = log_df.join(
+        scoping.restrict(view, log_df, one).select("event_id"), "event_id", "left_semi"
+    )
     assert_df_equality(
-        view.lands_in(landed, narrow, None),
-        view.lands_in(landed, log_df, None),
+        scoping.lands_in(view, landed, narrow, None),
+        scoping.lands_in(view, landed, log_df, None),
         ignore_row_order=True,
     )
 
 
 def test_time_ranges_merge_where_they_meet_and_bridge_past_the_limit():
-    assert merged_ranges([(5, 7), (0, 2), (2, 3), (6, 9)]) == [(0, 3), (5, 9)]
-    assert merged_ranges([(0, 1), (2, 3), (4, 5)], limit=2) == [(0, 5)]
-    assert merged_ranges([]) == []
+    assert scoping.merged_ranges([(5, 7), (0, 2), (2, 3), (6, 9)]) == [(0, 3), (5, 9)]
+    assert scoping.merged_ranges([(0, 1), (2, 3), (4, 5)], limit=2) == [(0, 5)]
+    assert scoping.merged_ranges([]) == []
 
 
 def test_a_scopes_time_bounds_must_be_scope_columns():
@@ -113,10 +118,12 @@ def test_an_event_lands_in_the_gold_row_that_holds_it(log_df, name, version):
         sums=None,
     )
     assert not in_gold.fixed_windows
-    gold = runner.gold_rows(view, log_df)
-    declared = view.lands_in(log_df, log_df, None)
+    gold = gold_writes.gold_rows(view, log_df)
+    declared = scoping.lands_in(view, log_df, log_df, None)
     assert declared.count() > 1
-    assert_df_equality(declared, in_gold.lands_in(log_df, log_df, gold), ignore_row_order=True)
+    assert_df_equality(
+        declared, scoping.lands_in(in_gold, log_df, log_df, gold), ignore_row_order=True
+    )
 
 
 def test_a_view_declares_its_scope_in_its_own_gold_columns():
@@ -167,9 +174,9 @@ def test_a_scope_column_named_like_a_silver_column_never_replaces_it(silver_df):
         sums=None,
     )
     silver = silver_df([order("o1", at(5), "1.00"), order("o2", at(5), "1.00", currency="USD")])
-    eur = view.scopes_of(silver.where("order_id = 'o1'"), silver)
+    eur = scoping.scopes_of(view, silver.where("order_id = 'o1'"), silver)
     assert [r.currency for r in eur.collect()] == ["eur"]
-    kept = view.restrict(silver, eur)
+    kept = scoping.restrict(view, silver, eur)
     assert kept.columns == silver.columns
     assert [(r.order_id, r.currency) for r in kept.collect()] == [("o1", "EUR")]
 
@@ -241,31 +248,33 @@ def test_a_sessions_change_is_decided_by_the_events_near_it(silver_df, tmp_path,
     added, taken, want = SESSION_CHANGES[case]
     before, after, changed = _session_change(silver_df, added, taken)
     spark = before.sparkSession
-    expected = runner.gold_rows(view, after)
+    expected = gold_writes.gold_rows(view, after)
     t0 = at(0).timestamp()
 
-    for gold in (runner.gold_rows(view, before), expected):
-        near = view.near(changed, gold)
+    for gold in (gold_writes.gold_rows(view, before), expected):
+        near = scoping.near(view, changed, gold)
         spans = sorted(
             (r.customer_id, round((r.lo / 1e6 - t0) / 60), round((r.hi / 1e6 - t0) / 60))
             for r in near.collect()
         )
         assert spans == want
-        narrow = view.narrowed(after, merged_ranges((r.lo, r.hi + 1) for r in near.collect()))
-        deciding = view.restrict_near(narrow, near)
+        narrow = scoping.narrowed(
+            view, after, scoping.merged_ranges((r.lo, r.hi + 1) for r in near.collect())
+        )
+        deciding = scoping.restrict_near(view, narrow, near)
         # Nothing of the customer's other days is read.
         assert deciding.where(F.col("event_time") >= at(hours=47)).count() == 0
-        fresh = runner.gold_rows(view, deciding)
-        kept = gold.join(view.rows_near(gold, near), list(view.key), "left_anti")
+        fresh = gold_writes.gold_rows(view, deciding)
+        kept = gold.join(scoping.rows_near(view, gold, near), list(view.key), "left_anti")
         assert_df_equality(kept.unionByName(fresh), expected, ignore_row_order=True)
 
     # The runner's own path on a Delta table: the MERGE bounded by the spans'
     # times, its deletes (a split or merged session's old rows), and the rows
     # it recomputed, where restatements are placed.
     path = str(tmp_path / "gold")
-    runner.ensure_gold(spark, path, view)
-    runner.apply_changes(spark, path, view, before, before)
-    applied = runner.apply_changes(spark, path, view, changed, after)
+    gold_writes.ensure_gold(spark, path, view)
+    gold_writes.apply_changes(spark, path, view, before, before)
+    applied = gold_writes.apply_changes(spark, path, view, changed, after)
     assert_df_equality(
         spark.read.format("delta").load(path), expected, ignore_row_order=True, ignore_nullable=True
     )
@@ -273,12 +282,14 @@ def test_a_sessions_change_is_decided_by_the_events_near_it(silver_df, tmp_path,
     # feed gives, tombstones of the old sessions included.
     assert_staged_is_the_newest_commit(spark, path, view, applied.staged)
     # Repeated (a micro-batch retried after its commit): nothing to write or publish.
-    assert runner.apply_changes(spark, path, view, changed, after).staged is None
+    assert gold_writes.apply_changes(spark, path, view, changed, after).staged is None
     assert applied.rows is not None
     assert_df_equality(
         applied.rows,
         expected.join(
-            view.rows_near(expected, view.near(changed, expected)), list(view.key), "left_semi"
+            scoping.rows_near(view, expected, scoping.near(view, changed, expected)),
+            list(view.key),
+            "left_semi",
         ),
         ignore_row_order=True,
         ignore_nullable=True,
@@ -292,19 +303,19 @@ def test_a_batch_of_many_changes_recomputes_its_customers_whole(
     """Past MAX_NEAR_CHANGES changed rows the runner recomputes each touched customer
     from all of their events instead: the same gold. So large a batch also stays in
     Spark past MAX_STAGED_ROWS: nothing is staged, and the change feed publishes it."""
-    monkeypatch.setattr(runner, "MAX_NEAR_CHANGES", 0)
-    monkeypatch.setattr(runner, "MAX_STAGED_ROWS", 0)
+    monkeypatch.setattr(gold_writes, "MAX_NEAR_CHANGES", 0)
+    monkeypatch.setattr(gold_writes, "MAX_STAGED_ROWS", 0)
     view = views.get("cart_sessions", 1)
     added, taken, _ = SESSION_CHANGES[case]
     before, after, changed = _session_change(silver_df, added, taken)
     spark = before.sparkSession
     path = str(tmp_path / "gold")
-    runner.ensure_gold(spark, path, view)
-    runner.apply_changes(spark, path, view, before, before)
-    applied = runner.apply_changes(spark, path, view, changed, after)
+    gold_writes.ensure_gold(spark, path, view)
+    gold_writes.apply_changes(spark, path, view, before, before)
+    applied = gold_writes.apply_changes(spark, path, view, changed, after)
     assert_df_equality(
         spark.read.format("delta").load(path),
-        runner.gold_rows(view, after),
+        gold_writes.gold_rows(view, after),
         ignore_row_order=True,
         ignore_nullable=True,
     )

@@ -7,9 +7,10 @@ from decimal import Decimal
 
 from pyspark.sql.types import IntegerType, StructField, StructType
 
-from spark_jobs.views import revenue_hourly_v1, revenue_hourly_v2, runner
-from spark_jobs.views.inputs import Position
-from spark_jobs.views.validate import difference, disagreements, type_clashes
+from spark_jobs.engine import gold_writes, marks
+from spark_jobs.engine.inputs import Position
+from spark_jobs.engine.validate import difference, disagreements, type_clashes
+from spark_jobs.views import revenue_hourly_v1, revenue_hourly_v2
 from tests.spark_jobs.conftest import at, cancel, order
 from warehouse.base import registry
 
@@ -23,16 +24,16 @@ def test_v2_agrees_with_v1_on_what_they_share(spark, silver_df):
             cancel("o1", at(80)),
         ]
     )
-    v1 = runner.gold_rows(revenue_hourly_v1.VIEW, silver)
-    v2 = runner.gold_rows(revenue_hourly_v2.VIEW, silver)
+    v1 = gold_writes.gold_rows(revenue_hourly_v1.VIEW, silver)
+    v2 = gold_writes.gold_rows(revenue_hourly_v2.VIEW, silver)
     shared = revenue_hourly_v2.VIEW.agrees_with[1]
     assert disagreements(["window_start", "currency"], v2, v1, shared).count() == 0
 
 
 def test_a_changed_value_and_a_missing_key_are_both_disagreements(spark, silver_df):
     silver = silver_df([order("o1", at(5), "10.00"), order("o2", at(70), "4.00")])
-    v1 = runner.gold_rows(revenue_hourly_v1.VIEW, silver)
-    v2 = runner.gold_rows(revenue_hourly_v2.VIEW, silver)
+    v1 = gold_writes.gold_rows(revenue_hourly_v1.VIEW, silver)
+    v2 = gold_writes.gold_rows(revenue_hourly_v2.VIEW, silver)
     shared = revenue_hourly_v2.VIEW.agrees_with[1]
     wrong = v2.withColumn("gross_revenue", v2.gross_revenue + 1).where(
         "window_start = '2026-01-01 10:00:00'"
@@ -62,15 +63,15 @@ def test_same_named_columns_of_another_type_clash():
 def test_the_newest_tagged_commit_names_its_silver_version(spark, tmp_path):
     path = str(tmp_path / "gold")
     df = spark.range(3)
-    df.write.format("delta").option("userMetadata", runner.tag(7, "silver")).save(path)
+    df.write.format("delta").option("userMetadata", marks.tag(7, "silver")).save(path)
     df.write.format("delta").mode("append").save(path)  # untagged: someone else's commit
-    assert runner.latest_tag(spark, path) == (0, Position(((registry.SHOP_SOURCE, 7),)), "silver")
-    spark.conf.set(runner.TAG_CONF, runner.tag(9, "stream"))
+    assert marks.latest_tag(spark, path) == (0, Position(((registry.SHOP_SOURCE, 7),)), "silver")
+    spark.conf.set(marks.TAG_CONF, marks.tag(9, "stream"))
     try:
         df.write.format("delta").mode("append").save(path)
     finally:
-        spark.conf.unset(runner.TAG_CONF)
-    assert runner.latest_tag(spark, path) == (2, Position(((registry.SHOP_SOURCE, 9),)), "stream")
+        spark.conf.unset(marks.TAG_CONF)
+    assert marks.latest_tag(spark, path) == (2, Position(((registry.SHOP_SOURCE, 9),)), "stream")
 
 
 def test_difference_counts_rows_as_a_multiset_with_nulls_equal(spark):
@@ -91,6 +92,6 @@ def test_difference_counts_rows_as_a_multiset_with_nulls_equal(spark):
 
 def test_equal_tables_have_no_difference(spark, silver_df):
     silver = silver_df([order("o1", at(5), "10.00"), order("o2", at(70), "4.00")])
-    v1 = runner.gold_rows(revenue_hourly_v1.VIEW, silver)
+    v1 = gold_writes.gold_rows(revenue_hourly_v1.VIEW, silver)
     diff = difference(v1, v1)
     assert (diff.rows, diff.expected_rows, diff.missing, diff.unexpected) == (2, 2, 0, 0)

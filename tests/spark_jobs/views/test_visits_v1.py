@@ -12,7 +12,8 @@ from decimal import Decimal
 import pytest
 from chispa import assert_df_equality
 
-from spark_jobs.views import inputs, visits_v1
+from spark_jobs.engine import gold_writes, inputs, marks
+from spark_jobs.views import visits_v1
 from tests.spark_jobs.conftest import at, cart, item, order, web_session, web_view
 
 VIEW = visits_v1.VIEW
@@ -166,8 +167,7 @@ def test_a_live_stream_follows_both_change_feeds_and_restates_a_late_web_event(
 
     Over 20 s: a replay and two runs of the real stream (available-now), since what
     it proves is what the runner does with two real change feeds and a restart."""
-    from spark_jobs import lake
-    from spark_jobs.views import restatements, runner
+    from spark_jobs.engine import lake, restatements, runner
 
     s = replace(settings, lake_root=str(tmp_path / "lake"))
     inputs.ensure(spark, s, VIEW)
@@ -220,7 +220,7 @@ def test_a_live_stream_follows_both_change_feeds_and_restates_a_late_web_event(
 
     assert stream_once() == [0]  # both feeds' late commits, in one batch
     newest = inputs.newest(spark, s, VIEW)
-    gold_path = runner.gold_table(VIEW).path(s)
+    gold_path = gold_writes.gold_table(VIEW).path(s)
     gold = spark.read.format("delta").load(gold_path)
     assert_df_equality(
         gold,
@@ -233,7 +233,7 @@ def test_a_live_stream_follows_both_change_feeds_and_restates_a_late_web_event(
         ("c1", 4, 1, 2, 1, True),
         ("c2", 1, 0, 0, 1, False),
     ]
-    tagged = runner.latest_tag(spark, gold_path)
+    tagged = marks.latest_tag(spark, gold_path)
     assert tagged is not None and tagged[1] == newest
     table = spark.read.format("delta").load(restatements.RESTATEMENTS.path(s))
     assert {r.event_id for r in table.where("view = 'visits'").collect()} == {"s2", "w3"}
@@ -245,7 +245,8 @@ def test_a_live_stream_follows_both_change_feeds_and_restates_a_late_web_event(
 
 
 def test_a_replay_from_kafka_is_refused_before_any_work_for_a_view_over_two_sources(settings):
-    from spark_jobs.views import revenue_hourly_v1, runner
+    from spark_jobs.engine import runner
+    from spark_jobs.views import revenue_hourly_v1
     from warehouse.ops import lifecycle
     from warehouse.sql.versions import VersionError
 

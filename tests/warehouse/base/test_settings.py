@@ -89,8 +89,8 @@ def test_an_airflow_of_ones_own_is_reached_by_url_and_login():
 def test_s3_change_detection_reaches_s3a_and_a_wrong_mode_is_refused(
     monkeypatch: pytest.MonkeyPatch,
 ):
-    from spark_jobs import session
-    from spark_jobs.session import _object_store_conf
+    from spark_jobs.engine import session
+    from spark_jobs.engine.session import _object_store_conf
 
     # The jars themselves come from `regauge cluster fetch`, which a machine that
     # never ran the cluster has not done: this is about the settings only.

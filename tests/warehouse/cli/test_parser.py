@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from spark_jobs import generator
-from spark_jobs.views import runner
+from spark_jobs.engine import runner
 from warehouse.cli import main
 from warehouse.cli import parser as cli
 from warehouse.ops import audit

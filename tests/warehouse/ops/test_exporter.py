@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.audit import Finding, Run
-from spark_jobs.ingest import record_progress
-from spark_jobs.silver import BatchResult
+from spark_jobs.engine.audit import Finding, Run
+from spark_jobs.engine.ingest import record_progress
+from spark_jobs.engine.silver import BatchResult
 from tests.ports import free_port
 from warehouse.base.settings import Settings
 from warehouse.ops import audit, exporter

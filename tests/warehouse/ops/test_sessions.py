@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs import session
+from spark_jobs.engine import session
 from tests.ports import free_port
 from warehouse.base.settings import Settings
 from warehouse.ops import sessions, streams

@@ -324,3 +324,21 @@ def test_the_replay_figure_is_the_slowest_views_rate():
     assert report.figures["replay_large_events_per_s"] == 250_000
     assert report.figures["replay_large_s_cart_sessions_v1"] == 4.0
     assert report.baselines["replay_large_duckdb_events_per_s"] == 4_000_000
+
+
+def test_the_last_recorded_figure_is_the_newest_run_of_the_same_size(tmp_path):
+    def run(stamp: str, events: int, ingest: float | None) -> None:
+        figures = {} if ingest is None else {"ingest_events_per_s": ingest}
+        (tmp_path / f"bench-{stamp}.json").write_text(
+            json.dumps({"figures": figures, "sizes": {"events": events}})
+        )
+
+    assert bench_report.last_recorded("ingest_events_per_s", 1000, tmp_path) is None
+    run("20261101T000000", 1000, 9_000.0)
+    run("20261102T000000", 1000, 10_000.0)
+    run("20261103T000000", 50, 99_000.0)  # another size: not comparable
+    run("20261104T000000", 1000, None)  # a run of other phases: skipped
+    assert bench_report.last_recorded("ingest_events_per_s", 1000, tmp_path) == 10_000.0
+    figures = {"ingest_vs_last_recorded": 0.89}
+    (verdict,) = [v for v in bench_report.verdicts(figures) if v[0] == "ingest_vs_last_recorded"]
+    assert verdict[-1] is False  # more than 10 % slower is a missed target

@@ -18,7 +18,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from spark_jobs import class_archive
+from spark_jobs.engine import class_archive
 from warehouse.base.jvm import Layout, SetupError, java17, java25, layout
 from warehouse.base.settings import REPO_ROOT, Settings
 

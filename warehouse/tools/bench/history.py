@@ -108,7 +108,7 @@ def _lake(settings: Settings, root: Path) -> Settings:
 def _silver_rows(spark: Any, n: int) -> Any:
     """n generator events validated into silver rows, as ingest would make them."""
     from spark_jobs import generator
-    from spark_jobs import silver as silver_mod
+    from spark_jobs.engine import silver as silver_mod
 
     records = generator.traffic(SEED, n)
     return silver_mod.from_records(_kafka_rows(spark, records, 0)).localCheckpoint(eager=True)
@@ -116,7 +116,8 @@ def _silver_rows(spark: Any, n: int) -> Any:
 
 def _kafka_rows(spark: Any, events: list[dict[str, Any]], first_offset: int) -> Any:
     """Events as the Kafka source's rows (one partition, consecutive offsets)."""
-    from spark_jobs import bronze, generator
+    from spark_jobs import generator
+    from spark_jobs.engine import bronze
 
     # Stamped long after every event, so none is "from the future".
     stamp = datetime(2030, 1, 1, tzinfo=UTC)
@@ -153,9 +154,9 @@ def _copies(base: Any, factor: int) -> Any:
 
 def _write_silver(spark: Any, settings: Settings, rows: Any) -> None:
     """Silver (as ingest lays it out) holding rows, and every view replayed over it."""
-    from spark_jobs import silver as silver_mod
     from spark_jobs import views
-    from spark_jobs.views import runner
+    from spark_jobs.engine import runner
+    from spark_jobs.engine import silver as silver_mod
 
     silver_mod.ensure_tables(spark, settings)
     rows.write.format("delta").mode("append").save(silver_mod.SILVER.path(settings))
@@ -173,8 +174,8 @@ def _one_event_batches(
     One warm-up commit first, not counted: a stream's first batch also pays for
     what it learns once (the newest event time the view has seen).
     """
-    from spark_jobs import silver as silver_mod
-    from spark_jobs.views import runner
+    from spark_jobs.engine import runner
+    from spark_jobs.engine import silver as silver_mod
 
     query = runner.stream(spark, settings, view, trigger="500 milliseconds")
     took: list[float | None] = []

@@ -71,7 +71,7 @@ def measure(bench: Bench, spark: Any, settings: Settings, scratch: Path) -> Repl
     """Every view's code over all of `settings`' silver at its newest version, each
     written as Delta under `scratch`, then DuckDB's v1 over the same version."""
     from spark_jobs import views
-    from spark_jobs.views import runner
+    from spark_jobs.engine import gold_writes, runner
 
     shutil.rmtree(scratch, ignore_errors=True)
     version = runner.silver_version(spark, settings)
@@ -80,7 +80,7 @@ def measure(bench: Bench, spark: Any, settings: Settings, scratch: Path) -> Repl
     for (name, v), view in sorted(views.of_the_shop().items()):
         started = time.monotonic()
         (
-            runner.gold_rows(view, runner.read_silver(spark, settings, version))
+            gold_writes.gold_rows(view, runner.read_silver(spark, settings, version))
             .write.format("delta")
             .mode("overwrite")
             .save(str(scratch / f"{name}_v{v}"))

@@ -40,7 +40,7 @@ KEPT_EVENT_LOGS = 8
 
 def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC) -> Report:
     """Every phase, then the JSON, the chart and (unless doc is None) BENCHMARKS.md."""
-    from spark_jobs.session import build_session
+    from spark_jobs.engine.session import build_session
     from warehouse.ops import airflow_client, ingest_ctl, pipeline, streams
     from warehouse.sql import trino_client
 
@@ -101,6 +101,7 @@ def run(settings: Settings, sizes: Sizes, out_dir: Path, doc: Path | None = DOC)
                     print("bench: ingest (a bare consumer first, then Kafka -> bronze -> silver)")
                     throughput.bare_consumer(bench, before, after)
                     throughput.ingest(bench, spark, before, after, valid)
+                    throughput.web_ingest(bench, spark)
             if "replay" in phases:
                 with timed("replay"):
                     print("bench: replay of every view from silver, and DuckDB")

@@ -29,8 +29,7 @@ PROGRESS_EVERY = 100  # commits between two progress lines
 def small_files(bench: Bench, spark: Any) -> None:
     from pyspark.sql.types import StructType
 
-    from spark_jobs import lake, maintenance
-    from spark_jobs.views import runner
+    from spark_jobs.engine import gold_writes, lake, maintenance
     from warehouse.sql import catalog, trino_client
 
     settings, commits = bench.settings, bench.sizes.small_file_commits
@@ -40,7 +39,9 @@ def small_files(bench: Bench, spark: Any) -> None:
     schema = StructType.fromDDL(SCHEMA)
     assert isinstance(schema, StructType)
     # Auto compaction on, so the figure stays comparable with earlier runs'.
-    lake.ensure_table(spark, path, schema, {**runner.GOLD_PROPERTIES, runner.AUTO_COMPACT: "true"})
+    lake.ensure_table(
+        spark, path, schema, {**gold_writes.GOLD_PROPERTIES, gold_writes.AUTO_COMPACT: "true"}
+    )
     started = time.monotonic()
     first = datetime(2026, 1, 1)
     for i in range(commits):

@@ -11,7 +11,7 @@ from typing import Any
 
 from warehouse.base.settings import Settings
 from warehouse.tools.bench.context import Bench
-from warehouse.tools.bench.report import Batch, sustained
+from warehouse.tools.bench.report import Batch, last_recorded, sustained
 
 BENCH_TOPIC = "regauge.bench.baseline"
 # How long before the run the throughput phase's events happened.
@@ -114,12 +114,149 @@ def ingest(
     bench: Bench, spark: Any, before: dict[int, int], after: dict[int, int], valid: int
 ) -> None:
     """Ingest as in production (its one query, processing-time trigger) through the backlog."""
-    from spark_jobs import bronze
+    from spark_jobs.engine import bronze
     from warehouse.base import registry
+
+    batches = _ingest_until(bench, spark, after)
+    want = sum(after[p] - before[p] for p in after)
+    # The figures count only if every record landed exactly where the contract says.
+    ranges = bronze.in_offsets(before, after)
+    read = spark.read.format("delta").load
+    in_bronze = read(registry.BRONZE_EVENTS.path(bench.settings)).where(ranges).count()
+    in_silver = read(registry.SILVER_EVENTS.path(bench.settings)).where(ranges).count()
+    if (in_bronze, in_silver) != (want, valid):
+        raise RuntimeError(
+            f"ingest landed {in_bronze:,} in bronze and {in_silver:,} in silver; "
+            f"expected {want:,} and {valid:,}"
+        )
+    rate, p95_batch = sustained(batches, want)
+    f = bench.report.figures
+    f["ingest_events_per_s"] = rate
+    f["ingest_batch_p95_s"] = p95_batch
+    f["ingest_vs_baseline"] = rate / bench.report.baselines["ingest_baseline_events_per_s"]
+    # Read before this run is saved, so the newest recorded is the run before.
+    before_now = last_recorded("ingest_events_per_s", bench.sizes.events)
+    if before_now is not None:
+        bench.report.baselines["ingest_last_recorded_events_per_s"] = before_now
+        f["ingest_vs_last_recorded"] = rate / before_now
+    bench.report.notes["ingest"] = (
+        f"{want:,} records, {sum(1 for b in batches if b.rows)} micro-batches with rows, "
+        f"at most {bench.settings.ingest_max_records_per_batch:,} records per batch"
+    )
+    bench.say(
+        f"ingest: {rate:,.0f} events/s (p95 batch {p95_batch:.1f} s); bare consumer "
+        f"{bench.report.baselines['ingest_baseline_events_per_s']:,.0f} events/s"
+    )
+
+
+def web_ingest(bench: Bench, spark: Any) -> None:
+    """The second source's ingest rate (issue 66): a quarter as many web records as the
+    shop's, of the last hour, sent to `web.events` at once, then ingest as in
+    production (every source's query) until the web's query has read them. The rate
+    of that query's batches, against the shop's in the same run (`ingest_events_per_s`).
+
+    After the shop's phase, so the shop's figure stays comparable with earlier runs';
+    the shop's query then finds nothing new and costs a little of the web's time."""
+    from spark_jobs import generator, producer
+    from spark_jobs.engine import bronze
+    from warehouse.base import registry
+    from warehouse.ops.stack import services
+
+    web = registry.source_tables("web")
+    services.ensure_topic(bench.settings, web.topic)
+    count = max(bench.sizes.events // 4, 1)
+    seed = int(bench.run_id) % 10**9
+    sent_at = datetime.now(UTC)
+    records = generator.web_records(
+        seed, count, start=sent_at - RECENT, days=RECENT / timedelta(days=1)
+    )
+    before = _end_offsets(bench.settings, web.topic)
+    run = producer.produce_run(bench.settings, seed, records, topic=web.topic)
+    if not run.summary.ok:
+        raise RuntimeError(f"the producer failed on the web's records: {run.summary.errors[:3]}")
+    after = _end_offsets(bench.settings, web.topic)
+    want = sum(after[p] - before[p] for p in after)
+    batches = _ingest_until(bench, spark, after, query=web.ingest_query)
+    read = spark.read.format("delta").load
+    ranges = bronze.in_offsets(before, after)
+    in_silver = read(web.silver.path(bench.settings)).where(ranges).count()
+    if in_silver != want:
+        raise RuntimeError(f"web ingest landed {in_silver:,} in silver; expected {want:,}")
+    rate, p95_batch = sustained(batches, want)
+    f = bench.report.figures
+    f["web_ingest_events_per_s"] = rate
+    if "ingest_events_per_s" in f:
+        f["web_ingest_vs_shop"] = rate / f["ingest_events_per_s"]
+    bench.report.notes["web ingest"] = (
+        f"{want:,} web records, {sum(1 for b in batches if b.rows)} micro-batches with rows"
+    )
+    bench.say(f"web ingest: {rate:,.0f} events/s (p95 batch {p95_batch:.1f} s)")
+
+
+def _batch_listener(batches: list[Batch], query: str | None = None) -> Any:
+    """A StreamingQueryListener that collects every ingest micro-batch and knows when
+    ingest has finished a batch that read up to given offsets.
+
+    Made inside a function so this module imports without PySpark (its pure
+    parts are tested without a JVM).
+    """
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    from spark_jobs.engine import ingest
+
+    name = query or ingest.QUERY
+
+    class Listener(StreamingQueryListener):
+        def __init__(self) -> None:
+            self.done: dict[int, int] = {}
+
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            p = json.loads(event.progress.json)
+            if p.get("name") != name:
+                return
+            started = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+            seconds = (p.get("durationMs") or {}).get("triggerExecution", 0) / 1000
+            rows = int(p.get("numInputRows") or 0)
+            batches.append(Batch(name, started, seconds, rows))
+            # A progress event comes once its batch has committed bronze and silver both.
+            end = ingest.kafka_offsets((p.get("sources") or [{}])[0], "endOffset")
+            self.done = {int(part): o for part, o in end.items()} or self.done
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+        def caught_up(self, after: dict[int, int]) -> bool:
+            return all(self.done.get(p, -1) >= o for p, o in after.items())
+
+    return Listener()
+
+
+def _end_offsets(settings: Settings, topic: str | None = None) -> dict[int, int]:
+    """The event topic's (the shop's by default) next offset per partition."""
+    from warehouse.ops import lag
+
+    return {p: high for p, (_, high) in lag.kafka_watermarks(settings, topic=topic).items()}
+
+
+def _chunks(total: int, size: int) -> list[int]:
+    return [min(size, total - start) for start in range(0, total, size)]
+
+
+def _ingest_until(
+    bench: Bench, spark: Any, after: dict[int, int], query: str | None = None
+) -> list[Batch]:
+    """Ingest as in production (every source's query, processing-time trigger) until
+    `query` (the shop's by default) has read its topic up to `after`; its batches."""
     from warehouse.ops import ingest_ctl, pipeline
 
     batches: list[Batch] = []
-    listener = _batch_listener(batches)
+    listener = _batch_listener(batches, query)
     spark.streams.addListener(listener)
     stop = threading.Event()
     failure: list[BaseException] = []
@@ -138,7 +275,6 @@ def ingest(
 
     worker = threading.Thread(target=work, name="bench-ingest")
     worker.start()
-    want = sum(after[p] - before[p] for p in after)
     deadline = time.monotonic() + 1800
     try:
         while not stop.is_set() and time.monotonic() < deadline:
@@ -153,79 +289,4 @@ def ingest(
         raise RuntimeError(f"ingest failed during the bench: {failure[0]}")
     if not listener.caught_up(after):
         raise RuntimeError("ingest did not catch up with the bench's records in 30 min")
-    # The figures count only if every record landed exactly where the contract says.
-    ranges = bronze.in_offsets(before, after)
-    read = spark.read.format("delta").load
-    in_bronze = read(registry.BRONZE_EVENTS.path(bench.settings)).where(ranges).count()
-    in_silver = read(registry.SILVER_EVENTS.path(bench.settings)).where(ranges).count()
-    if (in_bronze, in_silver) != (want, valid):
-        raise RuntimeError(
-            f"ingest landed {in_bronze:,} in bronze and {in_silver:,} in silver; "
-            f"expected {want:,} and {valid:,}"
-        )
-    rate, p95_batch = sustained(batches, want)
-    f = bench.report.figures
-    f["ingest_events_per_s"] = rate
-    f["ingest_batch_p95_s"] = p95_batch
-    f["ingest_vs_baseline"] = rate / bench.report.baselines["ingest_baseline_events_per_s"]
-    bench.report.notes["ingest"] = (
-        f"{want:,} records, {sum(1 for b in batches if b.rows)} micro-batches with rows, "
-        f"at most {bench.settings.ingest_max_records_per_batch:,} records per batch"
-    )
-    bench.say(
-        f"ingest: {rate:,.0f} events/s (p95 batch {p95_batch:.1f} s); bare consumer "
-        f"{bench.report.baselines['ingest_baseline_events_per_s']:,.0f} events/s"
-    )
-
-
-def _batch_listener(batches: list[Batch]) -> Any:
-    """A StreamingQueryListener that collects every ingest micro-batch and knows when
-    ingest has finished a batch that read up to given offsets.
-
-    Made inside a function so this module imports without PySpark (its pure
-    parts are tested without a JVM).
-    """
-    from pyspark.sql.streaming import StreamingQueryListener
-
-    from spark_jobs import ingest
-
-    class Listener(StreamingQueryListener):
-        def __init__(self) -> None:
-            self.done: dict[int, int] = {}
-
-        def onQueryStarted(self, event: Any) -> None:
-            pass
-
-        def onQueryProgress(self, event: Any) -> None:
-            p = json.loads(event.progress.json)
-            if p.get("name") != ingest.QUERY:
-                return
-            started = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
-            seconds = (p.get("durationMs") or {}).get("triggerExecution", 0) / 1000
-            rows = int(p.get("numInputRows") or 0)
-            batches.append(Batch(ingest.QUERY, started, seconds, rows))
-            # A progress event comes once its batch has committed bronze and silver both.
-            end = ingest.kafka_offsets((p.get("sources") or [{}])[0], "endOffset")
-            self.done = {int(part): o for part, o in end.items()} or self.done
-
-        def onQueryIdle(self, event: Any) -> None:
-            pass
-
-        def onQueryTerminated(self, event: Any) -> None:
-            pass
-
-        def caught_up(self, after: dict[int, int]) -> bool:
-            return all(self.done.get(p, -1) >= o for p, o in after.items())
-
-    return Listener()
-
-
-def _end_offsets(settings: Settings) -> dict[int, int]:
-    """The event topic's next offset per partition."""
-    from warehouse.ops import lag
-
-    return {p: high for p, (_, high) in lag.kafka_watermarks(settings).items()}
-
-
-def _chunks(total: int, size: int) -> list[int]:
-    return [min(size, total - start) for start in range(0, total, size)]
+    return batches

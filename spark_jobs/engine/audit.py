@@ -24,10 +24,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType, TimestampType
 
-from spark_jobs import contract, lake, views
-from spark_jobs.views import runner
+from spark_jobs import views
+from spark_jobs.engine import contract, gold_writes, lake, marks, runner, scoping
+from spark_jobs.engine.inputs import Position
 from spark_jobs.views.base import View
-from spark_jobs.views.inputs import Position
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 
@@ -76,7 +76,7 @@ AUDIT_RUNS_SCHEMA = StructType(
 def sample_scopes(view: View, silver: DataFrame, gold: DataFrame, fraction: float) -> DataFrame:
     """A random subset of the view's scopes: those silver yields and those gold holds."""
     scope = list(view.scope_columns)
-    every = view.scopes_of(silver, silver).select(*scope).unionByName(gold.select(*scope))
+    every = scoping.scopes_of(view, silver, silver).select(*scope).unionByName(gold.select(*scope))
     return every.distinct().sample(fraction=fraction, seed=int(datetime.now(UTC).timestamp()))
 
 
@@ -102,9 +102,9 @@ def differing_keys(view: View, want: DataFrame, have: DataFrame) -> tuple[int, i
 def _snapshot(spark: SparkSession, path: str) -> tuple[int, tuple[int, Position, str] | None]:
     """A consistent (newest gold version, newest tag at or before it)."""
     while True:
-        tag = runner.latest_tag(spark, path)
+        tag = marks.latest_tag(spark, path)
         version = lake.newest_version(spark, path)
-        if runner.latest_tag(spark, path) == tag:
+        if marks.latest_tag(spark, path) == tag:
             return version, tag
 
 
@@ -112,7 +112,7 @@ def check_version(
     spark: SparkSession, settings: Settings, view: View, sample: float | None
 ) -> Finding:
     subject = f"{view.name} v{view.version}"
-    path = runner.gold_table(view).path(settings)
+    path = gold_writes.gold_table(view).path(settings)
     newest, tag = _snapshot(spark, path)
     if tag is None:
         return Finding("silver_gold", subject, False, "no gold commit names its silver version")
@@ -121,11 +121,11 @@ def check_version(
     silver = runner.read_input(spark, settings, view, position)
     if sample is not None:
         scopes = sample_scopes(view, silver, have, sample).localCheckpoint(eager=True)
-        want = runner.gold_rows(view, view.restrict(silver, scopes))
+        want = gold_writes.gold_rows(view, scoping.restrict(view, silver, scopes))
         have = have.join(F.broadcast(scopes), list(view.scope_columns), "left_semi")
         scope_note = f", {scopes.count()} sampled scopes"
     else:
-        want = runner.gold_rows(view, silver)
+        want = gold_writes.gold_rows(view, silver)
         scope_note = ""
     missing, unexpected, keys = differing_keys(view, want.localCheckpoint(eager=True), have)
     foreign = (
@@ -233,18 +233,21 @@ def _sampled(df: DataFrame, fraction: float | None) -> DataFrame:
 
 
 def _content_differences(
-    spark: SparkSession, settings: Settings, sample: float | None
+    spark: SparkSession,
+    settings: Settings,
+    sample: float | None,
+    src: registry.SourceTables = registry.SHOP,
 ) -> list[tuple[str, int, int, list[dict[str, Any]]]]:
     """(table, rows compared, rows differing, up to MAX_KEYS of them) per table."""
-    from spark_jobs import silver as silver_mod
+    from spark_jobs.engine import silver as silver_mod
 
     read = spark.read.format("delta").load
     tables = {
         name: _sampled(read(table.path(settings)), sample).localCheckpoint(eager=True)
         for name, table in (
-            ("silver", registry.SILVER_EVENTS),
-            ("quarantine", registry.SILVER_QUARANTINE),
-            ("ledger", registry.SILVER_LEDGER),
+            ("silver", src.silver),
+            ("quarantine", src.quarantine),
+            ("ledger", src.ledger),
         )
     }
     settled = (
@@ -253,13 +256,13 @@ def _content_differences(
         .unionByName(tables["quarantine"].select("partition", "offset"))
         .distinct()
     )
-    bronze = read(registry.BRONZE_EVENTS.path(settings)).where(F.col("topic") == registry.TOPIC)
+    bronze = read(src.bronze.path(settings)).where(F.col("topic") == src.topic)
     # Validated once: silver, the quarantine and the ledger are all derived from it.
     # By the contract the lake runs: a record it accepts that is still quarantined
     # under an older one (not re-admitted yet, docs/contract.md §10) is a difference.
     checked = contract.validate(
         bronze.join(settled, ["partition", "offset"], "left_semi"),
-        silver_mod.deployed_plan(spark, settings),
+        silver_mod.deployed_plan(spark, settings, src.source),
     )
     derived = silver_mod.settle_checked(checked.localCheckpoint(eager=True))
     want = {"silver": derived.silver, "quarantine": derived.quarantine, "ledger": derived.ledger}
@@ -281,6 +284,7 @@ def check_silver_content(
     sample: float | None = None,
     attempts: int = 3,
     wait_s: float = 10.0,
+    src: registry.SourceTables = registry.SHOP,
 ) -> list[Finding]:
     """Every silver, quarantine and ledger row equals what the contract's code makes
     of its bronze record(s): an UPDATE of silver, or of the ledger's content hash,
@@ -292,14 +296,19 @@ def check_silver_content(
     a difference must outlast `attempts` looks to count.
     """
     for attempt in range(1, attempts + 1):
-        found = _content_differences(spark, settings, sample)
+        found = _content_differences(spark, settings, sample, src)
         if all(n == 0 for _, _, n, _ in found) or attempt == attempts:
             break
         log.info("audit: silver content differs; looking again in %.0f s", wait_s)
         time.sleep(wait_s)
     findings = []
     for name, compared, n, differing in found:
-        subject = f"{name} content"
+        # The shop's subjects as they always were; another source's named.
+        subject = (
+            f"{name} content"
+            if src.source == registry.SHOP_SOURCE
+            else f"{src.source} {name} content"
+        )
         if n == 0:
             summary = f"{compared:,} rows equal the contract's code over their bronze records"
         else:

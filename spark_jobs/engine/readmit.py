@@ -1,7 +1,7 @@
 """Re-admission (docs/contract.md §10): quarantined records validated again under the
 contract the lake runs now, and settled as if they had passed when they arrived.
 
-A record that now passes takes its place by the rules of silver (`spark_jobs.silver`):
+A record that now passes takes its place by the rules of silver (`spark_jobs.engine.silver`):
 the first record of its event id in log order is the silver event, so a re-admitted
 record can replace a later winner, which then becomes an exact duplicate or a
 conflicting one. A record that still fails stays quarantined, with the reason it
@@ -40,8 +40,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs import contract, lake, silver
-from spark_jobs.testing import faults
+from spark_jobs.engine import contract, faults, lake, silver
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 

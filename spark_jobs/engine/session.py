@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from spark_jobs import class_archive
+from spark_jobs.engine import class_archive
 from warehouse.base import jvm
 from warehouse.base.settings import REPO_ROOT, Settings
 from warehouse.base.settings import get as get_settings
@@ -137,7 +137,7 @@ def connect_conf(host: str, port: int) -> dict[str, str]:
         "spark.plugins": CONNECT_PLUGIN,
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
-        # How often a client hears of its operation's stages (runner.Progress
+        # How often a client hears of its operation's stages (progress.Progress
         # logs every 5 s); a short operation may end before the first report.
         "spark.connect.progress.reportInterval": "1s",
     }

@@ -38,7 +38,7 @@ import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.sorted_pairs import SortedPairs
+from spark_jobs.engine.sorted_pairs import SortedPairs
 from spark_jobs.views.base import View
 
 log = logging.getLogger(__name__)

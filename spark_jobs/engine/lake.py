@@ -32,7 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.sql.types import StructType
 
-from spark_jobs import session
+from spark_jobs.engine import session
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -668,7 +668,7 @@ def source_checkpointed(spark: SparkSession) -> contextlib.AbstractContextManage
 
 # Delta refuses a VACUUM under 7 days unless this check is off: regauge turns it
 # off only where it has worked out what the retention must keep (an erasure,
-# spark_jobs.maintenance).
+# spark_jobs.engine.maintenance).
 _RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 _LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 # VACUUM's START and END commits then carry how many files it deleted.

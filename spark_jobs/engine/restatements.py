@@ -30,11 +30,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs import lake
-from spark_jobs.silver import READMISSION_TAG
-from spark_jobs.views import inputs
+from spark_jobs.engine import inputs, lake, scoping
+from spark_jobs.engine.inputs import Position
+from spark_jobs.engine.silver import READMISSION_TAG
 from spark_jobs.views.base import View
-from spark_jobs.views.inputs import Position
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 
@@ -140,7 +139,7 @@ def restated(
     lateness (the watermark) has passed its end.
     """
     lateness_s = int(view.allowed_lateness.total_seconds())
-    where = view.lands_in(landed, silver, gold).crossJoin(newest_before)
+    where = scoping.lands_in(view, landed, silver, gold).crossJoin(newest_before)
     return where.where(
         F.col("newest").isNotNull()
         & (F.unix_micros("window_end") <= F.unix_micros("newest") - lateness_s * 1_000_000)
@@ -351,8 +350,8 @@ def record(
     Returns how many restatements it found.
 
     `silver` must hold every `of` event of the scopes the batch touched (it may
-    hold no more: `View.narrowed`; None for a view without linked events, which
-    places each event by itself: `View.lands_in`), and `placed` the gold rows the batch
+    hold no more: `scoping.narrowed`; None for a view without linked events, which
+    places each event by itself: `scoping.lands_in`), and `placed` the gold rows the batch
     recomputed (`Applied.rows`): every event it landed is in one of them.
     `watermark` is as of `before`; if it is not known yet, it is read from silver
     here.

@@ -3,7 +3,7 @@
 One row per Kafka record, bytes untouched, so every later layer can be rebuilt
 from here even after Kafka's retention has dropped the records. Ingest's one
 query appends each micro-batch here before settling it into silver
-(`spark_jobs.ingest`); the append carries Delta's txnAppId/txnVersion, so a
+(`spark_jobs.engine.ingest`); the append carries Delta's txnAppId/txnVersion, so a
 batch retried after a crash does not copy its records twice.
 
 A lost checkpoint must not copy the log twice either: the transaction ids are
@@ -32,7 +32,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs import erasure, lake
+from spark_jobs.engine import lake
+from spark_jobs.engine.forgotten import read_forgotten, without_forgotten
 from warehouse.base import kafka_conf, registry
 from warehouse.base.settings import Settings
 
@@ -114,7 +115,7 @@ def starting_offsets(
         .load(path)
         .where(F.col("topic") == src.topic)
         .select("partition", "offset")
-        .unionByName(erasure.read_forgotten(spark, settings, src).select("partition", "offset"))
+        .unionByName(read_forgotten(spark, settings, src).select("partition", "offset"))
     )
     last = {
         r["partition"]: r["last"]
@@ -166,7 +167,7 @@ def forgotten_positions(
     Read when ingest's query starts (an erasure stops ingest and starts it
     again), as local rows: a few bytes each, and no table scan or cached block
     that a long-running query could lose."""
-    positions = erasure.read_forgotten(spark, settings, src).select("partition", "offset").collect()
+    positions = read_forgotten(spark, settings, src).select("partition", "offset").collect()
     if not positions:
         return None
     return spark.createDataFrame(positions, "partition int, offset bigint")
@@ -175,7 +176,7 @@ def forgotten_positions(
 def ignoring_forgotten(rows: DataFrame, forgotten: DataFrame | None) -> DataFrame:
     """Bronze rows read from Kafka, less the `forgotten` positions. Joined only once
     something has been forgotten: a join costs every micro-batch a Spark job."""
-    return rows if forgotten is None else erasure.without_forgotten(rows, forgotten)
+    return rows if forgotten is None else without_forgotten(rows, forgotten)
 
 
 def append(

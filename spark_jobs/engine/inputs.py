@@ -19,8 +19,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
-from spark_jobs import contract, lake
-from spark_jobs import silver as silver_mod
+from spark_jobs.engine import contract, lake
+from spark_jobs.engine import silver as silver_mod
 from spark_jobs.views.base import View
 from warehouse import sources
 from warehouse.base import registry

@@ -59,8 +59,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs import contract, lake, ledger_index
-from spark_jobs.testing import faults
+from spark_jobs.engine import contract, faults, lake, ledger_index
 from warehouse.base import metrics, registry
 from warehouse.base.settings import Settings
 
@@ -123,7 +122,7 @@ LEDGER_SCHEMA = StructType(
     ]
 )
 
-# The userMetadata of every commit a re-admission makes (`spark_jobs.readmit`): views
+# The userMetadata of every commit a re-admission makes (`spark_jobs.engine.readmit`): views
 # name the events its silver commits land as restated by re-admission.
 READMISSION_TAG = "regauge:readmission"
 
@@ -701,7 +700,7 @@ def admitted_state(
     app_id: str,
     plan: contract.Plan,
 ) -> DataFrame:
-    """For re-admission (`spark_jobs.readmit`): the `classify` state of records once
+    """For re-admission (`spark_jobs.engine.readmit`): the `classify` state of records once
     quarantined that now pass (`checked`, validated), whose ledger rows are committed
     under (`app_id`/ledger, `batch_id`), with every other accepted record of their
     ids. Materialised: the caller unpersists it."""

@@ -27,9 +27,8 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from spark_jobs import bronze, contract, erasure, lake, ledger_index, silver
-from spark_jobs import session as session_mod
-from spark_jobs.testing import faults
+from spark_jobs.engine import bronze, contract, faults, forgotten, lake, ledger_index, silver
+from spark_jobs.engine import session as session_mod
 from warehouse import sources
 from warehouse.base import metrics, registry
 from warehouse.base.jsonfile import replace_json
@@ -220,7 +219,7 @@ def prepare(spark: SparkSession, settings: Settings, source: str = registry.SHOP
     src = registry.source_tables(source)
     lake.ensure_table(spark, src.bronze.path(settings), bronze.BRONZE_SCHEMA)
     silver.ensure_tables(spark, settings, source)
-    erasure.ensure_table(spark, settings, src)
+    forgotten.ensure_table(spark, settings, src)
 
 
 START_FILE = "regauge_start_offsets.json"

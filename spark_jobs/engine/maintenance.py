@@ -4,7 +4,7 @@ One-second triggers and MERGEs leave every table with many small files, a long
 log and files no version needs any more. `maintain` runs, per table:
 
 1. OPTIMIZE, which bin-packs small files into large ones, or lays a view
-   version's table out by its window start (`runner.GOLD_FILE_ROWS`). Its commit
+   version's table out by its window start (`gold_writes.GOLD_FILE_ROWS`). Its commit
    changes no data (dataChange=false): streams reading the table, through its
    change feed too, skip it. A writer's MERGE that conflicts with it is retried
    (`lake.retry_on_conflict`), and so is OPTIMIZE.
@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from spark_jobs import lake, views
-from spark_jobs.views import runner
+from spark_jobs import views
+from spark_jobs.engine import gold_writes, lake, marks
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 
@@ -127,9 +127,10 @@ def lake_tables(spark: SparkSession, settings: Settings) -> list[str]:
 
 def time_columns(settings: Settings) -> dict[str, str]:
     """Each view version's table (path) -> its window start, which its files are
-    laid out by (runner.GOLD_FILE_ROWS)."""
+    laid out by (gold_writes.GOLD_FILE_ROWS)."""
     return {
-        runner.gold_table(view).path(settings): view.window[0] for view in views.discover().values()
+        gold_writes.gold_table(view).path(settings): view.window[0]
+        for view in views.discover().values()
     }
 
 
@@ -191,14 +192,14 @@ def gold_pins(spark: SparkSession, settings: Settings, gold_paths: Sequence[str]
     pins = []
     for path in gold_paths:
         name = path.rstrip("/").rsplit("/", 1)[-1]
-        found = runner.latest_tag(spark, path)
+        found = marks.latest_tag(spark, path)
         if found is not None:
             gold_version, position, _ = found
             pins.append(Pin(path, gold_version, f"the audit of gold.{name}"))
             for source, version in position.versions:
                 pins.append(Pin(silver_of(source), version, f"the audit of gold.{name}"))
         checkpoint = f"{root}/{name}/main"
-        marker = lake.read_text(spark, f"{checkpoint}/{runner.REPLAY_MARKER}")
+        marker = lake.read_text(spark, f"{checkpoint}/{marks.REPLAY_MARKER}")
         if marker and not lake.checkpoint_has_progress(spark, checkpoint):
             # `123` (the shop's silver), or `shop@123,web@45` over several sources.
             for part in marker.strip().split(","):
@@ -291,11 +292,11 @@ def maintain(
     else:
         # Sorted by time into files of about GOLD_FILE_BYTES: a bin-packing would
         # put a small table in one file of mixed times, which every live MERGE
-        # would then rewrite whole (runner.GOLD_FILE_ROWS says why).
+        # would then rewrite whole (gold_writes.GOLD_FILE_ROWS says why).
         # It rewrites every file, so a live stream's MERGE can win each try; the
         # layout is an optimisation, and the next run tries again.
         try:
-            with lake.session_conf(spark, {_OPTIMIZE_FILE_SIZE: str(runner.GOLD_FILE_BYTES)}):
+            with lake.session_conf(spark, {_OPTIMIZE_FILE_SIZE: str(gold_writes.GOLD_FILE_BYTES)}):
                 metrics = lake.retry_on_conflict(
                     lambda: table.optimize().executeZOrderBy(order_by).select("metrics").first(),
                     f"OPTIMIZE {result.name} ZORDER BY ({order_by})",
@@ -336,7 +337,7 @@ def already_laid_out(files: int, size_bytes: int) -> bool:
     """Whether a view version's table of `files` files and `size_bytes` bytes is laid
     out by time already: Z-ordering writes files of about GOLD_FILE_BYTES, so a
     table in one file no larger has nothing to gain."""
-    return files <= 1 and size_bytes <= runner.GOLD_FILE_BYTES
+    return files <= 1 and size_bytes <= gold_writes.GOLD_FILE_BYTES
 
 
 def _log_retention_hours(spark: SparkSession, path: str) -> float:

@@ -47,7 +47,7 @@ from confluent_kafka import (
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs import lake
+from spark_jobs.engine import lake
 from spark_jobs.views.base import View
 from warehouse.base import kafka_conf, registry
 from warehouse.base.settings import Settings
@@ -121,7 +121,7 @@ def records(rows: DataFrame, view: View, version: int | None = None) -> DataFram
 
 def staged_columns(view: View, commit: int) -> list[Column]:
     """`key` and `value` of a MERGE source's rows (gold's columns and `_op`, one row
-    per key, see `runner.differences`) as the records of the commit the MERGE makes:
+    per key, see `gold_writes.differences`) as the records of the commit the MERGE makes:
     an upsert is the row, a delete a tombstone."""
     return [
         key_json(view).alias("key"),

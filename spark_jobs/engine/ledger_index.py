@@ -34,8 +34,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs import lake
-from spark_jobs.sorted_pairs import SortedPairs
+from spark_jobs.engine import lake
+from spark_jobs.engine.sorted_pairs import SortedPairs
 
 log = logging.getLogger(__name__)
 

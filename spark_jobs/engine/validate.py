@@ -27,9 +27,10 @@ from typing import Any, NamedTuple
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.views import runner
+from spark_jobs.engine import gold_writes, marks, runner
+from spark_jobs.engine.inputs import Position
+from spark_jobs.engine.progress import Progress
 from spark_jobs.views.base import View
-from spark_jobs.views.inputs import Position
 from warehouse.base.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -136,10 +137,10 @@ def _self_check(
     gold_version, position, source = found
     have = runner.read_gold(spark, settings, view, gold_version)
     silver = runner.read_input(spark, settings, view, position)
-    want = runner.gold_rows(view, silver)
+    want = gold_writes.gold_rows(view, silver)
     events = silver.where(F.col("event_type").isin(*view.event_types)).count()
     label = f"validate {view.table_name} against {position.describe()}"
-    with runner.Progress(spark, label, events) as progress:
+    with Progress(spark, label, events) as progress:
         diff = difference(have, want)
     log.info("%s: %s", label, progress.summary())
     return {
@@ -169,12 +170,12 @@ def validate(
     moves on. Zero for a replay from bronze, which is exact at once; a replay
     from Kafka can be ahead of silver until ingest catches up.
     """
-    path = runner.gold_table(view).path(settings)
+    path = gold_writes.gold_table(view).path(settings)
     deadline = time.monotonic() + settle_s
     attempts = 0
     while True:
         attempts += 1
-        found = runner.latest_tag(spark, path)
+        found = marks.latest_tag(spark, path)
         if found is None:
             check: dict[str, Any] = {"error": "no gold commit is tagged with a silver version"}
         else:
@@ -195,7 +196,7 @@ def validate(
         if time.monotonic() >= deadline:
             break
         # Wait for the live stream's next commit, then look again.
-        while time.monotonic() < deadline and runner.latest_tag(spark, path) == found:
+        while time.monotonic() < deadline and marks.latest_tag(spark, path) == found:
             time.sleep(5)
     check["attempts"] = attempts
     report: dict[str, Any] = {
@@ -226,7 +227,7 @@ def validate(
             mine = (
                 spark.read.format("delta").option("versionAsOf", check["gold_version"]).load(path)
             )
-            theirs = runner.gold_rows(current, silver)
+            theirs = gold_writes.gold_rows(current, silver)
             both = compared(list(view.key), mine, theirs, columns)
             counts = both.agg(F.count(F.lit(1)), F.count_if(F.col("_differs"))).first()
             keys, n = (int(c or 0) for c in (counts or (0, 0)))

@@ -86,7 +86,7 @@ def ensure() -> Path | None:
     with tempfile.TemporaryDirectory(prefix="regauge-cds-") as work:
         made = Path(work) / "driver.jsa"
         proc = subprocess.run(
-            [sys.executable, "-m", "spark_jobs.class_archive", str(made), work],
+            [sys.executable, "-m", "spark_jobs.engine.class_archive", str(made), work],
             capture_output=True,
             text=True,
             timeout=MAKE_TIMEOUT_S,
@@ -110,7 +110,7 @@ def _exercise(dump_to: str, work: Path) -> None:
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from spark_jobs.session import build_session
+    from spark_jobs.engine.session import build_session
 
     spark = build_session(
         "regauge-class-archive",

@@ -34,13 +34,11 @@ from pyspark.sql.types import (
     IntegerType,
     LongType,
     StringType,
-    StructField,
-    StructType,
     TimestampType,
 )
 
-from spark_jobs import lake
-from spark_jobs.views import restatements
+from spark_jobs.engine import lake, restatements
+from spark_jobs.engine.forgotten import POSITION, ensure_table
 from spark_jobs.views.base import View
 from warehouse.base import registry
 from warehouse.base.settings import Settings
@@ -48,18 +46,6 @@ from warehouse.base.settings import Settings
 log = logging.getLogger(__name__)
 
 FORGOTTEN = registry.SILVER_FORGOTTEN
-FORGOTTEN_SCHEMA = StructType(
-    [
-        StructField("erasure_id", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("offset", LongType(), False),
-        # SHA-256 of the record's event id, if it had one: lets the audit find an
-        # event that came back under another position, without keeping the id.
-        StructField("event_id_sha256", StringType(), True),
-        StructField("forgotten_at", TimestampType(), False),
-    ]
-)
-POSITION = ["partition", "offset"]
 # What an erasure restatement says instead of a key that named the customer.
 ERASED_KEY = "(erased)"
 
@@ -111,11 +97,6 @@ def forgotten_rows(found: DataFrame, erasure_id: str) -> DataFrame:
     )
 
 
-def without_forgotten(records: DataFrame, forgotten: DataFrame) -> DataFrame:
-    """Kafka or bronze rows minus the forgotten positions (the ignore list)."""
-    return records.join(F.broadcast(forgotten.select(*POSITION)), POSITION, "left_anti")
-
-
 def erasure_restatements(
     view: View,
     gone: DataFrame,
@@ -150,22 +131,6 @@ def erasure_restatements(
 
 
 # -- IO ----------------------------------------------------------------------------
-def ensure_table(
-    spark: SparkSession, settings: Settings, src: registry.SourceTables = registry.SHOP
-) -> None:
-    lake.ensure_table(spark, src.forgotten.path(settings), FORGOTTEN_SCHEMA)
-
-
-def read_forgotten(
-    spark: SparkSession, settings: Settings, src: registry.SourceTables = registry.SHOP
-) -> DataFrame:
-    """The forgotten positions (an empty frame before the first erasure)."""
-    path = src.forgotten.path(settings)
-    if not DeltaTable.isDeltaTable(spark, path):
-        return spark.createDataFrame([], FORGOTTEN_SCHEMA)
-    return spark.read.format("delta").load(path)
-
-
 def find(
     spark: SparkSession,
     settings: Settings,

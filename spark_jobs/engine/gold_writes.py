@@ -1,0 +1,433 @@
+"""Writing a view version's gold table: the unit of work of every mode.
+
+`apply_changes`: given silver rows that changed (a micro-batch of silver's change
+feed, or all of silver), find the scopes they touch, recompute exactly those from
+silver, and replace them in the gold table with one MERGE. Recomputing from silver
+rather than folding the change into old results is what makes the answer
+independent of arrival order, micro-batch boundaries and lateness; replacing whole
+scopes makes a repeated micro-batch harmless.
+
+A view whose rows add up (`View.sums`: counts and sums per hour) is the exception in
+a live stream: `fold_changes` adds what a micro-batch put in silver to gold's rows
+and takes off what it took out, reading no silver. The sum of the changes is as
+independent of their order as the recompute, and the batch's transaction id on its
+commit keeps a retried batch from counting twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections.abc import Iterable
+from functools import reduce
+from typing import NamedTuple
+
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.engine import changes, lake, restatements, scoping
+from spark_jobs.engine.links import LinkIndex
+from spark_jobs.views.base import View
+from warehouse.base import registry
+
+log = logging.getLogger(__name__)
+
+
+# Every view version's table: with its change feed on, since a live version
+# publishes its commits from it; and without Delta's auto compaction, which
+# bin-packs a table's small files (under 64 MiB: every file of a view's table)
+# into one as soon as the writer has seen 50 of them, mixing the times that
+# gold's layout keeps apart (GOLD_FILE_ROWS). Tried: the first live MERGE after
+# a replay of 60 files compacted them into one. A live MERGE replaces the files
+# it touches rather than adding one per commit, and maintenance lays the table
+# out again daily.
+AUTO_COMPACT = "delta.autoOptimize.autoCompact"
+GOLD_PROPERTIES = {changes.CDF_PROPERTY: "true", AUTO_COMPACT: "false"}
+
+
+# Gold's files are laid out by time: a replay writes them sorted by the window
+# start, at most this many rows each (about 250 KiB of cart_sessions), and
+# maintenance Z-orders them by it into files of about GOLD_FILE_BYTES. A live
+# MERGE then rewrites only the files whose hours its rows start in, which a live
+# batch's recent rows keep to the newest few: Delta rewrites every file holding a
+# row a MERGE changes. Profiled in `make bench`, with gold in 3 files of mixed
+# times, each cart_sessions batch rewrote all 546,000 rows (12-15 s of task time);
+# alone, a 2,200-row MERGE into 581,000 rows took 3.3-4.6 s in 3 such files and
+# 1.1-1.3 s in 13 files by time. Small, since the newest file takes every new
+# row until the next maintenance, and a live batch rewrites it whole: with
+# 1 MiB files that was 45,000 rows of older sessions in each cart batch.
+GOLD_FILE_ROWS = 10_000
+GOLD_FILE_BYTES = 256 << 10
+
+
+def ensure_gold(spark: SparkSession, path: str, view: View) -> None:
+    """Create the view version's table if it is new; set GOLD_PROPERTIES on one made
+    before they were what they are (auto compaction was on)."""
+    lake.ensure_table(spark, path, view.schema, GOLD_PROPERTIES)
+    lake.ensure_properties(spark, path, GOLD_PROPERTIES)
+
+
+def gold_rows(view: View, silver: DataFrame) -> DataFrame:
+    """The view's function, its output held to the declared schema (types and order).
+
+    Cast by type name: over Spark Connect a StringType object arrives with an
+    explicit UTF8_BINARY collation, which Delta then writes into the table's
+    schema as "string collate UTF8_BINARY", a type Trino 476 cannot read."""
+    return view.compute(silver).select(
+        *[F.col(f.name).cast(f.dataType.simpleString()) for f in view.schema.fields]
+    )
+
+
+# Past this many changed rows in one batch (a catch-up after an outage, a replay
+# through the runner), sessions are recomputed whole, customer by customer: the
+# spans near each change are one broadcast row per changed event and one row per
+# span collected here, which a backlog of a million recent events made a 10 GiB
+# view host in `make bench`; and a backlog touches most of history anyway.
+MAX_NEAR_CHANGES = 20_000
+
+
+# A batch's changes to gold are read off the MERGE's source (one Spark job, which
+# also gives the hours the MERGE may touch) when they are at most this many rows:
+# they then go to the view's topic from the driver (`changes.Staged`). A larger
+# source (a catch-up) stays in Spark, and the change feed publishes it.
+MAX_STAGED_ROWS = 50_000
+
+
+class Applied(NamedTuple):
+    """What `apply_changes` or `fold_changes` did: how many scopes it changed, the part
+    of silver it read them from (a fold reads none), the rows it recomputed (what
+    placing the batch's restatements in sessions needs: every event it landed is
+    in one of them), and the gold commit it made with its records for the view's
+    topic, when read off the MERGE; and whether it folded the change in."""
+
+    scopes: int
+    silver: DataFrame | None
+    rows: DataFrame | None = None
+    staged: changes.Staged | None = None
+    folded: bool = False
+
+
+# Delta's idempotent DML: a MERGE under a (txnAppId, txnVersion) that the table
+# has committed already is skipped, and the commit records the pair otherwise.
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+
+
+def apply_changes(
+    spark: SparkSession,
+    path: str,
+    view: View,
+    changed: DataFrame,
+    silver: DataFrame,
+    links: LinkIndex | None = None,
+    txn: tuple[str, int] | None = None,
+) -> Applied:
+    """Recompute the scopes `changed` touches from `silver`; replace them in gold at `path`.
+
+    With `links` (a view with linked events, run batch after batch by a live
+    stream), linked events and the `of` events they link to are read from the
+    days of silver the index names, not from all of history. With `txn` (a live
+    stream's txnAppId and batch id) the commit records it, for `fold_changes`."""
+    gold = DeltaTable.forPath(spark, path)
+    # The commit the MERGE below makes is this one's successor, unless another
+    # writer commits in between (then the change feed publishes both).
+    before = lake.newest_version(spark, path)
+    target = gold.toDF()
+    # The changed rows' times (UTC microseconds), for sessions when the batch is
+    # small enough to follow change by change. One job counts and bounds them.
+    times: tuple[int, int] | None = None
+    if view.scope.gap is not None:
+        size, first, last = changed.agg(
+            F.count(F.lit(1)),
+            F.min(F.unix_micros("event_time")),
+            F.max(F.unix_micros("event_time")),
+        ).first() or (0, None, None)
+        if first is not None and last is not None and size <= MAX_NEAR_CHANGES:
+            times = (first, last)
+    if times is not None:
+        # Sessions: only the rows within the gap of a change can move, and gold
+        # says where they are. Read the events in their spans, from the days the
+        # spans cover: the work then follows the change, not the customer's history.
+        near = scoping.near(view, changed, scoping.around(view, target, *times)).localCheckpoint(
+            eager=True
+        )
+        spans = near.collect()
+        n_scopes = len({tuple(r[c] for c in view.scope_columns) for r in spans})
+        if spans:
+            target = scoping.starting_in(
+                view, target, min(r["lo"] for r in spans), max(r["hi"] for r in spans)
+            )
+        silver = scoping.narrowed(
+            view, silver, scoping.merged_ranges((r["lo"], r["hi"] + 1) for r in spans)
+        )
+        deciding = scoping.restrict_near(view, silver, near)
+        replaced = scoping.rows_near(view, target, near)
+    else:
+        of_silver = silver
+        if links is not None:
+            taken = links.follow(changed, silver)
+            of_silver = scoping.of_on_days(view, silver, links.of_days(taken.linked_hashes))
+        scopes = scoping.scopes_of(view, changed, of_silver).localCheckpoint(eager=True)
+        # Where the scopes bound their events' time (an hour), read only those days of
+        # silver: the work then follows the change, not the size of history. (One row
+        # of bounds per scope, so the same Spark job counts them.)
+        bounds = scoping.time_bounds(view, scopes)
+        if bounds is None:
+            n_scopes = scopes.count()
+        else:
+            rows = bounds.collect()
+            n_scopes = len(rows)
+            if rows and view.scope.within and view.scope.within[0] == view.window[0]:
+                target = scoping.starting_in(
+                    view, target, min(r[0] for r in rows), max(r[0] for r in rows)
+                )
+            ranges = scoping.merged_ranges((r[0], r[1]) for r in rows)
+            linked_days = None if links is None else links.linked_days(ranges)
+            silver = scoping.narrowed(view, silver, ranges, linked_days)
+        deciding = scoping.restrict(view, silver, scopes)
+        replaced = target.join(F.broadcast(scopes), list(view.scope_columns), "left_semi")
+    if not n_scopes:
+        return Applied(0, silver)
+    # Materialised first: the rows are used twice (what differs from gold, and
+    # placing the batch's restatements), and Spark would otherwise read silver and
+    # recompute for each (profiled: two scans of 3.9 M rows in one cart batch).
+    fresh = gold_rows(view, deciding).localCheckpoint(eager=True)
+    # Materialised once: a MERGE reads its source twice (to find the files it
+    # touches, then to write them), and the source reads the gold the MERGE changes.
+    source = differences(view, fresh, replaced).localCheckpoint(eager=True)
+    what = f"{view.table_name}: replacing {n_scopes} scopes"
+    staged = _merge(spark, gold, view, source, before, txn, retry_as=what)
+    return Applied(n_scopes, silver, fresh, staged)
+
+
+def _merge(
+    spark: SparkSession,
+    gold: DeltaTable,
+    view: View,
+    source: DataFrame,
+    before: int,
+    txn: tuple[str, int] | None,
+    *,
+    retry_as: str | None,
+) -> changes.Staged | None:
+    """MERGE `source` (materialised: gold's columns and `_op`, see `differences`) into
+    `gold`, whose newest commit was `before`; the commit's records for the view's
+    topic, when read off the source (None: published from the change feed, or no
+    commit). With `retry_as` (what to call it in the log), again after a
+    conflicting commit (safe where `source` replaces whole rows as silver decides
+    them); without, a conflict is raised."""
+    values: dict[str, str | Column] = {f.name: f"s.{f.name}" for f in view.schema.fields}
+    key = list(view.key)
+    # Only rows whose values moved are in the source, so the change feed (and the
+    # published view changes) holds only those. Checked again here, null-safe, in
+    # case a retry after a conflict meets a gold that already has them.
+    differs = " OR ".join(
+        f"NOT (t.`{f.name}` <=> s.`{f.name}`)" for f in view.schema.fields if f.name not in key
+    )
+    update_when = f"s._op = 'upsert' AND ({differs})" if differs else "false"
+    commit = before + 1
+    written: list[Row] = (
+        source.select(*changes.staged_columns(view, commit), _hour_micros(view).alias("hour"))
+        .limit(MAX_STAGED_ROWS + 1)
+        .collect()
+    )
+    fits = len(written) <= MAX_STAGED_ROWS
+    staged_rows = written if fits else []
+    hour_rows = (
+        written if fits else source.select(_hour_micros(view).alias("hour")).distinct().collect()
+    )
+    hours = _within_hours(view, [r["hour"] for r in hour_rows])
+    if hours is None:
+        # Every recomputed row came out as gold has it (a micro-batch retried after
+        # its commit, a change that moves no total): nothing to write. Gold's
+        # newest tag names an older silver version, of which gold is the view too.
+        return None
+    condition = lake.merge_condition(key) + hours
+
+    def run() -> DataFrame:
+        return (
+            gold.alias("t")
+            .merge(source.alias("s"), condition)
+            .whenMatchedDelete(condition="s._op = 'delete'")
+            .whenMatchedUpdate(condition=update_when, set=values)
+            .whenNotMatchedInsert(condition="s._op = 'upsert'", values=values)
+            .execute()
+        )
+
+    ids = {} if txn is None else {TXN_APP_ID: txn[0], TXN_VERSION: str(txn[1])}
+    with lake.source_checkpointed(spark), lake.session_conf(spark, ids):
+        # Replacing whole scopes is safe to repeat after a conflicting commit
+        # (table maintenance, an operator's fix) aborted the first try.
+        merged = run() if retry_as is None else lake.retry_on_conflict(run, retry_as)
+    # The MERGE's metrics are one local row. A MERGE that changed no row may make no
+    # commit at all: then `commit` is not its own, and the change feed decides.
+    if staged_rows and (merged.first() or {"num_affected_rows": 0})["num_affected_rows"]:
+        return changes.Staged(commit, [(commit, r["key"], r["value"]) for r in staged_rows])
+    return None
+
+
+def fold_changes(
+    spark: SparkSession, path: str, view: View, feed: DataFrame, txn: tuple[str, int]
+) -> Applied | None:
+    """Fold a micro-batch of silver's change feed (`feed`, with `_change_type`) into
+    the gold table at `path` of a view whose rows add up (`View.sums`): each row
+    it touches, plus what it put in silver, minus what it took out. None where
+    `apply_changes` must recompute instead: the batch touches more than
+    MAX_STAGED_ROWS rows (a catch-up), or another writer's commit conflicted.
+
+    Gold must be the view of silver as of the commit before the batch's first,
+    as every batch before it leaves it. A fold is not safe to repeat, as a
+    recompute is: so its commit carries the batch's transaction id (`txn`, the
+    stream's txnAppId and the batch id), and a batch retried after its commit
+    (a crash before the stream recorded it) finds the id in gold and folds
+    nothing."""
+    assert view.sums is not None, f"{view.table_name}: its rows do not add up"
+    app_id, batch_id = txn
+    sign = F.when(F.col("_change_type").isin(*restatements.REMOVED), -1).otherwise(1)
+    sums = scoping.summed(view, feed, sign)
+    moved = reduce(operator.or_, [F.col(c) != 0 for c in view.sums.measures])
+    # One small job over the materialised batch: the rows it touches, and their hours.
+    touched = (
+        sums.select(F.unix_micros(view.window[0]).alias("start"), moved.alias("moved"))
+        .limit(MAX_STAGED_ROWS + 1)
+        .collect()
+    )
+    if len(touched) > MAX_STAGED_ROWS:
+        return None
+    starts = [r["start"] for r in touched if r["moved"]]
+    if not starts:
+        # No event of the view, or its events came and went again within the batch.
+        return Applied(len(touched), None, folded=True)
+    done = lake.txn_version(spark, path, app_id)
+    if done is not None and done >= batch_id:
+        log.info(
+            "%s: batch %d is in gold already (its commit came before a restart); "
+            "not folding it twice",
+            view.table_name,
+            batch_id,
+        )
+        return Applied(len(touched), None, folded=True)
+    gold = DeltaTable.forPath(spark, path)
+    # Read before gold's rows: the MERGE's commit follows it unless another writer's
+    # comes between (then the change feed publishes both).
+    before = lake.newest_version(spark, path)
+    old = scoping.starting_in(view, gold.toDF(), min(starts), max(starts))
+    source = folded(view, sums.where(moved), old).localCheckpoint(eager=True)
+    try:
+        staged = _merge(spark, gold, view, source, before, txn, retry_as=None)
+    except lake.CONFLICTS as exc:
+        # The rows were read before the other commit: recompute them from silver.
+        log.info(
+            "%s: folding batch %d met a concurrent commit (%s); recomputing its rows instead",
+            view.table_name,
+            batch_id,
+            type(exc).__name__,
+        )
+        return None
+    return Applied(len(touched), None, None, staged, folded=True)
+
+
+def differences(view: View, fresh: DataFrame, replaced: DataFrame) -> DataFrame:
+    """(the rows recomputed, the rows of gold they replace) -> what gold must change,
+    as gold's columns and `_op`: "upsert" for a row that is new or whose values
+    moved, "delete" for a row the recompute no longer produces (two sessions
+    merged into one, say). Rows that came out as gold has them are left out: a
+    MERGE rewrites every file holding a row its source matches."""
+    key = list(view.key)
+    rest = [f.name for f in view.schema.fields if f.name not in key]
+    new = fresh.select(
+        *key, *[F.col(c).alias("_new_" + c) for c in rest], F.lit(True).alias("_new")
+    )
+    old = replaced.select(
+        *key, *[F.col(c).alias("_old_" + c) for c in rest], F.lit(True).alias("_old")
+    )
+    moved = [~F.col("_new_" + c).eqNullSafe(F.col("_old_" + c)) for c in rest]
+    op = (
+        F.when(F.col("_old").isNull(), "upsert")
+        .when(F.col("_new").isNull(), "delete")
+        .when(reduce(operator.or_, moved, F.lit(False)), "upsert")
+    )
+    return (
+        new.join(old, key, "full_outer")
+        .withColumn("_op", op)
+        .where(F.col("_op").isNotNull())
+        .select(*key, *[F.col("_new_" + c).alias(c) for c in rest], "_op")
+    )
+
+
+def folded(view: View, sums: DataFrame, old: DataFrame) -> DataFrame:
+    """(a batch's change per row, `scoping.summed`, each moving a measure; rows of gold
+    holding at least those it touches) -> the MERGE's source, as `differences`
+    makes it: each touched row with the change added ("upsert"), or "delete" where
+    its count falls to 0.
+
+    A count below 0, or a change to a row gold does not hold that leaves it no
+    event, fails the job: gold did not hold what the batch took out, so it is not
+    the view of silver it follows on from, and folding on would keep it wrong."""
+    assert view.sums is not None, f"{view.table_name}: its rows do not add up"
+    key = list(view.key)
+    measures = list(view.sums.measures)
+    before = old.select(
+        *key, *[F.col(c).alias("_old_" + c) for c in measures], F.lit(True).alias("_old")
+    )
+    joined = sums.join(before, key, "left")
+    after = {c: F.coalesce(F.col("_old_" + c), F.lit(0)) + F.col(c) for c in measures}
+    count = after[view.sums.count]
+    op = (
+        F.when(
+            (count < 0) | ((count == 0) & F.col("_old").isNull()),
+            F.raise_error(
+                F.lit(
+                    f"{view.table_name}: a fold took {view.sums.count} below what gold "
+                    "holds: gold is not the view of silver as of its last batch; "
+                    "replay the version to rebuild it"
+                )
+            ),
+        )
+        .when(count > 0, "upsert")
+        .otherwise("delete")
+    )
+    return joined.select(
+        *[
+            (after[f.name] if f.name in after else F.col(f.name))
+            .cast(f.dataType.simpleString())
+            .alias(f.name)
+            for f in view.schema.fields
+        ],
+        op.alias("_op"),
+    )
+
+
+def _hour_micros(view: View) -> Column:
+    """The UTC hour a gold row's window starts in, as microseconds."""
+    return F.unix_micros(F.date_trunc("hour", view.window[0]))
+
+
+def _within_hours(view: View, hours: Iterable[int]) -> str | None:
+    """A condition on the MERGE's target (to AND to its key match): its window start
+    in `hours` (the hours the source's rows start in, `_hour_micros`, as literals
+    merged into ranges); None if there are none (the source is empty). The key
+    match implies it, since the window start is part of the key; Delta uses it to
+    skip gold's files outside those hours, which gold's layout by time makes most
+    of them (GOLD_FILE_ROWS)."""
+    start = view.window[0]
+    hour = 3_600_000_000
+    ranges = scoping.merged_ranges((h, h + hour) for h in set(hours))
+    if not ranges:
+        return None
+    if start not in view.key:
+        return ""
+    column = f"t.`{start}`"
+    return (
+        " AND ("
+        + " OR ".join(
+            f"({column} >= timestamp_micros({lo}) AND {column} < timestamp_micros({hi}))"
+            for lo, hi in ranges
+        )
+        + ")"
+    )
+
+
+def gold_table(view: View) -> registry.Table:
+    return registry.gold_view_table(view.name, view.version)

@@ -1,0 +1,362 @@
+"""The scope logic: what incremental work derives from a view's declared `Scope`,
+`window` and `Sums` (docs/contract.md §3). Which gold rows a changed silver event
+touches, which silver rows decide them, where a late event lands, and what a change
+adds to a view whose rows add up.
+
+An author declares the scope (`spark_jobs.views.base`); the runner asks these
+functions. They are pure transforms of DataFrames: no IO, no session state.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Sequence
+from datetime import date, timedelta
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from spark_jobs.views.base import View
+
+# Where a scope column is joined on it takes this name, so that silver's own
+# columns are never replaced by a computed one of the same name.
+_TMP = "__scope_"
+# More time ranges than this in one filter cost more to plan than they save:
+# past it, the ranges are bridged into one (still exact, just less selective).
+MAX_RANGES = 64
+
+
+def merged_ranges(
+    bounds: Iterable[tuple[int, int]], limit: int = MAX_RANGES
+) -> list[tuple[int, int]]:
+    """[start, end) ranges -> the fewest ranges covering the same points, at most
+    `limit` of them (past it, one range from the first start to the last end)."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(bounds):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    if len(out) > limit:
+        return [(out[0][0], max(e for _, e in out))]
+    return out
+
+
+def _micros(value: int) -> Column:
+    # A literal timestamp (folded to a constant before planning, so Delta can
+    # prune partitions and skip files by it), from UTC microseconds.
+    return F.timestamp_micros(F.lit(value))
+
+
+def _micros_of(span: timedelta) -> int:
+    return span // timedelta(microseconds=1)
+
+
+def time_filter(ranges: Sequence[tuple[int, int]]) -> tuple[Column, Column]:
+    """Event times in any of `ranges` (UTC microseconds, [start, end)), as a filter on
+    silver's partition column event_date and one on event_time."""
+    days = [
+        (F.col("event_date") >= F.to_date(_micros(a)))
+        & (F.col("event_date") <= F.to_date(_micros(b - 1)))
+        for a, b in ranges
+    ]
+    times = [
+        (F.col("event_time") >= _micros(a)) & (F.col("event_time") < _micros(b)) for a, b in ranges
+    ]
+    return reduce(operator.or_, days), reduce(operator.or_, times)
+
+
+_EPOCH = date(1970, 1, 1)
+
+
+def day_filter(days: Iterable[int]) -> Column:
+    """Silver's partition column event_date on any of these days (days since
+    1970-01-01), as literal dates so that Delta prunes partitions by it; no days,
+    no rows. Past MAX_RANGES runs of days, one range from the first to the last."""
+    ranges = merged_ranges((d, d + 1) for d in days)
+    if not ranges:
+        return F.lit(False)
+    return reduce(
+        operator.or_,
+        [
+            F.col("event_date").between(
+                F.lit(_EPOCH + timedelta(days=a)), F.lit(_EPOCH + timedelta(days=b - 1))
+            )
+            for a, b in ranges
+        ],
+    )
+
+
+# -- derived from the scope ----------------------------------------------------
+def _of(view: View, silver: DataFrame) -> DataFrame:
+    return silver.where(F.col("event_type").isin(*view.scope.of))
+
+
+def _linked(view: View, silver: DataFrame) -> DataFrame:
+    return silver.where(F.col("event_type").isin(*view.scope.linked))
+
+
+def _scope_values(view: View, prefix: str = "") -> list[Column]:
+    return [F.expr(e).alias(prefix + c) for c, e in view.scope.columns.items()]
+
+
+def _linked_of(view: View, linked: DataFrame, silver: DataFrame) -> DataFrame:
+    """The `of` events of silver that share `linked_by` with `linked`."""
+    assert view.scope.linked_by is not None
+    ids = linked.select(view.scope.linked_by).distinct()
+    return _of(view, silver).join(F.broadcast(ids), view.scope.linked_by, "left_semi")
+
+
+def scopes_of(view: View, changed: DataFrame, silver: DataFrame) -> DataFrame:
+    """(changed silver rows, all of silver) -> the scopes (rows of the scope columns)
+    whose gold rows the change can alter: each `of` event's own, and for a linked
+    event the scopes of the `of` events it links to (none yet if they have not
+    arrived: then nothing changes until they do)."""
+    scopes = _of(view, changed).select(*_scope_values(view))
+    if view.scope.linked:
+        linked_of = _linked_of(view, _linked(view, changed), silver)
+        scopes = scopes.unionByName(linked_of.select(*_scope_values(view)))
+    return scopes.distinct()
+
+
+def restrict(view: View, silver: DataFrame, scopes: DataFrame) -> DataFrame:
+    """(all of silver, scopes) -> the silver rows that decide those scopes' gold rows:
+    the `of` events in them and every linked event that shares `linked_by` with one."""
+    names = [_TMP + c for c in view.scope_columns]
+    wanted = scopes.select(*[F.col(c).alias(_TMP + c) for c in view.scope_columns])
+    of = (
+        _of(view, silver)
+        .select("*", *_scope_values(view, _TMP))
+        .join(F.broadcast(wanted), names, "left_semi")
+        .drop(*names)
+    )
+    if not view.scope.linked:
+        return of
+    assert view.scope.linked_by is not None
+    theirs = _linked(view, silver).join(
+        of.select(view.scope.linked_by).distinct(), view.scope.linked_by, "left_semi"
+    )
+    return of.unionByName(theirs)
+
+
+def time_bounds(view: View, scopes: DataFrame) -> DataFrame | None:
+    """(scopes) -> each scope's time bounds as UTC microseconds (start, end), or
+    None if the scope declares none."""
+    if view.scope.within is None:
+        return None
+    start, end = view.scope.within
+    return scopes.select(F.unix_micros(start).alias("start"), F.unix_micros(end).alias("end"))
+
+
+def narrowed(
+    view: View,
+    silver: DataFrame,
+    ranges: Sequence[tuple[int, int]],
+    linked_days: Iterable[int] | None = None,
+) -> DataFrame:
+    """Silver without the `of` events outside `ranges` (the scopes' time bounds,
+    merged): what `restrict` and `lands_in` need of it for those scopes, and
+    no more. Linked events are kept whatever their time (a cancellation can
+    come days after its order), or, given `linked_days`, those on these days
+    only: the days that hold every linked event of the `of` events in `ranges`
+    (`links.LinkIndex.linked_days`)."""
+    if not ranges:
+        return silver
+    days, times = time_filter(ranges)
+    of = F.col("event_type").isin(*view.scope.of)
+    if not view.scope.linked:
+        return silver.where(of & days).where(times)
+    other = F.col("event_type").isin(*view.scope.linked)
+    on_their_days = other if linked_days is None else other & day_filter(linked_days)
+    # Two filters, so the first holds partition columns only and prunes directories.
+    return silver.where(on_their_days | (of & days)).where(other | (of & times))
+
+
+def of_on_days(view: View, silver: DataFrame, days: Iterable[int]) -> DataFrame:
+    """Silver's `of` events on these days (since 1970-01-01) only: all `scopes_of`
+    reads of silver, given the days that hold the `of` events of a batch's
+    linked events (`links.LinkIndex.of_days`)."""
+    return _of(view, silver).where(day_filter(days))
+
+
+# -- sums (a view whose rows add up) -------------------------------------------
+def summed(view: View, rows: DataFrame, sign: Column) -> DataFrame:
+    """(silver rows, each one's `sign`: 1 for a row put in silver, -1 for one taken
+    out) -> what they change in gold: per scope (the scope columns) they touch,
+    each measure's signed sum. A row whose events all came and went again has
+    every measure 0."""
+    assert view.sums is not None, f"{view.table_name}: its rows do not add up"
+    return (
+        _of(view, rows)
+        .groupBy(*_scope_values(view))
+        .agg(
+            *[
+                F.sum(sign * F.coalesce(F.expr(e), F.lit(0))).alias(c)
+                for c, e in view.sums.measures.items()
+            ]
+        )
+    )
+
+
+# -- sessions (a scope with a gap) ---------------------------------------------
+def near(view: View, changed: DataFrame, gold: DataFrame) -> DataFrame:
+    """(changed silver rows, gold) -> spans: the scope columns, `lo` and `hi` (UTC
+    microseconds, both inclusive), holding every event that decides a row the
+    change can alter. Each changed event's time is widened to the rows of gold
+    within `gap` of it (a new event there joins them; one taken out can split
+    only its own), and spans at most `gap` apart become one.
+
+    No event outside the spans is then within `gap` of one inside: a row of
+    gold is wholly inside a span or wholly out, and the rows recomputed from
+    the events inside are whole sessions. That holds with gold as it was
+    before the change or after it (a retried micro-batch), since either is the
+    view's function of silver then, and a changed event lies in a span."""
+    assert view.scope.gap is not None, f"{view.table_name}: its scope has no gap"
+    gap = _micros_of(view.scope.gap)
+    cols = list(view.scope_columns)
+    start, end = view.window
+    at = (
+        _of(view, changed)
+        .select(*_scope_values(view), F.unix_micros("event_time").alias("lo"))
+        .distinct()
+    )
+    # A row's events run from its start to its end minus the gap (its last event).
+    rows = gold.select(
+        *cols, F.unix_micros(start).alias("_s"), (F.unix_micros(end) - gap).alias("_l")
+    )
+    touched = (
+        rows.join(F.broadcast(at), cols)
+        .where((F.col("lo") >= F.col("_s") - gap) & (F.col("lo") <= F.col("_l") + gap))
+        .select(*cols, F.col("_s").alias("lo"), F.col("_l").alias("hi"))
+    )
+    spans = at.withColumn("hi", F.col("lo")).unionByName(touched)
+    in_time = Window.partitionBy(*cols).orderBy("lo", "hi")
+    reach = F.max("hi").over(in_time.rowsBetween(Window.unboundedPreceding, -1))
+    opens = (reach.isNull() | (F.col("lo") > reach + gap)).cast("int")
+    return (
+        spans.withColumn("_opens", opens)
+        .withColumn(
+            "_span",
+            F.sum("_opens").over(in_time.rowsBetween(Window.unboundedPreceding, 0)),
+        )
+        .groupBy(*cols, "_span")
+        .agg(F.min("lo").alias("lo"), F.max("hi").alias("hi"))
+        .drop("_span")
+    )
+
+
+def around(view: View, gold: DataFrame, lo: int, hi: int) -> DataFrame:
+    """(gold, the earliest and latest time of the changed events, UTC microseconds)
+    -> the rows of gold `near` can widen a change to: those within `gap` of a time
+    in [lo, hi]. Literal bounds on the window's start and end, so Delta reads only
+    the files of gold that can hold one (gold's files are laid out by time)."""
+    assert view.scope.gap is not None, f"{view.table_name}: its scope has no gap"
+    start, end = view.window
+    reach = _micros(hi + _micros_of(view.scope.gap))
+    return gold.where((F.col(start) <= reach) & (F.col(end) >= _micros(lo)))
+
+
+def starting_in(view: View, gold: DataFrame, lo: int, hi: int) -> DataFrame:
+    """The rows of gold whose window starts in [lo, hi] (UTC microseconds): a
+    literal bound, so Delta reads only the files that can hold one."""
+    return gold.where(F.col(view.window[0]).between(_micros(lo), _micros(hi)))
+
+
+def _in_spans(
+    view: View, rows: DataFrame, time: Column, scope: list[Column], near: DataFrame
+) -> DataFrame:
+    """`rows` whose scope values and time fall in one of `near`'s spans."""
+    names = ["_near_" + c for c in view.scope_columns]
+    spans = near.select(
+        *[F.col(c).alias(n) for c, n in zip(view.scope_columns, names, strict=True)],
+        F.col("lo").alias("_near_lo"),
+        F.col("hi").alias("_near_hi"),
+    )
+    on = reduce(
+        operator.and_,
+        [v == F.col(n) for v, n in zip(scope, names, strict=True)],
+        (F.unix_micros(time) >= F.col("_near_lo")) & (F.unix_micros(time) <= F.col("_near_hi")),
+    )
+    return rows.join(F.broadcast(spans), on, "left_semi")
+
+
+def restrict_near(view: View, silver: DataFrame, near: DataFrame) -> DataFrame:
+    """(silver, `near`'s spans) -> the `of` events inside them: what decides every
+    row of gold that starts inside them."""
+    return _in_spans(
+        view,
+        _of(view, silver),
+        F.col("event_time"),
+        [F.expr(e) for e in view.scope.columns.values()],
+        near,
+    )
+
+
+def rows_near(view: View, gold: DataFrame, near: DataFrame) -> DataFrame:
+    """(gold, `near`'s spans) -> the rows of gold that start inside them."""
+    return _in_spans(
+        view, gold, F.col(view.window[0]), [F.col(c) for c in view.scope_columns], near
+    )
+
+
+def lands_in(
+    view: View, events: DataFrame, silver: DataFrame | None, gold: DataFrame | None
+) -> DataFrame:
+    """(events that landed, all of silver, gold) -> where each landed: event_id,
+    event_time, window_start, window_end, window_key (the key besides time).
+
+    An `of` event lands in the row of its scope whose window holds it; a linked
+    event lands where the `of` events it links to land (each cancellation in its
+    orders' hours). With fixed windows that row is the event's scope itself and
+    gold is not read; otherwise (sessions) it is found in gold, which the runner
+    passes as it is after replacing the batch's scopes. Silver is read for
+    linked events only (None will do without them).
+    """
+    landing = _of(view, events).select(
+        "event_id", "event_time", F.col("event_time").alias("_at"), *_scope_values(view, _TMP)
+    )
+    if view.scope.linked:
+        assert view.scope.linked_by is not None
+        if silver is None:
+            raise ValueError(f"{view.table_name}: linked events are placed in silver: pass it")
+        by = view.scope.linked_by
+        linked = _linked(view, events).select(
+            by, F.col("event_id").alias("_id"), F.col("event_time").alias("_time")
+        )
+        landing = landing.unionByName(
+            _of(view, silver)
+            .join(linked, by)
+            .select(
+                F.col("_id").alias("event_id"),
+                F.col("_time").alias("event_time"),
+                F.col("event_time").alias("_at"),
+                *_scope_values(view, _TMP),
+            )
+        )
+    start, end = view.window
+    if view.fixed_windows:
+        return landing.select(
+            "event_id",
+            "event_time",
+            F.col(_TMP + start).alias("window_start"),
+            F.col(_TMP + end).alias("window_end"),
+            _key_string(view, _TMP).alias("window_key"),
+        )
+    if gold is None:
+        raise ValueError(f"{view.table_name}: its scope does not fix its windows: pass gold")
+    g = gold.select(*dict.fromkeys((*view.scope_columns, *view.window, *view.key)))
+    on = [F.col(_TMP + c) == g[c] for c in view.scope_columns]
+    return landing.join(g, [*on, F.col("_at") >= g[start], F.col("_at") < g[end]]).select(
+        "event_id",
+        "event_time",
+        g[start].alias("window_start"),
+        g[end].alias("window_end"),
+        _key_string(view).alias("window_key"),
+    )
+
+
+def _key_string(view: View, prefix: str = "") -> Column:
+    """The window_key: the one key column besides the window start, or several joined."""
+    cols = [F.col(prefix + c).cast("string") for c in view.window_key]
+    return cols[0] if len(cols) == 1 else F.concat_ws("|", *cols)
