@@ -18,7 +18,7 @@ import copy
 import json
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -360,6 +360,15 @@ def _conflicting(event: dict[str, Any], rng: random.Random, people: Sequence[Cus
     return _record(other, "conflicting")
 
 
+def clean_count(count: int, *, chaos: bool) -> int:
+    """How many clean events `records(seed, count, chaos=chaos)` draws from
+    `traffic(seed, ...)`: what a web run that follows it (`web_traffic`) needs."""
+    if not chaos:
+        return count
+    n_bad = max(len(_broken(_Ids("count"))), count // 100)
+    return count - n_bad - count * 3 // 100 - count // 100
+
+
 def records(
     seed: int,
     count: int,
@@ -376,7 +385,7 @@ def records(
     n_bad = max(len(broken_one_each), count // 100)
     n_resend = count * 3 // 100
     n_conflict = count // 100
-    n_clean = count - n_bad - n_resend - n_conflict
+    n_clean = clean_count(count, chaos=True)
     if n_clean < 1:
         raise ValueError(f"--chaos needs at least {count - n_clean + 1} records; got {count}")
     events = traffic(seed, n_clean, start, days)
@@ -462,50 +471,92 @@ WEB_SESSION_GAP = timedelta(minutes=30)
 
 
 def web_traffic(
-    seed: int, count: int, start: datetime = DEFAULT_START, days: float = 7.0
+    seed: int,
+    count: int,
+    start: datetime = DEFAULT_START,
+    days: float = 7.0,
+    follows: int | None = None,
 ) -> list[dict[str, Any]]:
     """Exactly `count` clean web events, in event-time order: how the customers of the
     shop's `traffic(seed, ...)` browsed. Before each product a customer adds to a
     cart, they view it (and often others); a customer's views less than
     `WEB_SESSION_GAP` apart share a session, which a `session_started` opens. So the
-    web's views and the shop's orders of one seed join, as a conversion view needs."""
+    web's views and the shop's orders of one seed join, as a conversion view needs.
+
+    `follows`: the number of clean shop events of the run to follow
+    (`clean_count`), so the web browses that very run's traffic; whole customers'
+    browsing is then kept until `count` is reached, so the visits kept are whole and
+    their orders convert. Without it, the shop traffic followed is sized to `count`."""
     rng = random.Random(seed * 31 + 7)
     ids = _Ids(f"w{seed}")
-    timed: list[tuple[datetime, dict[str, Any]]] = []
-    catalogue = products()
+    if follows is not None:
+        timed = _browsing(traffic(seed, follows, start, days), rng, ids)
+        if len(timed) < count:
+            raise ValueError(
+                f"the shop's {follows:,} clean events of seed {seed} give {len(timed):,} web "
+                f"events; ask for at most that many, not {count:,}"
+            )
+        return [event for _, event in _whole_customers(timed, count, rng)]
     shop_count = count
+    timed = []
     while len(timed) < count:
-        timed.clear()
-        last: dict[str, tuple[datetime, str]] = {}  # customer -> (last view, session)
-        for event in traffic(seed, shop_count, start, days):
-            if event["event_type"] != "cart_item_added":
-                continue
-            # In UTC: `_ts` writes a UTC time as it is, and one in twenty shop events
-            # carries a +02:00 offset.
-            t = datetime.fromisoformat(event["event_time"]).astimezone(UTC)
-            who = event["customer_id"]
-            seen = [rng.choice(catalogue).product_id for _ in range(rng.randint(0, 2))]
-            views = [*seen, event["payload"]["product_id"]]
-            first = t - timedelta(seconds=rng.uniform(5, 60) * len(views))
-            before = last.get(who)
-            if before is None or first - before[0] > WEB_SESSION_GAP:
-                session = ids.next("sess-")
-                opened = first - timedelta(seconds=rng.uniform(5, 120))
-                payload = {"session_id": session, "referrer": rng.choice(WEB_REFERRERS)}
-                timed.append(
-                    (opened, _web_event(ids, "session_started", opened, who, payload, rng))
-                )
-            else:
-                session = before[1]
-            # Each view before the add, the added product's last.
-            stamps = sorted(first + (t - first) * rng.random() for _ in views)
-            for at, product in zip(stamps, views, strict=True):
-                payload = {"session_id": session, "product_id": product}
-                timed.append((at, _web_event(ids, "product_viewed", at, who, payload, rng)))
-            last[who] = (t, session)
+        timed = _browsing(traffic(seed, shop_count, start, days), rng, ids)
         shop_count *= 2
     timed.sort(key=lambda te: te[0])
     return [event for _, event in timed[:count]]
+
+
+def _browsing(
+    shop: list[dict[str, Any]], rng: random.Random, ids: _Ids
+) -> list[tuple[datetime, dict[str, Any]]]:
+    """The web events (with their times) of the customers of `shop`'s cart adds."""
+    catalogue = products()
+    timed: list[tuple[datetime, dict[str, Any]]] = []
+    last: dict[str, tuple[datetime, str]] = {}  # customer -> (last view, session)
+    for event in shop:
+        if event["event_type"] != "cart_item_added":
+            continue
+        # In UTC: `_ts` writes a UTC time as it is, and one in twenty shop events
+        # carries a +02:00 offset.
+        t = datetime.fromisoformat(event["event_time"]).astimezone(UTC)
+        who = event["customer_id"]
+        seen = [rng.choice(catalogue).product_id for _ in range(rng.randint(0, 2))]
+        views = [*seen, event["payload"]["product_id"]]
+        first = t - timedelta(seconds=rng.uniform(5, 60) * len(views))
+        before = last.get(who)
+        if before is None or first - before[0] > WEB_SESSION_GAP:
+            session = ids.next("sess-")
+            opened = first - timedelta(seconds=rng.uniform(5, 120))
+            payload = {"session_id": session, "referrer": rng.choice(WEB_REFERRERS)}
+            timed.append((opened, _web_event(ids, "session_started", opened, who, payload, rng)))
+        else:
+            session = before[1]
+        # Each view before the add, the added product's last.
+        stamps = sorted(first + (t - first) * rng.random() for _ in views)
+        for at, product in zip(stamps, views, strict=True):
+            payload = {"session_id": session, "product_id": product}
+            timed.append((at, _web_event(ids, "product_viewed", at, who, payload, rng)))
+        last[who] = (t, session)
+    return timed
+
+
+def _whole_customers(
+    timed: list[tuple[datetime, dict[str, Any]]], count: int, rng: random.Random
+) -> list[tuple[datetime, dict[str, Any]]]:
+    """Exactly `count` of `timed`, in time order: every event of customers drawn at
+    random, and the earliest of the last one drawn."""
+    by_customer: dict[str, list[tuple[datetime, dict[str, Any]]]] = {}
+    for te in timed:
+        by_customer.setdefault(te[1]["customer_id"], []).append(te)
+    who = sorted(by_customer)
+    rng.shuffle(who)
+    kept: list[tuple[datetime, dict[str, Any]]] = []
+    for customer in who:
+        mine = sorted(by_customer[customer], key=lambda te: te[0])
+        kept += mine[: count - len(kept)]
+        if len(kept) == count:
+            break
+    return sorted(kept, key=lambda te: te[0])
 
 
 def _web_event(
@@ -557,19 +608,21 @@ def web_records(
     chaos: bool = False,
     start: datetime = DEFAULT_START,
     days: float = 7.0,
+    follows: int | None = None,
 ) -> list[Record]:
     """Exactly `count` web records to send, in sending order. With `chaos`: resends
     (exact duplicates, some spelled otherwise), conflicts (same id, another product),
-    one of each broken kind (`_web_broken`), and late arrivals."""
+    one of each broken kind (`_web_broken`), and late arrivals. `follows`: as for
+    `web_traffic`."""
     rng = random.Random(seed * 7919 + 3)
     if not chaos:
-        return [_record(e) for e in web_traffic(seed, count, start, days)]
+        return [_record(e) for e in web_traffic(seed, count, start, days, follows)]
     broken = _web_broken(_Ids(f"w{seed}"))
     n_resend, n_conflict = count * 3 // 100, count // 100
     n_clean = count - len(broken) - n_resend - n_conflict
     if n_clean < 1:
         raise ValueError(f"--chaos needs at least {count - n_clean + 1} records; got {count}")
-    events = web_traffic(seed, n_clean, start, days)
+    events = web_traffic(seed, n_clean, start, days, follows)
     out = [_record(e) for e in events]
     late = [out.pop(rng.randrange(len(out))) for _ in range(n_clean // 200)]
     for r in late:
@@ -596,4 +649,4 @@ def web_records(
 
 
 # Each source's generator: `regauge produce --source S` sends its records.
-GENERATORS = {"shop": records, "web": web_records}
+GENERATORS: dict[str, Callable[..., list[Record]]] = {"shop": records, "web": web_records}

@@ -288,9 +288,11 @@ def produce_generated(
     days: float = 7.0,
     progress: bool = False,
     source: str = registry.SHOP_SOURCE,
+    follows: int | None = None,
 ) -> GeneratedRun:
     """Generate `count` records of `source` for `seed` (`generator.GENERATORS`), send,
-    and report.
+    and report. `follows` (the web's only): the shop run of that many records, same
+    seed and chaos, whose customers and carts the web's browsing follows.
 
     The customers and products they name are the caller's to seed into the
     reference data (`warehouse.ops.pipeline.produce` does both).
@@ -301,7 +303,15 @@ def produce_generated(
             f"regauge has no traffic generator for source {source!r} (it has: "
             f"{', '.join(sorted(generator.GENERATORS))}); produce its records yourself"
         )
-    records = make(seed, count, chaos=chaos, start=start, days=days)
+    if follows is None:
+        records = make(seed, count, chaos=chaos, start=start, days=days)
+    elif source != "web":
+        raise ValueError(f"--follows is for the web's traffic, not {source!r}'s")
+    else:
+        shop = generator.clean_count(follows, chaos=chaos)
+        records = generator.web_records(
+            seed, count, chaos=chaos, start=start, days=days, follows=shop
+        )
     topic = registry.source_tables(source).topic
     log.info(
         "producing %d %s records (seed %d) to %s",

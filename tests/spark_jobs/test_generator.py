@@ -7,6 +7,8 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+import pytest
+
 from spark_jobs import generator
 from spark_jobs.engine import contract
 from spark_jobs.engine.bronze import BRONZE_SCHEMA
@@ -203,6 +205,45 @@ def test_web_traffic_is_the_shop_s_customers_viewing_what_they_then_add():
             c == a["customer_id"] and p == a["payload"]["product_id"] and seen < t
             for c, p, seen in viewed
         ), a
+
+
+def test_web_traffic_that_follows_a_shop_run_browses_that_run_s_own_carts():
+    """`follows` (`regauge produce --source web --follows N`, make demo): the web browses
+    the very carts of the shop's chaos run of N records, whole customers at a time, so
+    every cart add of a customer it keeps was viewed before; without it, the web
+    follows a shop run sized to its own count, whose carts are other ones."""
+    run = generator.records(5, 800, chaos=True)
+    shop = [r.content for r in run if r.kind in ("event", "very_late")]
+    clean = generator.clean_count(800, chaos=True)
+    assert clean == len(shop)  # the run's clean events, late ones too
+    web = generator.web_traffic(5, 300, follows=clean)
+    assert len(web) == 300 and web == generator.web_traffic(5, 300, follows=clean)
+    kept = {e["customer_id"] for e in web}
+    viewed = {
+        (v["customer_id"], v["payload"]["product_id"])
+        for v in web
+        if v["event_type"] == "product_viewed"
+    }
+    adds = [e for e in shop if e and e["event_type"] == "cart_item_added"]
+    last = max(datetime.fromisoformat(e["event_time"]) for e in web)
+    mine = [
+        a
+        for a in adds
+        if a["customer_id"] in kept and datetime.fromisoformat(a["event_time"]) < last
+    ]
+    assert len(mine) > 20
+    # All but the last customer drawn (cut to the count) are kept whole.
+    seen = sum((a["customer_id"], a["payload"]["product_id"]) in viewed for a in mine)
+    assert seen >= len(mine) - 5
+    unaligned = generator.web_traffic(5, 300)
+    other = {
+        (v["customer_id"], v["payload"]["product_id"])
+        for v in unaligned
+        if v["event_type"] == "product_viewed"
+    }
+    assert sum((a["customer_id"], a["payload"]["product_id"]) in other for a in mine) < seen / 2
+    with pytest.raises(ValueError, match="ask for at most"):
+        generator.web_traffic(5, 100_000, follows=clean)
 
 
 def test_web_chaos_holds_one_record_of_every_way_to_fail_the_web_contract(spark):

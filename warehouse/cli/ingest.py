@@ -25,6 +25,7 @@ def produce(args: argparse.Namespace) -> int:
         days=args.days,
         progress=sys.stdout.isatty(),
         source=args.source,
+        follows=args.follows,
     )
     report = run.report()
     print(run.summary.describe())

@@ -313,6 +313,14 @@ def _pipeline(add: Add) -> None:
         "(default 2026-01-01T00:00:00Z)",
     )
     p.add_argument("--days", type=float, default=7.0, help="days the traffic spans (default 7)")
+    p.add_argument(
+        "--follows",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="web only: browse the very customers and carts of the shop's run of N records "
+        "with the same --seed, --chaos, --start and --days (its visits then convert)",
+    )
 
     p = add(
         "ingest",

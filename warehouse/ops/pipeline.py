@@ -37,9 +37,11 @@ def produce(
     days: float = 7.0,
     progress: bool = False,
     source: str = registry.SHOP_SOURCE,
+    follows: int | None = None,
 ) -> producer.GeneratedRun:
     """Seed the customers and products `count` generated records name, then send them
-    (`source`'s records: the web's browse the same customers and products)."""
+    (`source`'s records: the web's browse the same customers and products; `follows`,
+    as for `producer.produce_generated`)."""
     reference.seed(settings, generator.customers_for(count), generator.products())
     return producer.produce_generated(
         settings,
@@ -51,6 +53,7 @@ def produce(
         days=days,
         progress=progress,
         source=source,
+        follows=follows,
     )
 
 

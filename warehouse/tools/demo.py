@@ -183,7 +183,10 @@ def run(settings: Settings, events: int) -> int:
         f"a second source: the same customers browsing ({web.topic}, with chaos), "
         "ingested by its own query into its own tables"
     )
-    browsed = pipeline.produce(settings, seed=seed, count=events // 2, chaos=True, source="web")
+    # Browsing the very customers and carts of the shop's run, so its visits convert.
+    browsed = pipeline.produce(
+        settings, seed=seed, count=events // 2, chaos=True, source="web", follows=events
+    )
     print(browsed.summary.describe())
     web_expected = browsed.expected()
     web_landed = _wait_for_silver(
