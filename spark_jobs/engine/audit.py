@@ -260,11 +260,9 @@ def _content_differences(
     # Validated once: silver, the quarantine and the ledger are all derived from it.
     # By the contract the lake runs: a record it accepts that is still quarantined
     # under an older one (not re-admitted yet, docs/contract.md §10) is a difference.
-    checked = contract.validate(
-        bronze.join(settled, ["partition", "offset"], "left_semi"),
-        silver_mod.deployed_plan(spark, settings, src.source),
-    )
-    derived = silver_mod.settle_checked(checked.localCheckpoint(eager=True))
+    plan = silver_mod.deployed_plan(spark, settings, src.source)
+    checked = contract.validate(bronze.join(settled, ["partition", "offset"], "left_semi"), plan)
+    derived = silver_mod.settle_checked(checked.localCheckpoint(eager=True), plan)
     want = {"silver": derived.silver, "quarantine": derived.quarantine, "ledger": derived.ledger}
     found = []
     for name, (key, skip) in CONTENT.items():

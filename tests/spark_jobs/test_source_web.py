@@ -121,3 +121,28 @@ def test_web_silver_holds_the_web_declaration_s_columns(spark, web_lake):
         "referrer",
         "session_id",
     ]
+
+
+def test_the_audit_re_derives_the_web_s_tables_by_the_web_s_contract(spark, web_lake):
+    """The audit's content check per source (spark_jobs/engine/audit.py): the web's
+    silver, quarantine and ledger equal what the web's contract makes of its bronze,
+    and a row changed behind ingest's back is named under the web's subject."""
+    from delta.tables import DeltaTable
+
+    from spark_jobs.engine import audit as spark_audit
+
+    s = web_lake
+    plan = silver.deployed_plan(spark, s, "web")
+    ingest.process_batch(spark, s, _kafka(spark, RECORDS), 0, "app", None, "/nowhere", plan=plan)
+    found = spark_audit.check_silver_content(spark, s, attempts=1, src=WEB)
+    assert {f.subject: f.passed for f in found} == {
+        "web silver content": True,
+        "web quarantine content": True,
+        "web ledger content": True,
+    }
+    DeltaTable.forPath(spark, WEB.silver.path(s)).update("event_id = 'w1'", {"product_id": "'p7'"})
+    found = spark_audit.check_silver_content(spark, s, attempts=1, src=WEB)
+    (bad,) = [f for f in found if not f.passed]
+    assert bad.subject == "web silver content"
+    assert bad.detail["keys"][0]["event_id"] == "w1"
+    assert "product_id" in bad.detail["keys"][0]["columns"]
