@@ -452,8 +452,8 @@ import json, logging, sys
 logging.basicConfig(level=logging.INFO)
 from pyspark import SparkContext
 from spark_jobs import views
-from spark_jobs.engine import lake, session
-from spark_jobs.engine import runner
+from spark_jobs.engine import gold_writes, lake, runner, session
+from spark_jobs.engine.progress import Progress
 from warehouse.base import registry, settings as settings_mod
 from warehouse.ops import sessions
 
@@ -466,7 +466,7 @@ with sessions.task_session(s, "regauge-test-connect") as spark:
     view = views.get("revenue_hourly", 1)
     silver = runner.read_silver(spark, s).limit(1000)
     gold_writes.gold_rows(view, silver).write.format("delta").save(table)
-    with progress.Progress(spark, "probe", 1_000, every_s=0.5) as progress:
+    with Progress(spark, "probe", 1_000, every_s=0.5) as progress:
         # Long enough (seconds) for the server's progress reports, sent every second
         # while an operation runs.
         spark.range(0, 6_000_000, 1, 8).selectExpr(
