@@ -1,7 +1,8 @@
 """Schema evolution on the real stack (docs/contract.md §10): v2 orders sent before the
 lake knows them are quarantined, `regauge sources deploy shop 2` moves the lake on, and
 `regauge readmit shop`, killed once after its quarantine MERGE and run again, brings
-them back exactly once, with the accounting exact and the run logged.
+them back exactly once, with the accounting exact and the run logged, and a live view
+restates the hour they land in by reason `readmission`.
 
 Runs last (tests/integration/conftest.py): it leaves the lake at contract version 2,
 which the generator's expectations (written for §1) do not know. About 2 minutes: an
@@ -15,32 +16,46 @@ import os
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 
 import pytest
 from trino.exceptions import TrinoUserError
 
-from spark_jobs import producer
+from spark_jobs import producer, views
 from spark_jobs.engine import faults
 from spark_jobs.testing.landing import fresh_seed
 from warehouse.base import registry
-from warehouse.ops import audit, ingest_ctl, pipeline
+from warehouse.ops import audit, ingest_ctl, pipeline, streams
 from warehouse.sql import accounting, trino_client
 
 ITEMS = [{"product_id": "p1", "quantity": 2, "unit_price": 5}]  # Σ = 10.00
+# The live view that restates the hour the re-admitted orders land in.
+VIEW = ("revenue_hourly", 1)
 
 
-def _order(event_id: str, version: int, total: float, **extra: object) -> bytes:
+def _order(
+    event_id: str, version: int, total: float, at: str = "2026-01-01T11:00:00.000Z", **extra: object
+) -> bytes:
     payload = {"order_id": f"o-{event_id}", "currency": "EUR", "items": ITEMS, "total": total}
     return json.dumps(
         {
             "event_id": event_id,
             "event_type": "order_placed",
-            "event_time": "2026-01-01T11:00:00.000Z",
+            "event_time": at,
             "customer_id": "evolving-customer",
             "schema_version": version,
             "payload": {**payload, **extra},
         }
     ).encode()
+
+
+def _live_view_held(settings) -> bool:
+    """Stop the view host's stream of VIEW if one runs (test_versions.py leaves
+    revenue_hourly's wanted): this test runs VIEW's jobs itself. True if it ran."""
+    held = VIEW in streams.wanted(settings)
+    if held:
+        streams.stop(settings, *VIEW)
+    return held
 
 
 def _cli(*args: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -144,10 +159,16 @@ def test_v2_orders_wait_in_quarantine_and_come_back_once_the_contract_learns_the
         (key, _order(earlier, 2, 8.5, discount=1.5)),  # first in log order ...
         (key, _order(earlier, 1, 10.0)),  # ... of this v1 order, silver's until then
         (key, _order(wrong, 2, 9.0, discount=1.5)),  # Σ - discount = 8.50: fails v2 too
+        # A day later: the hour of the others is over (for a lake holding only these).
+        (key, _order(f"v2-{seed}-later", 1, 10.0, at="2026-01-02T11:00:00.000Z")),
     ]
     summary, positions = producer.produce_records(settings, records)
-    assert summary.produced == 4, summary.errors
+    assert summary.produced == len(records), summary.errors
     pipeline.ingest_once(spark, settings)
+    # The live view the re-admission will restate, built from silver as it is now.
+    held = _live_view_held(settings)
+    view = views.get(*VIEW)
+    pipeline.replay(spark, settings, view)
     quarantine = registry.SILVER_QUARANTINE
     ids = [fresh, earlier, wrong]
     assert _where(settings, quarantine, ids, "reason") == dict.fromkeys(
@@ -216,5 +237,23 @@ def test_v2_orders_wait_in_quarantine_and_come_back_once_the_contract_learns_the
     still_by_reason = json.loads(still)
     assert admitted >= 2 and still_by_reason.get("total_mismatch", 0) >= 1
     assert examined == admitted + sum(still_by_reason.values())
+
+    # The live view takes the re-admission in and names it: the hour of `fresh`
+    # (new) and of `earlier` (now its v2, 8.50 where its v1 said 10.00) restated,
+    # by reason `readmission`, not `late`.
+    pipeline.catch_up(spark, settings, view)
+    if held:
+        streams.want(settings, *VIEW, True)
+    restated = trino_client.query(
+        settings,
+        f"SELECT event_id, reason, window_start, window_key FROM "
+        f"{registry.GOLD_RESTATEMENTS.trino_name} WHERE view = ? AND version = ? "
+        "AND event_id IN (?, ?, ?)",
+        [*VIEW, *ids],
+    ).rows
+    hour = datetime(2026, 1, 1, 11, tzinfo=UTC)
+    assert sorted((e, r, at.astimezone(UTC), k) for e, r, at, k in restated) == sorted(
+        [(fresh, "readmission", hour, "EUR"), (earlier, "readmission", hour, "EUR")]
+    )
     # A rerun that admits nothing, and the refusal to deploy 1 again, are shown in
     # tests/spark_jobs/test_readmit.py: each would cost a Spark driver here (about 30 s).
