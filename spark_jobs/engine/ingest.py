@@ -134,10 +134,11 @@ def record_progress(progress: dict[str, Any]) -> None:
     seconds = (progress.get("durationMs") or {}).get("triggerExecution", 0) / 1000
     metrics.MICROBATCH.labels(name).observe(seconds)
     metrics.MICROBATCH_ROWS.labels(name).inc(progress.get("numInputRows") or 0)
-    if name != QUERY:
-        return  # the lag gauge is the shop's (labelled by partition alone)
+    source = registry.ingested_source(name)
+    if source is None:
+        return  # a view's query: its source is silver, not Kafka
     for partition, behind in kafka_lag((progress.get("sources") or [{}])[0]).items():
-        metrics.INGEST_BEHIND.labels(partition).set(behind)
+        metrics.INGEST_BEHIND.labels(source, partition).set(behind)
 
 
 class BatchMetrics(StreamingQueryListener):

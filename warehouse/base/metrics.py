@@ -17,15 +17,15 @@ from prometheus_client import Counter, Gauge, Histogram
 
 INGEST_BEHIND = Gauge(
     "regauge_ingest_behind_records",
-    "Records Kafka holds that bronze has not copied yet, per partition: from each bronze "
-    "micro-batch, and from a look at Kafka every 15 s",
-    ["partition"],
+    "Records Kafka holds that bronze has not copied yet, per source and partition: from "
+    "each bronze micro-batch, and from a look at Kafka every 15 s",
+    ["source", "partition"],
 )
 INGEST_OLDEST_WAITING = Gauge(
     "regauge_ingest_oldest_waiting_seconds",
     "How long the oldest record Kafka holds that bronze has not copied has waited, "
-    "per partition (0 when caught up); refreshed every 15 s",
-    ["partition"],
+    "per source and partition (0 when caught up); refreshed every 15 s",
+    ["source", "partition"],
 )
 MICROBATCH = Histogram(
     "regauge_microbatch_seconds",

@@ -104,6 +104,15 @@ def source_tables(source: str) -> SourceTables:
     return SourceTables(source)
 
 
+def ingested_source(query: str) -> str | None:
+    """The source an ingest query (`SourceTables.ingest_query`) ingests; None for a
+    query that is not ingest's (a view's)."""
+    if query == INGEST_QUERY:
+        return SHOP_SOURCE
+    prefix = f"{INGEST_QUERY}."
+    return query.removeprefix(prefix) if query.startswith(prefix) else None
+
+
 # Ingest's streaming query (the shop's; another source's is `ingest.<source>`).
 INGEST_QUERY = "ingest"
 SHOP_SOURCE = "shop"

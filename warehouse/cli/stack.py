@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
+from warehouse.base import registry
 from warehouse.base import settings as settings_mod
 from warehouse.ops import audit, exporter, ingest_ctl, streams
 from warehouse.ops.stack import artifacts, services
@@ -125,13 +126,15 @@ def _dashboard(url: str) -> Table:
     def num(value: float | None, fmt: str = ",.0f") -> str:
         return "-" if value is None or math.isnan(value) else format(value, fmt)
 
-    ingest = Table(title="ingest, per Kafka partition")
-    for col in ("partition", "records behind", "oldest waiting s"):
+    ingest = Table(title="ingest, per source and Kafka partition")
+    for col in ("source", "partition", "records behind", "oldest waiting s"):
         ingest.add_column(col, justify="right")
-    behind = exporter.by_label(samples, "regauge_ingest_behind_records", "partition")
-    waiting = exporter.by_label(samples, "regauge_ingest_oldest_waiting_seconds", "partition")
-    for p in sorted(behind, key=int):
-        ingest.add_row(p, num(behind[p]), num(waiting.get(p), ",.1f"))
+    keys = ("source", "partition")
+    behind = exporter.by_labels(samples, "regauge_ingest_behind_records", *keys)
+    waiting = exporter.by_labels(samples, "regauge_ingest_oldest_waiting_seconds", *keys)
+    # The shop's first, then the other sources by name, each by partition.
+    for key in sorted(behind, key=lambda k: (k[0] != registry.SHOP_SOURCE, k[0], int(k[1]))):
+        ingest.add_row(*key, num(behind[key]), num(waiting.get(key), ",.1f"))
     grid.add_row(ingest)
 
     queries = Table(title="micro-batches, per query")

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from prometheus_client import start_http_server
 
-from warehouse.base import metrics, registry
+from warehouse import sources
+from warehouse.base import metrics
 from warehouse.base.settings import Settings
 from warehouse.ops import audit, ingest_ctl, lag, streams
 
@@ -69,8 +70,8 @@ def _audit_field(settings: Settings, field: str) -> float:
 
 
 def _refresh_lag(settings: Settings, stop: threading.Event) -> None:
-    """Records behind and the oldest one's wait, per partition, while ingest is wanted.
-    Kafka being away only leaves the last figures in place (and says so once)."""
+    """Records behind and the oldest one's wait, per source and partition, while ingest
+    is wanted. Kafka being away only leaves the last figures in place (and says so once)."""
     said = False
     while not stop.wait(LAG_EVERY_S):
         if not ingest_ctl.wanted(settings)[0]:
@@ -78,19 +79,23 @@ def _refresh_lag(settings: Settings, stop: threading.Event) -> None:
             metrics.INGEST_BEHIND.clear()
             metrics.INGEST_OLDEST_WAITING.clear()
             continue
-        status = ingest_ctl.read_status(settings).get(registry.INGEST_QUERY) or {}
-        copied = status.get("copied") or {}
-        try:
-            lags = lag.ingest_lag(settings, {int(p): int(o) for p, o in copied.items()})
-        except Exception as exc:
-            if not said:
-                log.warning("metrics: cannot read Kafka's offsets (%s); lag figures stale", exc)
-            said = True
-            continue
-        said = False
-        for one in lags:
-            metrics.INGEST_BEHIND.labels(str(one.partition)).set(one.behind)
-            metrics.INGEST_OLDEST_WAITING.labels(str(one.partition)).set(one.age_s or 0.0)
+        copied = lag.copied_by_source(ingest_ctl.read_status(settings))
+        failed = []
+        # Every declared source is ingested; one not copied from yet is behind by all
+        # Kafka holds. One whose topic cannot be read keeps its last figures.
+        for name, source in sources.discover().items():
+            try:
+                lags = lag.ingest_lag(settings, copied.get(name, {}), source.topic)
+            except Exception as exc:
+                failed.append(f"{source.topic}: {exc}")
+                continue
+            for one in lags:
+                at = (name, str(one.partition))
+                metrics.INGEST_BEHIND.labels(*at).set(one.behind)
+                metrics.INGEST_OLDEST_WAITING.labels(*at).set(one.age_s or 0.0)
+        if failed and not said:
+            log.warning("metrics: cannot read Kafka's offsets (%s); lag figures stale", failed)
+        said = bool(failed)
 
 
 @dataclass(frozen=True)
@@ -162,10 +167,23 @@ def by_view(samples: Samples, name: str) -> dict[str, float]:
     }
 
 
-def by_label(samples: Samples, name: str, label: str) -> dict[str, float]:
-    """One metric's values keyed by one of its labels."""
+def by_labels(samples: Samples, name: str, *labels: str) -> dict[tuple[str, ...], float]:
+    """One metric's values keyed by the values of several of its labels."""
+    found = {}
+    for (sample, pairs), value in samples.items():
+        given = dict(pairs)
+        if sample == name and all(label in given for label in labels):
+            found[tuple(given[label] for label in labels)] = value
+    return found
+
+
+def by_label(samples: Samples, name: str, label: str, **only: str) -> dict[str, float]:
+    """One metric's values keyed by one of its labels, of the samples whose other
+    labels have the values `only` gives (`source="shop"`, say)."""
     return {
         dict(labels)[label]: value
         for (sample, labels), value in samples.items()
-        if sample == name and label in dict(labels)
+        if sample == name
+        and label in dict(labels)
+        and all(dict(labels).get(k) == v for k, v in only.items())
     }

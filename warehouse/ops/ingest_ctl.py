@@ -182,14 +182,16 @@ def describe(settings: Settings, *, kafka_up: bool = True) -> tuple[bool, str]:
         when = f"retrying in {retry} s" if retry is not None else "`regauge ingest start` retries"
         lines.append(f"  failed: {state.get('error')}; {when}")
     status = read_status(settings)
-    copied = status.get(registry.INGEST_QUERY, {}).get("copied")
+    copied = lag.copied_by_source(status)
     if not kafka_up:
         lines.append("  behind Kafka: unknown (Kafka is down)")
-    elif copied:
-        behind = lag.ingest_lag(settings, {int(p): int(o) for p, o in copied.items()})
-        lines.append("  behind Kafka: " + "; ".join(str(x) for x in behind))
-    else:
+    elif not copied:
         lines.append("  behind Kafka: unknown until ingest's first batch")
+    # The shop's first, then the others by name; each source its own topic.
+    for name in sorted(copied, key=lambda s: (s != registry.SHOP_SOURCE, s)) if kafka_up else ():
+        topic = registry.source_tables(name).topic
+        behind = lag.ingest_lag(settings, copied[name], topic)
+        lines.append(f"  {topic} behind Kafka: " + "; ".join(str(x) for x in behind))
     for name, st in sorted(status.items()):
         lines.append(
             f"  {name:<7} {st.get('state', '?'):<8} batch {st.get('batch', '-')}, "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from warehouse.base import kafka_conf, registry
 from warehouse.base.settings import Settings
@@ -93,12 +93,26 @@ def kafka_watermarks(
         consumer.close()
 
 
-def ingest_lag(settings: Settings, copied: dict[int, int]) -> list[Lag]:
-    """Per partition: `copied` is the next offset ingest will read (0 if none yet)."""
+def ingest_lag(settings: Settings, copied: dict[int, int], topic: str | None = None) -> list[Lag]:
+    """Per partition of `topic` (the shop's by default): `copied` is the next offset
+    ingest will read (0 if none yet)."""
     lags = []
     # Short timeouts: `regauge status` should answer quickly even when Kafka is slow.
-    for p, (low, high) in kafka_watermarks(settings, timeout=10).items():
+    for p, (low, high) in kafka_watermarks(settings, timeout=10, topic=topic).items():
         start = max(low, copied.get(p, 0))
         behind = max(0, high - start)
-        lags.append(Lag(p, behind, uncopied_age_s(settings, p, start) if behind else None))
+        waited = uncopied_age_s(settings, p, start, topic) if behind else None
+        lags.append(Lag(p, behind, waited))
     return lags
+
+
+def copied_by_source(status: dict[str, Any]) -> dict[str, dict[int, int]]:
+    """From ingest's status file (`ingest_ctl.read_status`): per source its ingest
+    query reported, the next offset it will read per partition."""
+    found = {}
+    for query, entry in status.items():
+        source = registry.ingested_source(query)
+        copied = (entry or {}).get("copied")
+        if source is not None and copied:
+            found[source] = {int(p): int(o) for p, o in copied.items()}
+    return found

@@ -16,7 +16,7 @@ from spark_jobs.engine.ingest import record_progress
 from spark_jobs.engine.silver import BatchResult
 from tests.ports import free_port
 from warehouse.base.settings import Settings
-from warehouse.ops import audit, exporter
+from warehouse.ops import audit, exporter, lag
 
 
 @pytest.fixture()
@@ -77,8 +77,45 @@ def test_silver_batches_and_progress_are_scraped_by_name(served: str) -> None:
     assert grew("regauge_microbatch_input_rows_total", query="ingest") == 10
     # Only the partitions this progress named (others may be set by earlier tests
     # in the same process: the metrics are the process's).
-    behind = exporter.by_label(after, "regauge_ingest_behind_records", "partition")
-    assert (behind["0"], behind["1"]) == (5.0, 0.0)
+    behind = exporter.by_labels(after, "regauge_ingest_behind_records", "source", "partition")
+    assert (behind["shop", "0"], behind["shop", "1"]) == (5.0, 0.0)
+
+
+def test_each_sources_ingest_lag_is_its_own(served: str) -> None:
+    """Another source's ingest query (`ingest.web`) sets the web's lag, not the shop's;
+    a view's query, whose source is silver, sets none."""
+    for name, topic, behind in (("ingest.web", "web.events", 7), ("cart_sessions_v1", "x", 9)):
+        record_progress(
+            {
+                "name": name,
+                "durationMs": {"triggerExecution": 10},
+                "sources": [
+                    {
+                        "endOffset": json.dumps({topic: {"3": 1}}),
+                        "latestOffset": json.dumps({topic: {"3": 1 + behind}}),
+                    }
+                ],
+            }
+        )
+    found = exporter.by_labels(
+        exporter.scrape(served), "regauge_ingest_behind_records", "source", "partition"
+    )
+    assert found["web", "3"] == 7.0
+    assert ("shop", "3") not in found and not [k for k in found if k[0] not in {"shop", "web"}]
+    only_web = exporter.by_label(
+        exporter.scrape(served), "regauge_ingest_behind_records", "partition", source="web"
+    )
+    assert only_web["3"] == 7.0
+
+
+def test_the_status_files_copied_offsets_are_read_per_source() -> None:
+    status = {
+        "ingest": {"copied": {"0": 12, "1": 3}},
+        "ingest.web": {"copied": {"0": 5}},
+        "ingest.new": {"state": "running"},  # no batch yet: nothing copied
+        "revenue_hourly_v2": {"copied": {"0": 99}},  # not an ingest query
+    }
+    assert lag.copied_by_source(status) == {"shop": {0: 12, 1: 3}, "web": {0: 5}}
 
 
 def test_the_audit_figures_follow_the_last_audit(private: Settings, served: str) -> None:
