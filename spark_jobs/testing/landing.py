@@ -182,7 +182,7 @@ def wait_until_settled(
     now: Landing | None = None
     while True:
         # Read again only once a table has a new commit: a read is three Spark
-        # queries (3-4 s of both cores on 2), and ingest commits every 5-15 s
+        # queries (3-4 s of both cores on 2), and ingest commits every 1-15 s
         # under the chaos cases, so most polls would find what the last one did.
         # Listed before reading: a commit landing meanwhile is read at the next poll.
         versions = _newest_commits(spark, settings)
@@ -194,7 +194,7 @@ def wait_until_settled(
         if settled or time.monotonic() > deadline:
             rows, ids = _silver_totals(spark, settings)
             return replace(now, silver_total_rows=rows, silver_distinct_ids=ids)
-        time.sleep(3)
+        time.sleep(1)  # a poll without a new commit is three listings
 
 
 def _newest_commits(spark: SparkSession, settings: Settings) -> tuple[int, ...]:

@@ -96,10 +96,14 @@ def test_ingest_and_an_analysts_query_on_the_cluster(cluster_settings: Settings)
     s = cluster_settings
     seed = fresh_seed()
     start = _start_of(seed)
-    run = pipeline.produce(s, seed=seed, count=1500, chaos=True, start=start, days=1)
-    assert (run.summary.produced, run.summary.failed) == (1500, 0)
+    # 600 records hold every kind of bad record the generator makes; what the
+    # cluster adds is where they go (three brokers, s3a), not how many.
+    run = pipeline.produce(s, seed=seed, count=600, chaos=True, start=start, days=1)
+    assert (run.summary.produced, run.summary.failed) == (600, 0)
 
-    assert "silver.shop_events" in regauge("ingest-once").stdout
+    # The shop's alone: a second source on the cluster shows nothing the local
+    # stack's tests do not (its empty tables on s3a took 10 s of this test).
+    assert "silver.shop_events" in regauge("ingest-once", "--source", "shop").stdout
     _judge(s, run)
 
     # The analyst logs in with their own password, over HTTPS; their rules apply.
@@ -112,7 +116,7 @@ def test_ingest_and_an_analysts_query_on_the_cluster(cluster_settings: Settings)
     rows = trino_client.query(analyst, runs_silver, [f"s{seed}-"], user=cluster.ANALYST).rows
     winners = run.expected().silver
     assert {r[0]: (r[1], r[2]) for r in rows} == winners
-    assert len(rows) == len(winners) > 1000
+    assert len(rows) == len(winners) > 400
     with pytest.raises(TrinoQueryError, match="Access Denied"):
         trino_client.query(
             analyst, f"SELECT count(*) FROM {QUARANTINE.trino_name}", user=cluster.ANALYST

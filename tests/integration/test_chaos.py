@@ -39,15 +39,19 @@ def report(outcome: chaos.Outcome) -> chaos.Outcome:
 
 
 def test_kill_9_of_ingest_twice_loses_and_doubles_nothing(faults, capsys):
-    out = report(faults.ingest_kills(20_000, kills=2))
-    assert out.produced == 20_000
+    # Sent over 20 s rather than in one burst (it was 20,000 at once, one batch),
+    # so ingest's 1 s triggers run back to back and each kill lands in a batch;
+    # the later modules' replays and audits pay for every record sent here.
+    out = report(faults.ingest_kills(4_000, kills=2, rate=200))
+    assert out.produced == 4_000
     assert capsys.readouterr().out.count(": ingest died during") == 2
     assert ingest_ctl.pid(faults.settings) is not None
 
 
 def test_a_broker_killed_mid_stream_loses_and_doubles_nothing(faults):
-    out = report(faults.broker_stop(5_000))
-    assert out.produced == 5_000 and out.in_silver > 4_000
+    # Sent over 20 s whatever the count: the broker dies with records in flight.
+    out = report(faults.broker_stop(2_000))
+    assert out.produced == 2_000 and out.in_silver > 1_600
 
 
 def test_poison_pills_resends_and_skewed_clocks_each_land_where_the_contract_says(faults):
@@ -81,7 +85,7 @@ def test_lost_checkpoints_mean_re_reading_never_doubling(faults):
 
 
 def test_a_second_writer_beside_ingest_or_a_replay_is_refused(faults, capsys):
-    out = report(faults.concurrent_writer(2_000))
+    out = report(faults.concurrent_writer(800))  # sent over 20 s, as the refusals happen
     assert out.note.startswith("ingest-once beside ingest, a stream beside a replay: 2 of 2")
     assert capsys.readouterr().out.count("  refused: ") == 2
 

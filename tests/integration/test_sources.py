@@ -105,7 +105,7 @@ def test_a_second_source_is_ingested_live_into_its_own_tables_by_its_own_contrac
         settled = sent <= held.keys() and all(r[-1] == 0 for r in rows)
         if settled or time.monotonic() > deadline:
             break
-        time.sleep(3)
+        time.sleep(1)
     assert sent <= held.keys(), f"{len(sent - held.keys())} web records not in bronze in 240 s"
     assert rows and all(r[-1] == 0 for r in rows), rows
     assert set(held.values()) == {web.topic}

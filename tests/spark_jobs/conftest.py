@@ -87,33 +87,39 @@ def item(product: str, quantity: int = 1, unit_price: str = "1.00") -> tuple:
     return (product, quantity, Decimal(unit_price))
 
 
+def silver_rows(spark, rows: list[dict], view: View | None = None):
+    """A DataFrame with silver's schema, unknown columns null; with `view`, the schema
+    of that view's input (its sources' silvers, one union). Row i is event `e<i>` at
+    partition 0 offset i."""
+    schema = SILVER_SCHEMA if view is None else inputs.schema(view)
+    full = []
+    for i, row in enumerate(rows):
+        base: dict[str, Any] = {f.name: None for f in schema.fields}
+        base.update(
+            event_id=f"e{i}",
+            customer_id="cust-1",
+            schema_version=1,
+            partition=0,
+            offset=i,
+            content_hash=f"h{i}",
+        )
+        base.update(row)
+        # Produced when it happened, unless a test says otherwise.
+        if base["kafka_timestamp"] is None:
+            base["kafka_timestamp"] = base["event_time"] or T0
+        # As silver derives it: the partition column follows the event time.
+        if base["event_time"] is not None and "event_date" not in row:
+            base["event_date"] = base["event_time"].date()
+        full.append(tuple(base[f.name] for f in schema.fields))
+    return spark.createDataFrame(full, schema)
+
+
 @pytest.fixture
 def silver_df(spark):
-    """silver_df([{...}, ...]) -> a DataFrame with silver's schema, unknown columns null;
-    with `view=`, the schema of that view's input (its sources' silvers, one union)."""
+    """silver_df([{...}, ...]) -> `silver_rows(spark, ...)`."""
 
     def make(rows: list[dict], view: View | None = None):
-        schema = SILVER_SCHEMA if view is None else inputs.schema(view)
-        full = []
-        for i, row in enumerate(rows):
-            base: dict[str, Any] = {f.name: None for f in schema.fields}
-            base.update(
-                event_id=f"e{i}",
-                customer_id="cust-1",
-                schema_version=1,
-                partition=0,
-                offset=i,
-                content_hash=f"h{i}",
-            )
-            base.update(row)
-            # Produced when it happened, unless a test says otherwise.
-            if base["kafka_timestamp"] is None:
-                base["kafka_timestamp"] = base["event_time"] or T0
-            # As silver derives it: the partition column follows the event time.
-            if base["event_time"] is not None and "event_date" not in row:
-                base["event_date"] = base["event_time"].date()
-            full.append(tuple(base[f.name] for f in schema.fields))
-        return spark.createDataFrame(full, schema)
+        return silver_rows(spark, rows, view)
 
     return make
 

@@ -1,10 +1,10 @@
 from datetime import datetime
 
-from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from spark_jobs.engine.bronze import BRONZE_SCHEMA, KAFKA_SOURCE_SCHEMA, to_bronze_rows
+from tests.frames import assert_df_equality
 
 
 def test_bronze_keeps_every_record_and_its_raw_bytes(spark):

@@ -4,10 +4,10 @@ import json
 from datetime import datetime
 
 import pytest
-from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from spark_jobs.engine.contract import EVENT_SCHEMA, REASONS, validate
+from tests.frames import assert_df_equality
 
 KAFKA_TS = datetime(2026, 1, 1, 12, 0, 0)
 ORDER = {

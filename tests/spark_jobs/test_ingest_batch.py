@@ -9,10 +9,10 @@ import json
 from datetime import datetime
 
 import pytest
-from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from spark_jobs.engine import bronze, contract, ingest, lake, silver
+from tests.frames import assert_df_equality
 from warehouse.base import registry
 
 KAFKA_TS = datetime(2026, 1, 1, 12, 0, 0)

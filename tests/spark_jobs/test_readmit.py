@@ -14,9 +14,9 @@ from collections import Counter
 from datetime import datetime
 
 import pytest
-from chispa import assert_df_equality
 
 from spark_jobs.engine import bronze, contract, ingest, lake, readmit, restatements, silver
+from tests.frames import assert_df_equality
 from warehouse.base import registry
 
 KAFKA_TS = datetime(2026, 1, 1, 12, 0, 0)

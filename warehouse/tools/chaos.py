@@ -205,10 +205,12 @@ class Chaos:
         return ", ".join(f"{q} batch {0 if b is None else b + 1}" for q, b in sorted(done.items()))
 
     # -- the cases -------------------------------------------------------------------
-    def ingest_kills(self, events: int, kills: int) -> Outcome:
+    def ingest_kills(self, events: int, kills: int, rate: float | None = None) -> Outcome:
+        """`kills` x kill -9 of ingest while `events` are sent (at `rate` a second, or
+        as fast as Kafka takes them)."""
         ingest_ctl.start(self.settings, None)
         restarted = time.monotonic()
-        with self._producing(events) as box:
+        with self._producing(events, rate=rate) as box:
             for k in range(1, kills + 1):
                 # Anywhere from inside the first micro-batch after a restart to a later one
                 # (a batch of a few thousand records takes 5-15 s on 2 cores).

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from chispa import assert_df_equality
-
 from spark_jobs.engine import scoping
 from spark_jobs.views import cart_sessions_v1
+from tests.frames import assert_df_equality
 from tests.spark_jobs.conftest import at, cart, order, restated
 
 VIEW = cart_sessions_v1.VIEW

@@ -10,7 +10,6 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from chispa import assert_df_equality
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
@@ -19,6 +18,7 @@ from spark_jobs import views
 from spark_jobs.engine import gold_writes, lake, marks, runner
 from spark_jobs.engine import silver as silver_mod
 from spark_jobs.views.base import Sums, View
+from tests.frames import assert_df_equality
 from tests.spark_jobs.conftest import assert_staged_is_the_newest_commit, at, order
 from tests.spark_jobs.views.test_runner import LOG
 from warehouse.base import registry

@@ -8,13 +8,13 @@ import dataclasses
 import itertools
 
 import pytest
-from chispa import assert_df_equality
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from spark_jobs import views
 from spark_jobs.engine import gold_writes, lake, maintenance, runner
 from spark_jobs.engine import silver as silver_mod
+from tests.frames import assert_df_equality
 from tests.spark_jobs.conftest import at, order
 from warehouse.base import registry
 

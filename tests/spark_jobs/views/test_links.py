@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from chispa import assert_df_equality
 
 from spark_jobs.engine import gold_writes
 from spark_jobs.engine import silver as silver_mod
 from spark_jobs.engine.links import LinkIndex
 from spark_jobs.views import revenue_hourly_v2
+from tests.frames import assert_df_equality
 from tests.spark_jobs.conftest import at, cancel, order
 
 VIEW = revenue_hourly_v2.VIEW

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from chispa import assert_df_equality
-
 from spark_jobs.engine import scoping
 from spark_jobs.views import revenue_hourly_v1
+from tests.frames import assert_df_equality
 from tests.spark_jobs.conftest import at, cancel, order, restated
 
 VIEW = revenue_hourly_v1.VIEW

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from spark_jobs.engine import gold_writes, scoping
 from spark_jobs.views import revenue_hourly_v2
+from tests.frames import assert_df_equality
 from tests.spark_jobs.conftest import at, cancel, order, restated
 
 VIEW = revenue_hourly_v2.VIEW

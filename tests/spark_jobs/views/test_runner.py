@@ -5,12 +5,12 @@ from __future__ import annotations
 import random
 
 import pytest
-from chispa import assert_df_equality
 
 from spark_jobs import views
 from spark_jobs.engine import gold_writes, lake, runner, session
 from spark_jobs.engine.links import LinkIndex
 from spark_jobs.engine.progress import Progress
+from tests.frames import assert_df_equality
 from tests.spark_jobs.conftest import at, cancel, cart, item, order, web_session, web_view
 from warehouse.ops.stack.process import wait_until
 

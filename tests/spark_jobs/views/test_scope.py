@@ -4,11 +4,12 @@ of silver does, and an event's declared window is the window of the row it is in
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
-from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
@@ -16,7 +17,14 @@ from spark_jobs import views
 from spark_jobs.engine import gold_writes, scoping
 from spark_jobs.views import hourly
 from spark_jobs.views.base import Scope, View
-from tests.spark_jobs.conftest import assert_staged_is_the_newest_commit, at, cart, order
+from tests.frames import assert_df_equality
+from tests.spark_jobs.conftest import (
+    assert_staged_is_the_newest_commit,
+    at,
+    cart,
+    order,
+    silver_rows,
+)
 from tests.spark_jobs.views.test_runner import LOG, log_of
 
 VERSIONS = sorted(views.discover())
@@ -233,33 +241,51 @@ def _session_change(silver_df, added, taken):
     )
 
 
+@pytest.fixture(scope="module")
+def session_gold(spark, tmp_path_factory) -> Path:
+    """cart_sessions v1's gold of SESSION_LOG, as the runner's path writes it (a
+    MERGE into the made table): every case below starts from it, a copy each."""
+    view = views.get("cart_sessions", 1)
+    path = tmp_path_factory.mktemp("sessions") / "gold"
+    before = silver_rows(spark, SESSION_LOG)
+    gold_writes.ensure_gold(spark, str(path), view)
+    gold_writes.apply_changes(spark, str(path), view, before, before)
+    return path
+
+
 @pytest.mark.parametrize("case", sorted(SESSION_CHANGES))
-def test_a_sessions_change_is_decided_by_the_events_near_it(silver_df, tmp_path, case):
+def test_a_sessions_change_is_decided_by_the_events_near_it(
+    silver_df, tmp_path, case, session_gold
+):
     """Rows of gold outside the spans near a change, with the rows recomputed from
     the events inside them (read from only the days they cover), are the view of
     silver after the change; alike when gold already holds the change (a
     micro-batch retried after its commit); and so is gold after `apply_changes`.
 
     Over 20 s: the spans checked against gold before and after the change (ten Spark
-    actions), then `apply_changes` three times on a real Delta table (two MERGEs, and a
-    repeat that writes nothing) and its change feed read back, since what it proves is
-    the runner's own path, the MERGE and what it publishes included."""
+    actions), then `apply_changes` twice on a real Delta table holding the gold of
+    before (a MERGE, and a repeat that writes nothing) and its change feed read back,
+    since what it proves is the runner's own path, the MERGE and what it publishes
+    included. The gold of before is made once for the module (`session_gold`)."""
     view = views.get("cart_sessions", 1)
     added, taken, want = SESSION_CHANGES[case]
     before, after, changed = _session_change(silver_df, added, taken)
     spark = before.sparkSession
-    expected = gold_writes.gold_rows(view, after)
+    # Each computed once and held, as `apply_changes` holds `near`: every use below
+    # would compute it from silver again (two shuffles each).
+    expected = gold_writes.gold_rows(view, after).localCheckpoint(eager=True)
     t0 = at(0).timestamp()
 
-    for gold in (gold_writes.gold_rows(view, before), expected):
-        near = scoping.near(view, changed, gold)
+    for gold in (gold_writes.gold_rows(view, before).localCheckpoint(eager=True), expected):
+        near = scoping.near(view, changed, gold).localCheckpoint(eager=True)
+        found = near.collect()
         spans = sorted(
             (r.customer_id, round((r.lo / 1e6 - t0) / 60), round((r.hi / 1e6 - t0) / 60))
-            for r in near.collect()
+            for r in found
         )
         assert spans == want
         narrow = scoping.narrowed(
-            view, after, scoping.merged_ranges((r.lo, r.hi + 1) for r in near.collect())
+            view, after, scoping.merged_ranges((r.lo, r.hi + 1) for r in found)
         )
         deciding = scoping.restrict_near(view, narrow, near)
         # Nothing of the customer's other days is read.
@@ -272,8 +298,7 @@ def test_a_sessions_change_is_decided_by_the_events_near_it(silver_df, tmp_path,
     # times, its deletes (a split or merged session's old rows), and the rows
     # it recomputed, where restatements are placed.
     path = str(tmp_path / "gold")
-    gold_writes.ensure_gold(spark, path, view)
-    gold_writes.apply_changes(spark, path, view, before, before)
+    shutil.copytree(session_gold, path)  # the gold of `before`, at its versions 0-1
     applied = gold_writes.apply_changes(spark, path, view, changed, after)
     assert_df_equality(
         spark.read.format("delta").load(path), expected, ignore_row_order=True, ignore_nullable=True

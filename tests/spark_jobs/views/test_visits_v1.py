@@ -10,10 +10,10 @@ from dataclasses import replace
 from decimal import Decimal
 
 import pytest
-from chispa import assert_df_equality
 
 from spark_jobs.engine import gold_writes, inputs, marks
 from spark_jobs.views import visits_v1
+from tests.frames import assert_df_equality
 from tests.spark_jobs.conftest import at, cart, item, order, web_session, web_view
 
 VIEW = visits_v1.VIEW
