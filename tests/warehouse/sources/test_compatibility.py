@@ -162,3 +162,29 @@ def test_a_new_schema_version_may_judge_its_own_records_by_other_limits():
         ORDER_V2, fields=(Field("order_id", Text(pattern="o-[0-9]+")), *ORDER_V2.fields[1:])
     )
     assert declare.incompatibilities(ACCEPTED_V1, _with_order(V1, stricter)) == []
+
+
+def test_an_incompatible_declaration_stops_the_check_ingest_the_view_host_and_deploy(
+    settings, monkeypatch, capsys, caplog
+):
+    """Where a declaration edited against its accepted contract is refused: `regauge
+    sources check` (and so `make lint`), ingest's and the view host's start, and
+    `regauge sources deploy`, each naming the event type, version and field, before
+    any of them touches a service."""
+    from warehouse.cli import sources as cli
+    from warehouse.ops import processes
+
+    edited = _with_order(dataclasses.replace(V1, fields=V1.fields[:3], rules=()), ORDER_V2)
+    monkeypatch.setattr(sources, "discover", lambda: {"shop": edited})
+    says = "shop: incompatible: order_placed v1, field total: removed"
+
+    assert cli.check() == 1
+    assert f"regauge: {says}" in capsys.readouterr().err
+    assert cli.deploy("shop", 2) == 1
+    err = capsys.readouterr().err
+    assert says in err and "refusing to deploy a contract that fails its check" in err
+    with caplog.at_level("ERROR"):
+        assert processes.run_ingest(settings, None) == 2
+        assert processes.run_view_host(settings) == 2
+    assert f"ingest will not start: {says}" in caplog.text
+    assert f"the view host will not start: {says}" in caplog.text
