@@ -57,9 +57,11 @@ def produce(
     )
 
 
-def publish_ingest_tables(settings: Settings) -> None:
-    """Every declared source's bronze, silver, quarantine, ledger and forgotten positions."""
-    for name in ingest.source_names():
+def publish_ingest_tables(settings: Settings, source: str | None = None) -> None:
+    """`source`'s, or every declared source's, bronze, silver, quarantine, ledger and
+    forgotten positions. One source's ingest makes only its own tables: on a new lake
+    the others' are not there to publish (Trino refuses a table without a log)."""
+    for name in [source] if source else ingest.source_names():
         for table in registry.source_tables(name).tables:
             catalog.publish(table, settings)
 
@@ -84,7 +86,7 @@ def ingest_once(
     No row counts: 4 Spark jobs (seconds in a fresh session) that most callers,
     the erasure's catch-up among them, would throw away. `ingest.counts` has them."""
     ingest.run_once(spark, settings, accept_data_loss=accept_data_loss, source=source)
-    publish_ingest_tables(settings)
+    publish_ingest_tables(settings, source)
 
 
 def run_ingest(
