@@ -91,11 +91,12 @@ def test_a_second_writer_beside_ingest_or_a_replay_is_refused(faults, capsys):
 
 
 def test_postgres_down_under_ingest_and_a_stream_loses_nothing(faults):
-    # Half of `make chaos`'s minute, for the suite's time; the same checks apply:
-    # ingest and the stream ride it out, Airflow comes back without help.
-    out = report(faults.postgres_down(1_000, down_s=30.0))
-    assert out.produced == 1_000 and out.in_silver > 750
-    assert "PostgreSQL down 30 s" in out.note
+    # A third of `make chaos`'s minute, for the suite's time (it was half): still
+    # four of the scheduler's 5-s heartbeats and longer than an ingest batch. The same
+    # checks apply: ingest and the stream ride it out, Airflow comes back without help.
+    out = report(faults.postgres_down(600, down_s=20.0))
+    assert out.produced == 600 and out.in_silver > 450
+    assert "PostgreSQL down 20 s" in out.note
 
 
 def test_a_full_lake_disk_pauses_ingest_which_resumes_when_space_is_freed(faults, capsys):

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from tests.integration.subscription import Subscription
 from warehouse import sources
 from warehouse.base import registry
 from warehouse.base.settings import Settings
-from warehouse.ops import airflow_client, exporter, ingest_ctl, lifecycle, pipeline, streams
+from warehouse.ops import airflow_client, exporter, ingest_ctl, lag, lifecycle, pipeline, streams
 from warehouse.ops.stack import kafka, process
 from warehouse.ops.stack.process import wait_until
 from warehouse.sql import catalog, versions
@@ -61,8 +62,6 @@ def _users(below: int, above: int) -> list[str]:
 
 
 USERS = _users(below=3, above=5)
-# wait_caught_up: silver holds still this long (longer than an ingest batch here).
-SILVER_STILL_S = 15
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +78,22 @@ def airflow(stack, settings: Settings) -> Iterator[airflow_client.Client]:
     client.pause("regauge_watchdog", True)
 
 
+@dataclass
+class Flow:
+    """Events produced in the background until `stop`."""
+
+    stopping: threading.Event
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        """No more events: the producer's last round has reached Kafka on return."""
+        self.stopping.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "the producer did not stop"
+
+
 @pytest.fixture(scope="module")
-def flowing(stack, settings: Settings) -> Iterator[threading.Event]:
+def flowing(stack, settings: Settings) -> Iterator[Flow]:
     """A fresh registry for the view, ingest running, and events produced throughout."""
     lifecycle.forget(settings, VIEW)
     ingest_ctl.start(settings, None)
@@ -94,7 +107,7 @@ def flowing(stack, settings: Settings) -> Iterator[threading.Event]:
     thread = threading.Thread(target=produce, daemon=True)
     thread.start()
     try:
-        yield stop
+        yield Flow(stop, thread)
     finally:
         stop.set()
         thread.join(60)
@@ -134,18 +147,26 @@ def assert_routing(settings: Settings, users: list[str]) -> dict[str, int]:
 
 
 def wait_caught_up(spark: SparkSession, settings: Settings, view: Any, timeout: float = 600) -> int:
-    """Wait until silver has stopped moving and the view's newest tagged gold commit
-    is silver's newest commit."""
+    """Once nothing more is produced: wait until ingest has copied all Kafka holds,
+    then until the view's newest tagged gold commit is silver's newest commit.
+
+    Ingest's status names a batch's offsets only after the batch has committed
+    silver too (its progress event follows the batch), so silver's newest commit is
+    final once no partition is behind. (It waited for silver to hold still 15 s.)"""
     path = gold_writes.gold_table(view).path(settings)
     deadline = time.monotonic() + timeout
-    last, since = -1, time.monotonic()
     while True:
-        newest = runner.silver_version(spark, settings)
-        if newest != last:
-            last, since = newest, time.monotonic()
+        status = ingest_ctl.read_status(settings)
+        copied = lag.copied_by_source(status).get(registry.SHOP_SOURCE, {})
+        behind = [x for x in lag.ingest_lag(settings, copied) if x.behind]
+        if not behind:
+            break
+        assert time.monotonic() < deadline, f"ingest is behind Kafka: {behind}"
+        time.sleep(1)
+    newest = runner.silver_version(spark, settings)
+    while True:
         found = marks.latest_tag(spark, path)
-        still = time.monotonic() - since >= SILVER_STILL_S
-        if still and found is not None and found[1][registry.SHOP_SOURCE] >= newest:
+        if found is not None and found[1][registry.SHOP_SOURCE] >= newest:
             return newest
         assert time.monotonic() < deadline, f"{view.table_name} is behind silver {newest}: {found}"
         time.sleep(1)
@@ -373,7 +394,7 @@ def _reprocess_roll_out_and_retire(
     assert "revenue" not in columns and "net_revenue" in columns
 
     # v2, live all along, still equals its own code over all of silver.
-    flowing.set()
+    flowing.stop()
     through = wait_caught_up(spark, settings, revenue_hourly_v2.VIEW)
     want = gold_writes.gold_rows(
         revenue_hourly_v2.VIEW, runner.read_silver(spark, settings, through)

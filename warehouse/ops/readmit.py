@@ -11,10 +11,13 @@ does not expose."""
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from warehouse import sources
@@ -27,6 +30,18 @@ log = logging.getLogger(__name__)
 
 OWN_DRIVER = "it reads Delta's transaction ids through the JVM"
 UNSUPPORTED = "unsupported_schema_version"
+
+
+@contextlib.contextmanager
+def _session(
+    settings: Settings, app_name: str, spark: SparkSession | None
+) -> Iterator[SparkSession]:
+    """`spark` as given (left running), or a driver of the command's own."""
+    if spark is not None:
+        yield spark
+        return
+    with sessions.task_session(settings, app_name, own_driver=OWN_DRIVER) as own:
+        yield own
 
 
 def _engine_source(name: str) -> str:
@@ -55,14 +70,18 @@ class Deployed:
         return out
 
 
-def deploy(settings: Settings, name: str, version: int) -> Deployed:
-    """Run `version` of the source's contract from ingest's next start on."""
+def deploy(
+    settings: Settings, name: str, version: int, spark: SparkSession | None = None
+) -> Deployed:
+    """Run `version` of the source's contract from ingest's next start on. In `spark`
+    when given (a caller's own driver, as the integration tests' is), else in a
+    driver of its own."""
     source = _engine_source(name)
     from spark_jobs.engine import silver
 
     with (
         ingest_ctl.paused(settings, f"`regauge sources deploy {source} {version}`"),
-        sessions.task_session(settings, "regauge-deploy", own_driver=OWN_DRIVER) as spark,
+        _session(settings, "regauge-deploy", spark) as spark,
     ):
         before = silver.deploy(spark, settings, version, source)
         waiting = (
@@ -83,9 +102,12 @@ class Run:
     summary: str
 
 
-def readmit(settings: Settings, name: str, reason: str = UNSUPPORTED) -> Run:
+def readmit(
+    settings: Settings, name: str, reason: str = UNSUPPORTED, spark: SparkSession | None = None
+) -> Run:
     """Validate again, under the contract version the lake runs, every record of the
-    source quarantined with `reason`; log the run in control.readmissions."""
+    source quarantined with `reason`; log the run in control.readmissions. In `spark`
+    when given, as `deploy`."""
     source = _engine_source(name)
     from spark_jobs.engine import readmit as engine
     from spark_jobs.engine import silver
@@ -93,7 +115,7 @@ def readmit(settings: Settings, name: str, reason: str = UNSUPPORTED) -> Run:
     engine.check_reason(reason)
     with (
         ingest_ctl.paused(settings, f"`regauge readmit {source}`"),
-        sessions.task_session(settings, "regauge-readmit", own_driver=OWN_DRIVER) as spark,
+        _session(settings, "regauge-readmit", spark) as spark,
     ):
         plan = silver.deployed_plan(spark, settings, source)
         rid, resumed = readmissions.start(

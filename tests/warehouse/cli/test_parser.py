@@ -244,3 +244,24 @@ def test_an_empty_query_is_refused_in_one_line_before_trino_is_asked(capsys):
     # No Trino runs here: a request would fail otherwise.
     assert main(["query", " \n"]) == 2
     assert capsys.readouterr().err == "regauge: query: the SQL is empty; give one statement\n"
+
+
+def test_deploy_and_readmit_print_what_their_runs_did(monkeypatch, capsys):
+    """The CLI's lines for `sources deploy` and a resumed `readmit`. The runs themselves
+    are tests/integration/test_sources.py's (in its driver, for the suite's time); only
+    the printing is here, so the runs are stood in for by their results."""
+    from warehouse.ops import readmit
+
+    monkeypatch.setattr(readmit, "deploy", lambda s, n, v: readmit.Deployed(n, 1, v, 3))
+    monkeypatch.setattr(
+        readmit, "readmit", lambda s, n, r: readmit.Run("r-1", 2, True, "3 examined, 2 admitted")
+    )
+    assert main(["sources", "deploy", "shop", "2"]) == 0
+    assert main(["readmit", "shop"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "shop: contract version moved from 1 to 2",
+        "3 records are quarantined as unsupported_schema_version; "
+        "`regauge readmit shop` validates them again under version 2",
+        "re-admission r-1 under contract version 2, resuming the run that did not finish: "
+        "3 examined, 2 admitted",
+    ]
