@@ -256,6 +256,21 @@ def batch_range(
     return None if end is None or start is None else (start, end)
 
 
+def finished_at(
+    spark: SparkSession, settings: Settings, source: str = registry.SHOP_SOURCE
+) -> dict[int, int] | None:
+    """The next offset per partition after the last batch `source`'s ingest query
+    finished (Spark wrote both its offsets and its commit file: bronze, the ledger
+    and silver hold it), or None when the checkpoint has finished none."""
+    src = registry.source_tables(source)
+    checkpoint = src.ingest_checkpoint(settings)
+    batches = [int(n) for n in lake.list_names(spark, f"{checkpoint}/offsets") if n.isdigit()]
+    if not batches or lake.read_text(spark, f"{checkpoint}/commits/{max(batches)}") is None:
+        return None
+    text = lake.read_text(spark, f"{checkpoint}/offsets/{max(batches)}") or ""
+    return kafka_positions(text, src.topic)
+
+
 def span_size(start: dict[int, int], end: dict[int, int]) -> int | None:
     """How many offsets [start, end) spans; None when a partition of `end` is not in
     `start` (a query's first batch from "earliest", a partition added to the topic):

@@ -1,5 +1,6 @@
 """Events produced to Kafka land in bronze (Spark + Delta) and Trino counts them."""
 
+import logging
 import uuid
 
 from spark_jobs import producer
@@ -17,7 +18,7 @@ def _count_tagged(settings, run_id):
     )
 
 
-def test_produced_events_reach_trino_through_bronze(stack, settings, spark):
+def test_produced_events_reach_trino_through_bronze(stack, settings, spark, caplog):
     first = f"it-{uuid.uuid4().hex[:8]}"
     sent = producer.produce_sample(settings, 500, first)
     assert (sent.produced, sent.failed) == (500, 0)
@@ -43,7 +44,11 @@ def test_produced_events_reach_trino_through_bronze(stack, settings, spark):
     assert ingest.counts(spark, settings)[BRONZE_EVENTS.key] == total + 300
     assert _count_tagged(settings, second) == 300
 
-    # Ingesting again with nothing new in Kafka adds nothing (exactly once).
+    # Ingesting again with nothing new in Kafka adds nothing (exactly once): the
+    # shop's last batch ended at Kafka's end offsets, so no query even starts.
+    caplog.set_level(logging.INFO, logger=pipeline.__name__)
     pipeline.ingest_once(spark, settings)
+    said = [r.getMessage() for r in caplog.records if r.name == pipeline.__name__]
+    assert "shop: its last batch ended at Kafka's end offsets; nothing to ingest" in said
     assert ingest.counts(spark, settings)[BRONZE_EVENTS.key] == total + 300
     assert _count_tagged(settings, first) == 500

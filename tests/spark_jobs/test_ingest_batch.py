@@ -165,6 +165,20 @@ def test_offsets_are_read_from_spark_s_offsets_file_and_from_a_start():
     assert ingest.kafka_positions("") is None
 
 
+def test_where_ingest_finished_is_its_last_batch_with_a_commit_file(spark, settings, tmp_path):
+    """`pipeline.ingest_once` starts no query for a source whose last finished batch
+    ended at Kafka's end offsets: a batch without its commit file has not finished
+    (it runs again at the next start), and a checkpoint with none says nothing."""
+    s = dataclasses.replace(settings, lake_root=str(tmp_path / "lake"))
+    assert ingest.finished_at(spark, s) is None
+    checkpoint = _checkpoint(spark, s, "earliest", {0: 5, 1: 0}, {0: 9, 1: 4})
+    assert ingest.finished_at(spark, s) is None  # planned, not finished
+    lake.write_text(spark, f"{checkpoint}/commits/0", "v1\n{}")
+    assert ingest.finished_at(spark, s) is None  # batch 1 is planned and not finished
+    lake.write_text(spark, f"{checkpoint}/commits/1", "v1\n{}")
+    assert ingest.finished_at(spark, s) == {0: 9, 1: 4}
+
+
 def test_a_batch_s_size_is_its_offset_span_unless_a_start_is_unknown():
     assert ingest.span_size({0: 100, 1: 40}, {0: 150, 1: 40}) == 50
     # Partition 2 is new since the batch began, or the query began at "earliest".
