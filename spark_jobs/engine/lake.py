@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from functools import reduce
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from delta.exceptions import (
     ConcurrentAppendException,
@@ -387,6 +387,31 @@ def checkpoint_newest(spark: SparkSession, path: str) -> tuple[int, int]:
     newest = snapshot(spark, path)
     newest.deltaLog().checkpoint(newest, jvm.scala.Option.empty())
     return int(newest.version()), int(newest.numOfFiles())
+
+
+def unnamed_files(spark: SparkSession, path: str, before_ms: float | None = None) -> int:
+    """How many files in the table's folder (its log aside) its newest version does
+    not name, of those last modified before `before_ms` (epoch ms; any time if None).
+
+    VACUUM deletes only such files older than its retention (by their modification
+    time, whatever the log says of them): none of them means it would delete none.
+    A file written after the snapshot is read counts too (the caller vacuums then)."""
+    names = DataFrame(snapshot(spark, path).allFiles().toDF(), spark).select("path").collect()
+    # The log's paths are relative and URI-encoded (a partition value's ':' is %3A).
+    named = {unquote(r[0]) for r in names}
+    hadoop_path, fs = _fs(spark, path)
+    root = hadoop_path.toUri().getPath().rstrip("/") + "/"
+    files = fs.listFiles(hadoop_path, True)
+    unnamed = 0
+    while files.hasNext():
+        status = files.next()
+        found = status.getPath()
+        name, relative = found.getName(), found.toUri().getPath()[len(root) :]
+        if relative.startswith("_delta_log/") or (name.startswith(".") and name.endswith(".crc")):
+            continue
+        if before_ms is None or status.getModificationTime() < before_ms:
+            unnamed += relative not in named
+    return unnamed
 
 
 def append_once(df: DataFrame, path: str, app_id: str, version: int) -> None:

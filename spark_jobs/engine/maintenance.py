@@ -12,7 +12,9 @@ log and files no version needs any more. `maintain` runs, per table:
    the JSON commits since the last one. Delta's log cleanup also runs then: it
    drops commit files older than the table's log retention.
 3. VACUUM, which deletes the files that no version younger than the retention
-   still uses, the change feed's `_change_data` files included.
+   still uses, the change feed's `_change_data` files included. It runs only
+   when a file older than the retention is one the newest version does not name
+   (`lake.unnamed_files`): otherwise it would delete none.
 
 The retention is the configured one (`Settings.maintenance_retention_hours`, 7
 days by default, Delta's own; never under `MIN_RETENTION_HOURS`) or longer:
@@ -325,10 +327,18 @@ def maintain(
     # (about a second a table on 2 cores, 19 tables a run).
     result.checkpoint, result.files_after = lake.checkpoint_newest(spark, path)
 
-    table.vacuum(retention_hours)
-    for row in table.history(2).select("operation", "operationMetrics").collect():
-        if row["operation"] == "VACUUM END":
-            result.vacuumed = int((row["operationMetrics"] or {}).get("numDeletedFiles", 0))
+    if lake.unnamed_files(spark, path, (time.time() - retention_hours * 3600) * 1000):
+        table.vacuum(retention_hours)
+        for row in table.history(2).select("operation", "operationMetrics").collect():
+            if row["operation"] == "VACUUM END":
+                result.vacuumed = int((row["operationMetrics"] or {}).get("numDeletedFiles", 0))
+    else:
+        # Every file older than the retention is the newest version's (the files an
+        # OPTIMIZE just replaced are younger): VACUUM would list them all, read the
+        # table's state and commit twice to delete none. 1.2 s a table on 2 cores,
+        # warm, against 0.35 s for this check; most tables of most runs. (Empty
+        # folders, which VACUUM removes whatever their age, wait for a run that vacuums.)
+        result.notes.append("nothing to vacuum")
     result.seconds = time.monotonic() - started
     return result
 

@@ -65,6 +65,17 @@ def test_one_row_commits_are_compacted_checkpointed_and_vacuumed(spark, temp_lak
     assert (again.files_before, again.compacted) == (1, 0)
     assert _operations(spark, path).count("OPTIMIZE") == 1
 
+    # Now the one file the table does not name is younger than the retention: VACUUM,
+    # with nothing it could delete, does not run (nor commit its start and end).
+    an_hour_ago = (time.time() - 3600) * 1000
+    assert (lake.unnamed_files(spark, path), lake.unnamed_files(spark, path, an_hour_ago)) == (1, 0)
+    vacuums = _operations(spark, path).count("VACUUM END")
+    with lake.vacuum_session(spark):
+        third = maintenance.maintain(spark, path, 1.0)
+    assert (third.vacuumed, third.notes) == (0, ["nothing to vacuum"])
+    assert _operations(spark, path).count("VACUUM END") == vacuums == 2
+    assert under_way.exists() and len(_parquet_files(path)) == 2
+
     # Outside the session, Delta's 7-day retention check stands again.
     assert not lake.in_vacuum_session(spark)
     with pytest.raises(RuntimeError, match="vacuum_session"):
