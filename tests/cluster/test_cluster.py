@@ -7,8 +7,8 @@ worker killed with SIGKILL under load.
 
 The answers are the contract's, computed from what the generator sent.
 `make test` runs the smoke test, which keeps what only the cluster shows: s3a,
-three brokers, Trino's worker, HTTPS with passwords. `make test-cluster` runs all
-of them.
+three brokers, Trino's worker, HTTPS with passwords; its Spark runs in local mode
+(tests/cluster/conftest.py). `make test-cluster` runs all of them, on the master.
 """
 
 from __future__ import annotations
