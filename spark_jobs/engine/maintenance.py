@@ -327,7 +327,9 @@ def maintain(
     # (about a second a table on 2 cores, 19 tables a run).
     result.checkpoint, result.files_after = lake.checkpoint_newest(spark, path)
 
-    if lake.unnamed_files(spark, path, (time.time() - retention_hours * 3600) * 1000):
+    # VACUUM's own cutoff: Delta rounds the retention to whole hours (half up).
+    cutoff_ms = (time.time() - math.floor(retention_hours + 0.5) * 3600) * 1000
+    if lake.unnamed_files(spark, path, cutoff_ms):
         table.vacuum(retention_hours)
         for row in table.history(2).select("operation", "operationMetrics").collect():
             if row["operation"] == "VACUUM END":

@@ -92,26 +92,31 @@ def ingest_once(
     No row counts: 4 Spark jobs (seconds in a fresh session) that most callers,
     the erasure's catch-up among them, would throw away. `ingest.counts` has them."""
     for name in [source] if source else ingest.source_names():
-        if not accept_data_loss and _caught_up(spark, settings, name):
+        if not accept_data_loss and caught_up(spark, settings, name):
+            # The tables made and evolved all the same, as a start would (a
+            # declaration's new column after an upgrade), then published below.
+            ingest.prepare(spark, settings, name)
             log.info("%s: its last batch ended at Kafka's end offsets; nothing to ingest", name)
             continue
         ingest.run_once(spark, settings, accept_data_loss=accept_data_loss, source=name)
     publish_ingest_tables(settings, source)
 
 
-def _caught_up(spark: SparkSession, settings: Settings, source: str) -> bool:
-    """Whether bronze and silver hold every record Kafka has of `source`'s topic."""
+def caught_up(spark: SparkSession, settings: Settings, source: str) -> bool:
+    """Whether bronze and silver hold every record Kafka has of `source`'s topic:
+    its ingest's last finished batch ended at Kafka's end offsets, partition for
+    partition. Unknown (no finished batch, Kafka not answering) is not caught up."""
     finished = ingest.finished_at(spark, settings, source)
     if not finished:
         return False
+    topic = registry.source_tables(source).topic
     try:
-        ends = lag.kafka_watermarks(
-            settings, timeout=10, topic=registry.source_tables(source).topic
-        )
+        # A watermark is None when Kafka did not answer in time: unknown.
+        ends = {p: w[1] for p, w in lag.kafka_watermarks(settings, 5, topic).items()}
     except Exception as exc:  # the query's start says what is wrong, in its own words
         log.debug("%s: Kafka's end offsets unknown (%s); ingesting", source, exc)
         return False
-    return {p: high for p, (_, high) in ends.items()} == finished
+    return ends == finished
 
 
 def run_ingest(

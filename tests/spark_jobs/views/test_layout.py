@@ -130,6 +130,7 @@ def test_maintenance_leaves_a_view_version_s_table_in_one_small_file_as_it_is(
     assert (done.files_before, done.files_after, done.compacted) == (1, 1, 0)
     history = DeltaTable.forPath(spark, path).history().where(f"version > {before}")
     assert history.collect() == [] and done.notes == ["nothing to vacuum"]
+    assert lake.unnamed_files(spark, path) == 0  # of any age: every file is the table's
     assert sorted(spark.read.format("delta").load(path).collect()) == sorted(rows.collect())
     # A larger file, or more than one, is laid out as before.
     assert maintenance.already_laid_out(1, gold_writes.GOLD_FILE_BYTES)
