@@ -102,6 +102,7 @@ def test_shuffled_micro_batches_replay_and_batch_agree(
     spark_live = runner.live_session(spark)
     assert not _compiles(spark_live)
     assert spark_live.conf.get("spark.sql.codegen.factoryMode") == "NO_CODEGEN"
+    assert spark_live.conf.get("spark.sql.adaptive.enabled") == "false"
     live = str(tmp_path / "live")
     gold_writes.ensure_gold(spark_live, live, view)
     order_ = list(range(len(rows)))
