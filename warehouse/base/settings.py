@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
+from warehouse.base import secret
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 PROFILES = ("local", "cluster")
@@ -202,7 +204,10 @@ def _local(env: dict[str, str]) -> Settings:
         # Not 5432, so a system PostgreSQL on the default port never clashes.
         postgres_port=5433,
         postgres_user="regauge",
-        postgres_password="regauge",
+        # Made once per state folder and kept owner-only: a password written here
+        # would let every local account log in over 127.0.0.1.
+        postgres_password=env.get("REGAUGE_POSTGRES_PASSWORD")
+        or secret.kept(state / "secrets" / "postgres"),
         postgres_db="regauge",
         airflow_db="airflow",
         airflow_port=8081,

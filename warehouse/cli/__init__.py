@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError
@@ -67,6 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from warehouse.ops.stack.process import ServiceError
     from warehouse.sql.versions import VersionError
 
+    # What a command writes (lake files, checkpoints, reports) is its owner's
+    # only, like the services' files: another local account reads none of it.
+    # Restored after, for a caller that runs commands in its own process (tests).
+    usual = os.umask(0o077)
     try:
         return int(handler(args.handler)(args))
     except (
@@ -98,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("regauge: interrupted", file=sys.stderr)
         return 130
+    finally:
+        os.umask(usual)
 
 
 __all__ = ["build_parser", "main"]

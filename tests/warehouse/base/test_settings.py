@@ -103,3 +103,20 @@ def test_s3_change_detection_reaches_s3a_and_a_wrong_mode_is_refused(
     assert conf["spark.hadoop.fs.s3a.change.detection.version.required"] == "false"
     with pytest.raises(SettingsError, match="REGAUGE_S3_CHANGE_DETECTION='off'"):
         load({"REGAUGE_S3_CHANGE_DETECTION": "off"})
+
+
+def test_the_local_postgres_password_is_made_per_state_folder_and_kept_owner_only(tmp_path):
+    """Issue 68, A.1: the local profile shipped the password `regauge`, so every local
+    account could log in over 127.0.0.1. It is now made once per state folder."""
+    state = tmp_path / "state"
+    first = load({"REGAUGE_STATE_DIR": str(state)}).postgres_password
+    kept = state / "secrets" / "postgres"
+    assert first == kept.read_text() and len(first) >= 32
+    assert kept.stat().st_mode & 0o777 == 0o600
+    assert load({"REGAUGE_STATE_DIR": str(state)}).postgres_password == first
+    other = load({"REGAUGE_STATE_DIR": str(tmp_path / "other")}).postgres_password
+    assert other != first
+    # One given wins, and then none is made.
+    given = load({"REGAUGE_STATE_DIR": str(tmp_path / "given"), "REGAUGE_POSTGRES_PASSWORD": "pw"})
+    assert given.postgres_password == "pw"
+    assert not (tmp_path / "given").exists()

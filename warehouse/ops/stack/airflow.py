@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import secrets
 import subprocess
 import urllib.error
 import urllib.request
@@ -12,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from warehouse.base.settings import REPO_ROOT
-from warehouse.ops.stack.base import Service, kept_secret
+from warehouse.ops.stack.base import Service, kept_secret, private
 from warehouse.ops.stack.process import Proc, ServiceError
 
 log = logging.getLogger(__name__)
@@ -119,6 +121,7 @@ class Airflow(Service):
         if self.supervisor.forget("airflow-triggerer"):
             log.info("Airflow's triggerer is no longer run: no regauge task defers")
         self.home.mkdir(parents=True, exist_ok=True)
+        self._keep_admin_password()
         log.info("migrating Airflow's metadata database")
         proc = subprocess.run(
             [self._bin(), "db", "migrate"],
@@ -130,6 +133,26 @@ class Airflow(Service):
             raise ServiceError(
                 f"airflow db migrate failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
             )
+
+    def _keep_admin_password(self) -> None:
+        """The admin's password, made by regauge (owner-only) before Airflow starts.
+
+        Left to itself, Airflow's simple auth manager makes it, prints it in the
+        api-server's log and keeps it in a file every local account could read. It
+        prints only a password it makes, so it prints none. A file an older regauge
+        let it make is replaced: its password is in old logs.
+        """
+        kept = self.passwords_file
+        if kept.is_file() and kept.stat().st_mode & 0o077 == 0:
+            with contextlib.suppress(ValueError):
+                if "admin" in json.loads(kept.read_text() or "{}"):
+                    return
+        with private(kept.parent):
+            draft = kept.with_name(f"{kept.name}.new")
+            draft.unlink(missing_ok=True)
+            draft.write_text(json.dumps({"admin": secrets.token_urlsafe(18)}) + "\n")
+        draft.replace(kept)
+        log.info("made Airflow's admin password, in %s (owner-only)", kept)
 
     def healthy(self) -> bool:
         try:

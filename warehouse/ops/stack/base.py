@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import secrets
 import signal
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -23,6 +22,7 @@ from functools import partial
 from pathlib import Path
 from string import Template
 
+from warehouse.base import secret
 from warehouse.base.settings import REPO_ROOT, Settings
 from warehouse.ops.stack.process import (
     PidFile,
@@ -87,19 +87,36 @@ def private(under: Path) -> Iterator[None]:
         os.umask(before)
 
 
+def keep_private(settings: Settings) -> None:
+    """The state folder (data, configs, secrets, logs of every service) and a local
+    lake (tables and checkpoints): their owner's only.
+
+    Files inside are made under umask 077 too (supervisord's and the CLI's), but a
+    folder's mode is what keeps out another local account, and Trino's read-only
+    rules mean nothing to someone who reads the Parquet files themselves.
+    """
+    places = [settings.state_dir]
+    if settings.lake_is_local:
+        places.append(Path(settings.lake_root))
+    for place in places:
+        place.mkdir(parents=True, exist_ok=True)
+        place.chmod(0o700)
+
+
 def kept_secret(path: Path) -> str:
     """A secret made once and kept in `path` (owner-only), so every component
     started later agrees on it."""
-    if not path.is_file():
-        with private(path.parent):
-            path.write_text(secrets.token_urlsafe(32))
-    return path.read_text().strip()
+    return secret.kept(path)
 
 
 def _render(template: Path, target: Path, **values: object) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
+    """A config from its template, owner-only: some hold passwords (Trino's
+    catalog of PostgreSQL), and no other account needs to read any."""
     text = Template(template.read_text()).substitute({k: str(v) for k, v in values.items()})
-    target.write_text(text)
+    with private(target.parent):
+        if target.exists():
+            target.chmod(0o600)  # made readable by all by an older regauge
+        target.write_text(text)
 
 
 class Service(ABC):

@@ -36,6 +36,7 @@ from warehouse.ops.stack.base import (
     Service,
     Starting,
     _render,
+    keep_private,
     kept_secret,
     private,
     stop_together,
@@ -539,6 +540,7 @@ def up(s: Settings, skip: Collection[str] = ()) -> None:
         )
     artifacts.fetch_all(s)
     artifacts.fetch_cluster(s)
+    keep_private(s)
     # Everything starts together (`Starting`), but for two that need another first:
     # a Spark worker registers with its master, and Airflow migrates its database
     # in PostgreSQL (where its roles are made once it answers).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import secrets
+import pwd
 import shutil
 import signal
 import subprocess
@@ -22,6 +22,28 @@ log = logging.getLogger(__name__)
 
 def _running_as_root() -> bool:
     return os.geteuid() == 0
+
+
+def _account() -> str:
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def auth_files(owner: str, server: str | None) -> dict[str, str]:
+    """pg_hba.conf and pg_ident.conf: on the socket, only the project's account (and
+    the server's own, when root runs it as postgres) may log in, as the superuser
+    and by who they are; over TCP, every login needs its password (scram).
+
+    No `trust` line: with one, any local account that reaches the socket is anyone.
+    """
+    header = "# Written by regauge before every start (warehouse/ops/stack/postgres.py).\n"
+    accounts = [owner] + ([server] if server and server != owner else [])
+    return {
+        "pg_hba.conf": header
+        + "local all postgres peer map=regauge\n"
+        + "host all all 127.0.0.1/32 scram-sha-256\n"
+        + "host all all ::1/128 scram-sha-256\n",
+        "pg_ident.conf": header + "".join(f"regauge {a} postgres\n" for a in accounts),
+    }
 
 
 class Postgres(Service):
@@ -52,12 +74,15 @@ class Postgres(Service):
         postgres account cannot traverse to .state/; the cluster then lives in
         /var/lib/regauge/<id>, with .state/postgres linking to it.
         """
-        if self.home.exists() or self.home.is_symlink():
+        if self.home.is_symlink():
             return
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
         probe = subprocess.run(["test", "-x", str(self.settings.state_dir)], user=user, check=False)
         if probe.returncode == 0:
             return
+        # .state/ is now owner-only; a cluster an older regauge made inside it moves
+        # out to where its account can reach it (it is stopped: this runs before start).
+        earlier = self.home if self.home.is_dir() else None
         digest = hashlib.sha1(str(self.settings.state_dir).encode()).hexdigest()[:10]
         real = Path("/var/lib/regauge") / digest / "postgres"
         if real.exists():
@@ -69,9 +94,13 @@ class Postgres(Service):
             self._refuse_if_running(real / "data")
             shutil.rmtree(real)
             log.info("removed %s, the PostgreSQL cluster of an earlier checkout at this path", real)
-        real.mkdir(parents=True, exist_ok=True)
+        real.parent.mkdir(parents=True, exist_ok=True)
         for parent in (real.parent.parent, real.parent):
             parent.chmod(0o755)
+        if earlier is not None:
+            shutil.move(earlier, real)
+            log.info("moved the PostgreSQL cluster in %s to %s", earlier, real)
+        real.mkdir(exist_ok=True)
         self.home.symlink_to(real, target_is_directory=True)
         log.info("postgres cannot reach %s; its cluster lives in %s", self.settings.state_dir, real)
 
@@ -124,6 +153,8 @@ class Postgres(Service):
                     "-c",
                     "listen_addresses=127.0.0.1",
                     "-c",
+                    "unix_socket_permissions=0700",
+                    "-c",
                     "max_connections=200",
                     "-c",
                     "shared_buffers=128MB",
@@ -143,18 +174,24 @@ class Postgres(Service):
             self._place_home(user)
         for d in (self.real_home, self.run_dir):
             d.mkdir(parents=True, exist_ok=True)
+            # Its account only: the socket's folder was the way in for every local
+            # account, and the cluster's home held the superuser's password.
+            d.chmod(0o700)
             if user:
                 shutil.chown(d, user)
-        if (self.data / "PG_VERSION").is_file():
-            return
+        # Left by an older regauge, readable by every local account.
+        (self.real_home / ".superuser-pw").unlink(missing_ok=True)
+        if not (self.data / "PG_VERSION").is_file():
+            self._initdb(user)
+        self._write_auth(user)
+
+    def _initdb(self, user: str | None) -> None:
         if self.data.exists():
             # Left by an initdb that was interrupted; initdb needs an empty directory.
             shutil.rmtree(self.data)
         log.info("initialising PostgreSQL cluster in %s", self.data)
-        pwfile = self.real_home / ".superuser-pw"
-        pwfile.write_text(secrets.token_hex(16) + "\n")
-        if user:
-            shutil.chown(pwfile, user)
+        # The superuser logs in through the socket by its account (peer), never by
+        # password: it gets none, and no file holds one.
         init = subprocess.run(
             [
                 str(self.bin_dir() / "initdb"),
@@ -162,9 +199,7 @@ class Postgres(Service):
                 str(self.data),
                 "-U",
                 "postgres",
-                "--pwfile",
-                str(pwfile),
-                "--auth-local=trust",
+                "--auth-local=peer",
                 "--auth-host=scram-sha-256",
                 "-E",
                 "UTF8",
@@ -176,6 +211,16 @@ class Postgres(Service):
         )
         if init.returncode != 0:
             raise ServiceError(f"initdb failed in {self.data}:\n{init.stdout}{init.stderr}")
+
+    def _write_auth(self, user: str | None) -> None:
+        """Who may log in, written before every start (a cluster an older regauge made
+        trusted every local account on its socket)."""
+        for name, text in auth_files(owner=_account(), server=user).items():
+            target = self.data / name
+            target.write_text(text)
+            if user:
+                shutil.chown(target, user)
+            target.chmod(0o600)
 
     def healthy(self) -> bool:
         proc = subprocess.run(
@@ -192,7 +237,8 @@ class Postgres(Service):
         return proc.returncode == 0
 
     def superuser_conninfo(self, dbname: str = "postgres") -> str:
-        """Through the private Unix socket, where the superuser is trusted."""
+        """Through the private Unix socket, where this account may be the superuser
+        (peer authentication, `auth_files`)."""
         return (
             f"host={self.run_dir} port={self.settings.postgres_port} user=postgres dbname={dbname}"
         )
@@ -240,4 +286,7 @@ class Postgres(Service):
     def note(self) -> str:
         s = self.settings
         # Never the password itself: a status line is read over shoulders and pasted.
-        return f"psql {s.postgres_dsn(password=False)} (password: REGAUGE_POSTGRES_PASSWORD)"
+        return (
+            f"psql {s.postgres_dsn(password=False)} (password in "
+            f"{s.state_dir / 'secrets' / 'postgres'}, or REGAUGE_POSTGRES_PASSWORD if set)"
+        )

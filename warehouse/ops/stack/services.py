@@ -16,7 +16,15 @@ from collections.abc import Sequence
 
 from warehouse.base.settings import Settings
 from warehouse.ops.stack.airflow import AIRFLOW_VENV, Airflow
-from warehouse.ops.stack.base import INFRA, ProcStatus, Service, Starting, Status, stop_together
+from warehouse.ops.stack.base import (
+    INFRA,
+    ProcStatus,
+    Service,
+    Starting,
+    Status,
+    keep_private,
+    stop_together,
+)
 from warehouse.ops.stack.kafka import Kafka, ensure_topic, kafka_admin
 from warehouse.ops.stack.postgres import Postgres
 from warehouse.ops.stack.process import ServiceError
@@ -61,6 +69,7 @@ def up(settings: Settings, names: Sequence[str] = ()) -> None:
     """Start the chosen services and wait until each answers: PostgreSQL first and
     alone (Airflow's metadata and the roles the others log in with live there),
     then Kafka, Trino and Airflow together (`Starting`)."""
+    keep_private(settings)
     starting = Starting()
     for svc in services(settings, names):
         starting.begin(svc)

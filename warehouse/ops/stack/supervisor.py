@@ -201,6 +201,9 @@ class Supervisor:
                     f"directory={_quoted(str(self.base))}",
                     f"childlogdir={_quoted(str(self.base))}",
                     "identifier=regauge",
+                    # Every service's files (lake, logs, Kafka's segments) are made
+                    # owner-only; supervisord's default is 022.
+                    "umask=077",
                     # Its default clean-up deletes other supervisords' logs in /tmp.
                     "nocleanup=true",
                     "[rpcinterface:supervisor]",

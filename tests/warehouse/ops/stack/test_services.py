@@ -12,6 +12,7 @@ import pytest
 
 from tests.ports import free_port
 from warehouse.ops.stack import kafka as kafka_module
+from warehouse.ops.stack import postgres as postgres_module
 from warehouse.ops.stack import services
 from warehouse.ops.stack.base import Starting
 from warehouse.ops.stack.process import PidFile, Proc, ServiceError, port_open, wait_until
@@ -59,6 +60,10 @@ def test_start_twice_is_a_no_op_and_stop_stops_it(local):
         assert svc.live_pids()["dummy"] == pid
         status = svc.status()
         assert status.healthy and status.procs[0].pid == pid
+        # supervisord's umask (077): a service's log and files are its owner's only.
+        assert status.procs[0].log.stat().st_mode & 0o077 == 0
+        umask = open(f"/proc/{pid}/status").read().split("Umask:")[1].split()[0]
+        assert umask == "0077"
     finally:
         assert svc.stop() is True
     assert svc.live_pids()["dummy"] is None
@@ -309,11 +314,11 @@ def test_kafka_storage_formats_with_an_id_that_starts_with_a_dash(local, monkeyp
     )
 
 
-def test_kept_secrets_are_owner_only_but_their_folders_are_not(tmp_path):
-    """The cluster's and Airflow's secrets are owner-only from their first byte and
-    the same on every read, but the folders leading to them keep the usual mode: a
-    .state/ made owner-only kept the local stack's PostgreSQL (run as the postgres
-    account) out of its home."""
+def test_kept_secrets_are_owner_only_and_so_is_their_folder(tmp_path):
+    """The cluster's, Airflow's and PostgreSQL's secrets are owner-only from their
+    first byte and the same on every read; so is the folder that holds them. The
+    folders above keep the usual mode: `keep_private` closes the state folder itself
+    when the stack starts (the postgres account's home then lives outside it)."""
     from warehouse.ops.stack import base
 
     usual = os.umask(0o022)
@@ -322,8 +327,79 @@ def test_kept_secrets_are_owner_only_but_their_folders_are_not(tmp_path):
     first = base.kept_secret(secret)
     assert len(first) >= 32 and base.kept_secret(secret) == first
     assert secret.stat().st_mode & 0o777 == 0o600
-    for folder in (tmp_path / "state", tmp_path / "state" / "cluster", secret.parent):
+    assert secret.parent.stat().st_mode & 0o777 == 0o700
+    for folder in (tmp_path / "state", tmp_path / "state" / "cluster"):
         assert folder.stat().st_mode & 0o777 == 0o777 & ~usual, folder
+    assert [p.name for p in secret.parent.iterdir()] == ["s3"], "a draft was left"
+
+
+def test_the_state_folder_and_a_local_lake_are_made_owner_only(local, tmp_path):
+    """Issue 68, A.2: another local account lists and reads neither (an integration
+    test, test_shared_machine, shows it as that account)."""
+    from warehouse.ops.stack import base
+
+    lake = tmp_path / "lake"
+    lake.mkdir(mode=0o755)
+    local.state_dir.mkdir(mode=0o755)
+    base.keep_private(dataclasses.replace(local, lake_root=str(lake)))
+    assert local.state_dir.stat().st_mode & 0o777 == 0o700
+    assert lake.stat().st_mode & 0o777 == 0o700
+    # A lake on an object store is not a folder here: nothing to close.
+    base.keep_private(dataclasses.replace(local, lake_root="s3a://bucket/lake"))
+    assert not (tmp_path / "s3a:").exists()
+
+
+def test_rendered_configs_are_owner_only_even_where_an_older_one_was_not(tmp_path):
+    """Trino's catalog of PostgreSQL holds its password (issue 68, A.1)."""
+    from warehouse.ops.stack import base
+
+    template = tmp_path / "ops.properties"
+    template.write_text("connection-password=${pw}\n")
+    target = tmp_path / "etc" / "catalog" / "ops.properties"
+    target.parent.mkdir(parents=True)
+    target.write_text("old\n")
+    target.chmod(0o644)
+    base._render(template, target, pw="s3cr3t")
+    assert target.read_text() == "connection-password=s3cr3t\n"
+    assert target.stat().st_mode & 0o777 == 0o600
+
+
+def test_postgres_lets_only_this_account_on_its_socket_and_no_one_without_a_password():
+    """Issue 68, A.1: no `trust` anywhere; on the socket only the project's account
+    (and, when root runs the server as postgres, the server's own) may log in, and
+    only as the superuser; TCP always asks for the password."""
+    files = postgres_module.auth_files(owner="root", server="postgres")
+    hba = [line for line in files["pg_hba.conf"].splitlines() if not line.startswith("#")]
+    assert hba == [
+        "local all postgres peer map=regauge",
+        "host all all 127.0.0.1/32 scram-sha-256",
+        "host all all ::1/128 scram-sha-256",
+    ]
+    ident = [line for line in files["pg_ident.conf"].splitlines() if not line.startswith("#")]
+    assert ident == ["regauge root postgres", "regauge postgres postgres"]
+    alone = postgres_module.auth_files(owner="ann", server=None)["pg_ident.conf"]
+    assert alone.splitlines()[1:] == ["regauge ann postgres"]
+
+
+def test_airflow_admin_password_is_made_owner_only_and_a_readable_one_replaced(local):
+    """Airflow prints a password it makes in its api-server's log; regauge makes it
+    first, so Airflow makes none (issue 68, A.3)."""
+    import json
+
+    airflow = services.Airflow(local)
+    airflow.home.mkdir(parents=True)
+    airflow._keep_admin_password()
+    first = airflow.admin_password()
+    assert first and len(first) >= 20
+    assert airflow.passwords_file.stat().st_mode & 0o777 == 0o600
+    airflow._keep_admin_password()
+    assert airflow.admin_password() == first
+    # One an older regauge let Airflow make (and print) is replaced.
+    airflow.passwords_file.write_text(json.dumps({"admin": "printed"}))
+    airflow.passwords_file.chmod(0o644)
+    airflow._keep_admin_password()
+    assert airflow.admin_password() not in (None, "printed", first)
+    assert airflow.passwords_file.stat().st_mode & 0o777 == 0o600
 
 
 @pytest.fixture
@@ -365,6 +441,20 @@ def test_a_fresh_checkout_never_inherits_an_earlier_ones_postgres(private_checko
     kept.write_text("16\n")
     pg._place_home("postgres")
     assert kept.exists()
+
+
+def test_a_cluster_inside_the_state_folder_moves_out_when_the_folder_closes(private_checkout):
+    """An older regauge kept the cluster in .state/postgres where the postgres account
+    could reach it; .state/ is owner-only now (issue 68, A.2), so it moves out,
+    whole, to where the account can reach it."""
+    settings, outside = private_checkout
+    mine = settings.state_dir / "postgres" / "data" / "PG_VERSION"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("16\n")
+    pg = services.Postgres(settings)
+    pg._place_home("postgres")
+    assert pg.home.is_symlink() and pg.home.resolve() == outside
+    assert (outside / "data" / "PG_VERSION").read_text() == "16\n"
 
 
 def test_an_earlier_checkouts_postgres_still_running_is_named_not_removed(private_checkout):

@@ -1,0 +1,122 @@
+"""A second local account, made by the test, gets into none of the stack's data or
+secrets (issue 68, A.1 to A.3), and the project's own account keeps working.
+
+Each probe runs as that account (`runuser`), so it meets the same file modes, the
+same socket and the same logins an attacker with a shell on the machine would.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import subprocess
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from warehouse.ops.stack import services
+from warehouse.ops.stack.airflow import Airflow
+from warehouse.ops.stack.postgres import Postgres
+
+PROBE = "regauge-probe"
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="making a second local account needs root"
+)
+
+
+@pytest.fixture(scope="module")
+def probe() -> str:
+    try:
+        pwd.getpwnam(PROBE)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", PROBE],
+            check=True,
+        )
+    return PROBE
+
+
+def _as(account: str, *argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    extra = [f"{k}={v}" for k, v in (env or {}).items()]
+    return subprocess.run(
+        ["runuser", "-u", account, "--", "env", *extra, *argv],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd="/",
+    )
+
+
+def _by_name(stack: list[services.Service]) -> dict[str, services.Service]:
+    return {svc.name: svc for svc in stack}
+
+
+def _psql(*conninfo: str) -> list[str]:
+    return [str(Postgres.bin_dir() / "psql"), "-X", "-w", "-c", "SELECT 1", *conninfo]
+
+
+def test_postgres_refuses_another_account_on_its_socket_and_over_tcp(stack, settings, probe):
+    pg = _by_name(stack)["postgres"]
+    assert isinstance(pg, Postgres)
+    port = str(settings.postgres_port)
+    for user in ("postgres", settings.postgres_user):
+        on_socket = _as(probe, *_psql(f"host={pg.run_dir} port={port} user={user} dbname=postgres"))
+        assert on_socket.returncode != 0, f"the socket let {probe} in as {user}"
+    # The password regauge used to ship, and no password at all.
+    for password in ("regauge", ""):
+        over_tcp = _as(
+            probe,
+            *_psql(f"host=127.0.0.1 port={port} user={settings.postgres_user} dbname=regauge"),
+            env={"PGPASSWORD": password} if password else None,
+        )
+        assert over_tcp.returncode != 0
+        assert "password authentication failed" in over_tcp.stderr or (
+            "no password supplied" in over_tcp.stderr
+        ), over_tcp.stderr
+    assert settings.postgres_password != "regauge"
+    assert "trust" not in (pg.data / "pg_hba.conf").read_text()
+    assert not (pg.real_home / ".superuser-pw").exists()
+
+    # The project's own account: the superuser on the socket, its role over TCP.
+    with psycopg.connect(pg.superuser_conninfo()) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == ("postgres",)
+    with psycopg.connect(settings.postgres_dsn()) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == (settings.postgres_user,)
+
+
+def test_another_account_reads_no_lake_state_log_or_secret(stack, settings, probe):
+    airflow = _by_name(stack)["airflow"]
+    assert isinstance(airflow, Airflow)
+    trino = _by_name(stack)["trino"]
+    lake = Path(settings.lake_root)
+    secrets = [
+        settings.state_dir / "secrets" / "postgres",
+        airflow.passwords_file,
+        *sorted((trino.home / "etc" / "catalog").glob("*.properties")),
+    ]
+    logs = sorted((settings.state_dir / "logs").glob("*.log"))
+    assert secrets[-1].name.endswith(".properties") and logs, "nothing to probe"
+    for path in (*secrets, *logs):
+        read = _as(probe, "cat", str(path))
+        assert read.returncode != 0 and "Permission denied" in read.stderr, path
+    for folder in (settings.state_dir, lake):
+        listed = _as(probe, "ls", str(folder))
+        assert listed.returncode != 0 and "Permission denied" in listed.stderr, folder
+        # The mode itself, so that this fails as it should even where the
+        # checkout's own parent folders happen to keep the account out.
+        assert folder.stat().st_mode & 0o077 == 0, oct(folder.stat().st_mode)
+    for path in (*secrets, *logs):
+        assert path.stat().st_mode & 0o077 == 0, f"{path}: {oct(path.stat().st_mode)}"
+
+
+def test_airflow_keeps_its_admin_password_out_of_its_log(stack, settings):
+    airflow = _by_name(stack)["airflow"]
+    assert isinstance(airflow, Airflow)
+    password = airflow.admin_password()
+    assert password
+    log = airflow.logfile("airflow-api-server")
+    assert log.is_file()
+    assert password not in log.read_text(errors="replace")
+    assert "Password for user" not in log.read_text(errors="replace")
