@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -62,7 +63,7 @@ def test_start_twice_is_a_no_op_and_stop_stops_it(local):
         assert status.healthy and status.procs[0].pid == pid
         # supervisord's umask (077): a service's log and files are its owner's only.
         assert status.procs[0].log.stat().st_mode & 0o077 == 0
-        umask = open(f"/proc/{pid}/status").read().split("Umask:")[1].split()[0]
+        umask = Path(f"/proc/{pid}/status").read_text().split("Umask:")[1].split()[0]
         assert umask == "0077"
     finally:
         assert svc.stop() is True
