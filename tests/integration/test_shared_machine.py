@@ -120,3 +120,52 @@ def test_airflow_keeps_its_admin_password_out_of_its_log(stack, settings):
     assert log.is_file()
     assert password not in log.read_text(errors="replace")
     assert "Password for user" not in log.read_text(errors="replace")
+
+
+class _Outcome:
+    """A producer's delivery report: the error of each message (None if taken)."""
+
+    def __init__(self) -> None:
+        self.errors: list[object] = []
+
+    def __call__(self, error: object, _message: object) -> None:
+        self.errors.append(error)
+
+
+def test_kafka_refuses_a_client_that_has_not_logged_in(stack, settings):
+    """Issue 68, A.5: with no login, or a guessed one, a client can neither read the
+    topics, nor produce a forged event, nor delete the topic. Kafka knows nothing of
+    local accounts, so this runs in the test's own process: what keeps another
+    account out is that it cannot read the secrets in .state/ (the test above)."""
+    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka.admin import AdminClient
+
+    from warehouse.base import kafka_conf, registry
+    from warehouse.ops.stack.kafka import kafka_admin
+
+    assert settings.kafka_security_protocol == "SASL_PLAINTEXT"
+    ours = kafka_admin(settings)
+    topic = registry.TOPIC
+    before = ours.list_topics(topic, timeout=10).topics[topic]
+    assert before.error is None
+    strangers = {
+        "no login": {"bootstrap.servers": settings.kafka_bootstrap},
+        "a guessed password": {
+            **kafka_conf.client_conf(settings),
+            "sasl.password": "regauge",
+        },
+    }
+    for who, conf in strangers.items():
+        quiet = {**conf, "log_level": 0}
+        with pytest.raises(KafkaException):
+            AdminClient(quiet).list_topics(timeout=5)
+        outcome = _Outcome()
+        forged = Producer({**quiet, "message.timeout.ms": 5000})
+        forged.produce(topic, key=b"forged", value=b"{}", on_delivery=outcome)
+        forged.flush(15)
+        assert outcome.errors and outcome.errors[0] is not None, f"{who}: a forged event was taken"
+        deleted = AdminClient(quiet).delete_topics([topic], operation_timeout=5)[topic]
+        with pytest.raises(KafkaException):
+            deleted.result(timeout=15)
+    after = ours.list_topics(topic, timeout=10).topics[topic]
+    assert after.error is None and len(after.partitions) == len(before.partitions)

@@ -3,10 +3,9 @@
 import json
 import urllib.request
 
-from confluent_kafka.admin import AdminClient
-
 from warehouse.base import registry
 from warehouse.ops.stack import services
+from warehouse.ops.stack.kafka import kafka_admin
 from warehouse.sql import trino_client
 
 
@@ -31,7 +30,7 @@ def test_starting_what_runs_is_a_no_op(stack):
 
 
 def test_the_event_topic_exists_with_its_partitions(stack, settings):
-    topics = AdminClient({"bootstrap.servers": settings.kafka_bootstrap}).list_topics(timeout=10)
+    topics = kafka_admin(settings).list_topics(timeout=10)
     assert len(topics.topics[registry.TOPIC].partitions) == settings.kafka_partitions
 
 
@@ -63,5 +62,5 @@ def test_kafka_comes_back_after_down_and_up_with_its_data(stack, settings):
     assert kafka.live_pids() == {"kafka": None}
     services.up(settings, ["kafka"])
     assert kafka.status().healthy
-    topics = AdminClient({"bootstrap.servers": settings.kafka_bootstrap}).list_topics(timeout=10)
+    topics = kafka_admin(settings).list_topics(timeout=10)
     assert registry.TOPIC in topics.topics

@@ -197,6 +197,13 @@ def _local(env: dict[str, str]) -> Settings:
         kafka_bootstrap="127.0.0.1:9092",
         kafka_controller_port=9093,
         kafka_partitions=4,
+        # The local broker takes no client that has not logged in (SCRAM), so no
+        # other local account can forge, delete or read events (issue 68, A.5).
+        kafka_security_protocol="SASL_PLAINTEXT",
+        kafka_sasl_mechanism="SCRAM-SHA-512",
+        kafka_sasl_username="regauge",
+        kafka_sasl_password=env.get("REGAUGE_KAFKA_SASL_PASSWORD")
+        or secret.kept(state / "secrets" / "kafka"),
         trino_host="127.0.0.1",
         trino_port=8080,
         trino_heap="2G",
@@ -233,6 +240,11 @@ def _cluster(env: dict[str, str]) -> Settings:
         profile="cluster",
         spark_master=env["REGAUGE_SPARK_MASTER"],
         kafka_bootstrap=env["REGAUGE_KAFKA_BOOTSTRAP"],
+        # A cluster's brokers say how they are secured (REGAUGE_KAFKA_SECURITY_*).
+        kafka_security_protocol="PLAINTEXT",
+        kafka_sasl_mechanism=None,
+        kafka_sasl_username=None,
+        kafka_sasl_password=None,
         lake_root=env["REGAUGE_LAKE_ROOT"],
         trino_host=env["REGAUGE_TRINO_HOST"],
         postgres_host=env["REGAUGE_POSTGRES_HOST"],
@@ -311,6 +323,13 @@ def load(env: dict[str, str] | None = None) -> Settings:
             except ValueError as exc:
                 raise SettingsError(f"{var}={env[var]!r} is not a valid {kind.__name__}") from exc
     settings = replace(settings, **changes)  # type: ignore[arg-type]
+    if not settings.kafka_security_protocol.startswith("SASL") and (
+        "kafka_sasl_mechanism" not in changes
+    ):
+        # A Kafka of one's own without SASL: the local broker's login does not apply.
+        settings = replace(
+            settings, kafka_sasl_mechanism=None, kafka_sasl_username=None, kafka_sasl_password=None
+        )
     _one_of(
         "REGAUGE_KAFKA_SECURITY_PROTOCOL",
         settings.kafka_security_protocol,

@@ -11,7 +11,9 @@ from warehouse.base.settings import SettingsError, load
 
 
 def test_plaintext_needs_nothing_but_the_brokers():
-    s = load({"REGAUGE_KAFKA_BOOTSTRAP": "a:9092,b:9092"})
+    s = load(
+        {"REGAUGE_KAFKA_BOOTSTRAP": "a:9092,b:9092", "REGAUGE_KAFKA_SECURITY_PROTOCOL": "PLAINTEXT"}
+    )
     assert kafka_conf.client_conf(s) == {"bootstrap.servers": "a:9092,b:9092"}
     assert kafka_conf.spark_options(s) == {"kafka.bootstrap.servers": "a:9092,b:9092"}
 

@@ -119,4 +119,26 @@ def test_the_local_postgres_password_is_made_per_state_folder_and_kept_owner_onl
     # One given wins, and then none is made.
     given = load({"REGAUGE_STATE_DIR": str(tmp_path / "given"), "REGAUGE_POSTGRES_PASSWORD": "pw"})
     assert given.postgres_password == "pw"
-    assert not (tmp_path / "given").exists()
+    assert not (tmp_path / "given" / "secrets" / "postgres").exists()
+
+
+def test_local_kafka_clients_log_in_by_scram_with_a_kept_password(tmp_path):
+    """Issue 68, A.5: the local broker takes no client that has not logged in."""
+    state = tmp_path / "state"
+    s = load({"REGAUGE_STATE_DIR": str(state)})
+    assert (s.kafka_security_protocol, s.kafka_sasl_mechanism, s.kafka_sasl_username) == (
+        "SASL_PLAINTEXT",
+        "SCRAM-SHA-512",
+        "regauge",
+    )
+    assert s.kafka_sasl_password == (state / "secrets" / "kafka").read_text()
+    # A Kafka of one's own without SASL drops the local login; a cluster's brokers
+    # say for themselves how they are secured.
+    own = load({"REGAUGE_STATE_DIR": str(state), "REGAUGE_KAFKA_SECURITY_PROTOCOL": "PLAINTEXT"})
+    assert (own.kafka_sasl_mechanism, own.kafka_sasl_username, own.kafka_sasl_password) == (
+        None,
+        None,
+        None,
+    )
+    cluster = load({**CLUSTER_ENV, "REGAUGE_STATE_DIR": str(state)})
+    assert cluster.kafka_security_protocol == "PLAINTEXT" and cluster.kafka_sasl_mechanism is None

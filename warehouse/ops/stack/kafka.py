@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
@@ -15,7 +16,7 @@ from confluent_kafka.admin import AdminClient
 from warehouse import sources
 from warehouse.base import jvm, kafka_conf, registry
 from warehouse.base.settings import Settings
-from warehouse.ops.stack.base import INFRA, Service, _render
+from warehouse.ops.stack.base import INFRA, Service, _render, kept_secret
 from warehouse.ops.stack.process import Proc, ServiceError, port_open
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,48 @@ class Kafka(Service):
             "controller_port": s.kafka_controller_port,
             "data_dir": self.home / "data",
             "partitions": s.kafka_partitions,
+            "broker_password": self._broker_password(),
         }
+
+    def _broker_password(self) -> str:
+        return kept_secret(self.settings.state_dir / "secrets" / "kafka-broker")
+
+    def _own_admin(self) -> AdminClient:
+        """An admin client logged in as the node itself (PLAIN): it answers before
+        the clients' SCRAM credential exists, which it then sets."""
+        if not self.settings.kafka_sasl_mechanism:
+            return kafka_admin(self.settings)
+        return kafka_admin(
+            replace(
+                self.settings,
+                kafka_sasl_mechanism="PLAIN",
+                kafka_sasl_username="broker",
+                kafka_sasl_password=self._broker_password(),
+            )
+        )
+
+    def _set_client_login(self) -> None:
+        """The clients' SCRAM credential, set (again) after every start: a broker
+        formatted before regauge used SASL has none, and a changed secret applies."""
+        from confluent_kafka.admin import (
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialUpsertion,
+        )
+
+        s = self.settings
+        name = s.kafka_sasl_mechanism or ""
+        if not name.startswith("SCRAM") or not s.kafka_sasl_username:
+            return
+        mechanism = getattr(ScramMechanism, name.replace("-", "_"))
+        upsert = UserScramCredentialUpsertion(
+            s.kafka_sasl_username,
+            ScramCredentialInfo(mechanism, 8192),
+            (s.kafka_sasl_password or "").encode(),
+        )
+        admin = self._own_admin()  # held: a client collected early fails its futures
+        for future in admin.alter_user_scram_credentials([upsert]).values():
+            future.result(timeout=30)
 
     def _cluster_id(self) -> str:
         return _kafka_cluster_id()
@@ -96,12 +138,13 @@ class Kafka(Service):
         if not port_open(self.settings.kafka_port):
             return False
         try:
-            md = kafka_admin(self.settings).list_topics(timeout=3)
+            md = self._own_admin().list_topics(timeout=3)
         except Exception:
             return False
         return bool(md.brokers)
 
     def after_start(self) -> None:
+        self._set_client_login()
         ensure_source_topics(self.settings)
 
 

@@ -9,6 +9,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from warehouse.base import kafka_conf
 from warehouse.base.settings import Settings
 from warehouse.tools.bench.context import Bench
 from warehouse.tools.bench.report import Batch, last_recorded, sustained
@@ -89,7 +90,7 @@ def bare_consumer(bench: Bench, before: dict[int, int], after: dict[int, int]) -
 
     consumer = Consumer(
         {
-            "bootstrap.servers": bench.settings.kafka_bootstrap,
+            **kafka_conf.client_conf(bench.settings),
             "group.id": f"regauge-bench-{bench.run_id}",
             "enable.auto.commit": False,
         }
