@@ -29,6 +29,22 @@ if [ ${#need[@]} -gt 0 ]; then
     || die "apt-get install ${need[*]} failed"
 fi
 
+# -- promtool, which checks the shipped alert rules (infra/prometheus/) ------------
+# From Debian's prometheus package, unpacked into the cache, not installed: the
+# package would also install and start a Prometheus server.
+CACHE="${REGAUGE_CACHE_DIR:-$HOME/.cache/regauge}"
+PROMTOOL="$CACHE/promtool/promtool"
+if [ ! -x "$PROMTOOL" ]; then
+  say "fetching promtool from Debian's prometheus package into $CACHE/promtool"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download -qq -o APT::Sandbox::User=root prometheus >/dev/null) \
+    || die "apt-get download prometheus failed: check the network to Debian's mirror"
+  dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/unpacked"
+  mkdir -p "$CACHE/promtool"
+  install -m 0755 "$tmp/unpacked/usr/bin/promtool" "$PROMTOOL"
+  rm -rf "$tmp"
+fi
+
 # -- Python virtualenvs -----------------------------------------------------------
 # uv resolves and installs much faster than pip, and caches wheels for offline reruns.
 stamp_of() { cat "$@" | sha256sum | cut -c1-16; }
