@@ -117,11 +117,20 @@ def version_param() -> Param:
     return Param(type="integer", minimum=1, description="the view version, e.g. 2")
 
 
-def regauge(task_id: str, args: str, **env: str) -> BashOperator:
-    """A task running `regauge <args>`; `args` refers to params only as "$NAME"."""
+def regauge(task_id: str, args: str, stdin: str | None = None, **env: str) -> BashOperator:
+    """A task running `regauge <args>`; `args` refers to params only as "$NAME".
+
+    `stdin` names one of `env` to hand to the command on its standard input
+    instead, taken out of its environment first: an argument would show in the
+    process list, which every local account can read.
+    """
+    feed = ""
+    if stdin:
+        feed = f'input="${stdin}"; unset {stdin}; '
+        args = f'{args} <<<"$input"'
     return BashOperator(
         task_id=task_id,
-        bash_command=f'set -euo pipefail; exec "$REGAUGE_BIN" {args}',
+        bash_command=f'set -euo pipefail; {feed}exec "$REGAUGE_BIN" {args}',
         env=env,
         append_env=True,
     )

@@ -7,7 +7,8 @@ in ops.control.erasures. Kafka's copy is skipped by ingest and replays until
 its retention deletes it.
 
 Airflow keeps this run's params (the id) in its own database; the task log
-shows the command's environment names only, never the values. Within the hour
+shows the command's environment names only, never the values, and the command
+reads the id on its stdin, so no process list shows it. Within the hour
 after the run has succeeded, regauge_audit's scrub_erasure_runs task deletes
 it (the run, its task instances, logs and audit-log rows). A failed run
 stays, for its retry."""
@@ -42,9 +43,11 @@ with DAG(
     **dag_args(__doc__),
 ) as dag:
     # Retried once like any task: a rerun finds what is left and finishes it.
+    # The id goes in on stdin, never as an argument that `ps` would show.
     regauge(
         "forget",
-        'forget customer "$CUSTOMER_ID" --reason "$REASON"',
+        'forget customer - --reason "$REASON"',
+        stdin="CUSTOMER_ID",
         CUSTOMER_ID="{{ params.customer_id }}",
         REASON="{{ params.reason }}",
     )

@@ -186,10 +186,36 @@ def test_tasks_call_the_cli_and_take_params_only_from_the_environment(loaded):
     for dag in loaded["dags"].values():
         for task in dag["tasks"].values():
             command = task["command"]
-            assert command.startswith('set -euo pipefail; exec "$REGAUGE_BIN" ')
+            assert command.startswith("set -euo pipefail; ")
+            assert 'exec "$REGAUGE_BIN" ' in command
             assert "{{" not in command, "params must not be pasted into shell text"
             for value in (task["env"] or {}).values():
                 assert value.startswith("{{ params.") and value.endswith("}}")
+
+
+def test_forget_hands_the_id_on_stdin_so_no_process_list_shows_it(loaded, tmp_path):
+    """Issue 68, B: an argument is in `ps` for every local account to read. The
+    task's own command runs here in bash, with a stand-in for the CLI that reports
+    what it was given."""
+    task = loaded["dags"]["regauge_forget"]["tasks"]["forget"]
+    report = tmp_path / "report.json"
+    stand_in = tmp_path / "regauge"
+    stand_in.write_text(
+        "#!/usr/bin/env python3\n"
+        "import json, os, sys\n"
+        f"json.dump({{'argv': sys.argv[1:], 'stdin': sys.stdin.read(), "
+        f"'env': 'CUSTOMER_ID' in os.environ}}, open({str(report)!r}, 'w'))\n"
+    )
+    stand_in.chmod(0o755)
+    env = {"PATH": os.environ["PATH"], "REGAUGE_BIN": str(stand_in)}
+    env |= {"CUSTOMER_ID": "cust-00042", "REASON": "a request"}
+    subprocess.run(["bash", "-c", task["command"]], env=env, check=True, timeout=30)
+    got = json.loads(report.read_text())
+    assert got == {
+        "argv": ["forget", "customer", "-", "--reason", "a request"],
+        "stdin": "cust-00042\n",
+        "env": False,
+    }
 
 
 def test_no_task_defers_so_no_triggerer_is_needed(loaded):

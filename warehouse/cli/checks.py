@@ -40,7 +40,7 @@ def query(args: argparse.Namespace) -> int:
 
 
 def forget(args: argparse.Namespace) -> int:
-    from warehouse.base.sqlnames import check_reason
+    from warehouse.base.sqlnames import check_customer_id, check_reason
     from warehouse.ops import erasure
 
     if args.what == "airflow-runs":
@@ -53,8 +53,11 @@ def forget(args: argparse.Namespace) -> int:
     if args.id is None:
         print("regauge: forget customer needs the customer's ID, e.g. cust-00042", file=sys.stderr)
         return 2
-    check_reason(args.reason, args.id)  # before anything stops
-    report = erasure.forget_customer(settings_mod.get(), args.id, args.reason)
+    customer = args.id
+    if customer == "-":
+        customer = check_customer_id(sys.stdin.readline().rstrip("\n"))
+    check_reason(args.reason, customer)  # before anything stops
+    report = erasure.forget_customer(settings_mod.get(), customer, args.reason)
     for line in report.lines():
         print(line)
     return 0

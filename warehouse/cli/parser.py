@@ -110,6 +110,8 @@ def percent(text: str) -> int:
 
 
 def _customer_id(text: str) -> str:
+    if text == "-":
+        return text  # read from stdin by the command, and checked there
     try:
         return check_customer_id(text)
     except UnsafeNameError as exc:
@@ -514,7 +516,8 @@ def _checks(add: Add) -> None:
         type=_customer_id,
         nargs="?",
         metavar="ID",
-        help="the customer_id, e.g. cust-00042",
+        help="the customer_id, e.g. cust-00042; or - to read it from stdin, which keeps it "
+        "out of the process list that every local account can read (regauge_forget does)",
     )
     p.add_argument(
         "--reason",

@@ -195,6 +195,31 @@ def test_forget_says_which_argument_is_wrong(argv, says, capsys):
     assert says in capsys.readouterr().err
 
 
+def test_forget_reads_the_id_from_stdin_and_checks_it_there(monkeypatch, capsys):
+    """`-` keeps the id out of the process list (regauge_forget passes it so)."""
+    import io
+
+    from warehouse.cli import main
+    from warehouse.ops import erasure
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("cust-1'; DROP TABLE x\n"))
+    assert main(["forget", "customer", "-"]) == 2
+    assert "is not 1-64 characters" in capsys.readouterr().err
+    # A good one reaches the erasure as it was given; the erasure is stood in for
+    # by its report (it needs the whole stack: tests/integration/test_audit.py).
+    given: list[str] = []
+
+    def erase(_settings, customer_id, _reason):
+        given.append(customer_id)
+        return erasure.Report("e-1")
+
+    monkeypatch.setattr(erasure, "forget_customer", erase)
+    monkeypatch.setattr("sys.stdin", io.StringIO("cust-00042\n"))
+    assert main(["forget", "customer", "-", "--reason", "a request"]) == 0
+    assert given == ["cust-00042"]
+    assert "erasure e-1: 0 Kafka records forgotten" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("reason", "says"),
     [
