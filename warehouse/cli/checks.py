@@ -26,7 +26,11 @@ def audit(args: argparse.Namespace) -> int:
 
 
 def dbt(args: argparse.Namespace) -> int:
-    return dbt_runner.run(settings_mod.get(), args.dbt_args or ["--help"])
+    from warehouse.ops import writers
+
+    s = settings_mod.get()
+    with writers.beside_erasure_refused(s, "`regauge dbt`"):
+        return dbt_runner.run(s, args.dbt_args or ["--help"])
 
 
 def query(args: argparse.Namespace) -> int:
@@ -80,12 +84,12 @@ def readmit(args: argparse.Namespace) -> int:
 
 
 def maintain(args: argparse.Namespace) -> int:
-    from warehouse.ops import maintenance
+    from warehouse.ops import maintenance, writers
 
+    s = settings_mod.get()
     try:
-        rows = maintenance.maintain(
-            settings_mod.get(), args.tables, args.retention_hours, args.dry_run
-        )
+        with writers.beside_erasure_refused(s, "`regauge maintain`"):
+            rows = maintenance.maintain(s, args.tables, args.retention_hours, args.dry_run)
     except ValueError as exc:
         print(f"regauge: {exc}", file=sys.stderr)
         return 2

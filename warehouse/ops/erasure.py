@@ -89,7 +89,9 @@ class Paused:
 @contextlib.contextmanager
 def quiesced(settings: Settings, holder: str) -> Iterator[Paused]:
     """Stop ingest and every stream, hold their writer locks, and start again what ran."""
-    lock = writers.erasure(settings, holder).acquire()
+    # A dbt run, maintenance or a reprocess already running could bring the customer
+    # back if it went on beside the erasure: it finishes first.
+    lock = writers.erasure(settings, holder).acquire(wait_s=writers.ERASURE_WAITS_S)
     paused = Paused()
     held: list[writers.Writer] = []
     try:
