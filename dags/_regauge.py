@@ -9,20 +9,24 @@ names that are not plain identifiers are refused with HTTP 400.
 
 Every DAG shows its file's docstring in the UI (`dag_args(__doc__)`), every
 task retries once unless its failure is a verdict, and every task that fails
-for good says so in one ERROR line (`log_failure`).
+for good says so in one ERROR line (`log_failure`) and, where
+REGAUGE_ALERT_WEBHOOK_URL is set, to a webhook (`WebhookNotifier`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
+import urllib.request
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from airflow.providers.standard.operators.bash import BashOperator
-from airflow.sdk import Param
+from airflow.sdk import BaseNotifier, Param
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VIEWS_DIR = REPO_ROOT / "spark_jobs" / "views"
@@ -35,6 +39,25 @@ USER_PATTERN = r"^[a-z][a-z0-9_.@-]{0,63}(?![\s\S])"
 log = logging.getLogger("regauge.dags")
 
 
+def _failure(context: Mapping[str, Any]) -> dict[str, Any]:
+    """What a failed task's context says about it: never its params (the erasure's
+    are a customer's id)."""
+    ti = context.get("ti") or context.get("task_instance")
+    max_tries = getattr(ti, "max_tries", None)
+    exc = context.get("exception")
+    return {
+        "dag_id": getattr(ti, "dag_id", None),
+        "task_id": getattr(ti, "task_id", None),
+        "run_id": getattr(ti, "run_id", None),
+        "try": getattr(ti, "try_number", None),
+        # max_tries counts the retries: a task with retries=1 has 2 tries.
+        "tries": max_tries + 1 if isinstance(max_tries, int) else None,
+        "error": f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, BaseException)
+        else exc or "no exception reported (the task died or was killed)",
+    }
+
+
 def log_failure(context: Mapping[str, Any]) -> None:
     """Every task's on_failure_callback: one ERROR line naming the run, the task,
     the try and the exception, so a failure stands out in the task's log.
@@ -44,21 +67,49 @@ def log_failure(context: Mapping[str, Any]) -> None:
     died without reporting (heartbeat timeout). Standard library only: the DAG
     processor must not import PySpark or the pipeline's packages.
     """
-    ti = context.get("ti") or context.get("task_instance")
-    max_tries = getattr(ti, "max_tries", None)
-    exc = context.get("exception")
+    f = _failure(context)
     log.error(
         "REGAUGE TASK FAILED: dag_id=%s task_id=%s run_id=%s try=%s of %s: %s",
-        getattr(ti, "dag_id", None),
-        getattr(ti, "task_id", None),
-        getattr(ti, "run_id", None),
-        getattr(ti, "try_number", None),
-        # max_tries counts the retries: a task with retries=1 has 2 tries.
-        max_tries + 1 if isinstance(max_tries, int) else None,
-        f"{type(exc).__name__}: {exc}"
-        if isinstance(exc, BaseException)
-        else exc or "no exception reported (the task died or was killed)",
+        f["dag_id"],
+        f["task_id"],
+        f["run_id"],
+        f["try"],
+        f["tries"],
+        f["error"],
     )
+
+
+class WebhookNotifier(BaseNotifier):
+    """Every task's other on_failure_callback: the failure, POSTed as JSON to
+    REGAUGE_ALERT_WEBHOOK_URL (a chat's incoming webhook, or a relay to a pager),
+    read when a task fails from Airflow's environment (`regauge up` passes the
+    starter's REGAUGE_* variables on). Without it, nothing is sent.
+
+    The body has `text`, one line for a chat, and each field of `_failure`. A
+    receiver that cannot be reached is logged (REGAUGE ALERT NOT SENT), never
+    raised: the task's own failure stays the one Airflow reports.
+    """
+
+    def notify(self, context: Mapping[str, Any]) -> None:  # type: ignore[override]
+        url = os.environ.get("REGAUGE_ALERT_WEBHOOK_URL", "").strip()
+        if not url:
+            return
+        f = _failure(context)
+        text = (
+            f"regauge: {f['dag_id']}.{f['task_id']} failed (run {f['run_id']}, "
+            f"try {f['try']} of {f['tries']}): {f['error']}"
+        )
+        request = urllib.request.Request(
+            url,
+            data=json.dumps({"text": text, **f}, default=str).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                answer.read()
+        except (OSError, ValueError) as exc:
+            log.warning("REGAUGE ALERT NOT SENT to %s: %s", url, exc)
 
 
 # Every task is idempotent (it looks at the registry first), so one retry costs
@@ -81,7 +132,7 @@ DEFAULT_ARGS: dict[str, Any] = {
     "retries": RETRIES,
     "retry_delay": RETRY_DELAY,
     "execution_timeout": timedelta(hours=2),
-    "on_failure_callback": log_failure,
+    "on_failure_callback": [log_failure, WebhookNotifier()],
 }
 # What every regauge DAG shares: one run at a time, no backfill of missed intervals.
 DAG_ARGS: dict[str, Any] = {

@@ -30,7 +30,7 @@ from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder=sys.argv[1])
 out = {"errors": {k: str(v)[-500:] for k, v in bag.import_errors.items()}, "dags": {}}
 def name(f):
-    return f"{f.__module__}.{f.__qualname__}"
+    return f"{f.__module__}.{getattr(f, '__qualname__', type(f).__qualname__)}"
 for dag_id, dag in bag.dags.items():
     out["dags"][dag_id] = {
         "params": {k: dag.params.get_param(k).schema for k in dag.params},
@@ -264,11 +264,87 @@ def test_every_task_retries_unless_its_failure_is_a_verdict(loaded):
 def test_every_task_logs_its_failure(loaded):
     for dag_id, dag in loaded["dags"].items():
         for task_id, task in dag["tasks"].items():
-            assert task["on_failure"] == ["_regauge.log_failure"], (dag_id, task_id)
+            assert task["on_failure"] == [
+                "_regauge.log_failure",
+                "_regauge.WebhookNotifier",
+            ], (dag_id, task_id)
     assert loaded["failure_log"] == (
         "ERROR regauge.dags REGAUGE TASK FAILED: dag_id=regauge_x task_id=t_1 "
         "run_id=manual__1 try=2 of 2: RuntimeError: exit code 2\n"
     )
+
+
+NOTIFY = r"""
+import sys, types
+sys.path.insert(0, sys.argv[1])
+import _regauge
+ti = types.SimpleNamespace(dag_id="regauge_forget", task_id="forget", run_id="manual__9",
+                           try_number=2, max_tries=1)
+# As Airflow calls an on_failure_callback: the notifier instance with the context.
+_regauge.WebhookNotifier()({"ti": ti, "exception": RuntimeError("exit code 2"),
+                            "params": {"customer_id": "cust-00042"}})
+print("notified")
+"""
+
+
+def _notify(url: str | None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "REGAUGE_ALERT_WEBHOOK_URL"}
+    if url:
+        env["REGAUGE_ALERT_WEBHOOK_URL"] = url
+    return subprocess.run(
+        [str(AIRFLOW_PYTHON), "-c", NOTIFY, str(REPO / "dags")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_failed_task_reaches_the_alert_webhook_without_its_params():
+    """Issue 68, C: the failure callback posts to REGAUGE_ALERT_WEBHOOK_URL, here a
+    real HTTP receiver; without the variable nothing is sent, and a receiver that
+    is down is logged, not raised."""
+    import http.server
+    import threading
+
+    got: list[dict[str, Any]] = []
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            got.append({"type": self.headers["Content-Type"], **json.loads(body)})
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        sent = _notify(url)
+        assert sent.returncode == 0 and "notified" in sent.stdout, sent.stderr[-2000:]
+        assert got == [
+            {
+                "type": "application/json",
+                "text": "regauge: regauge_forget.forget failed (run manual__9, try 2 of 2): "
+                "RuntimeError: exit code 2",
+                "dag_id": "regauge_forget",
+                "task_id": "forget",
+                "run_id": "manual__9",
+                "try": 2,
+                "tries": 2,
+                "error": "RuntimeError: exit code 2",
+            }
+        ]
+        assert _notify(None).returncode == 0 and len(got) == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+    down = _notify(url)  # nothing listens there now
+    assert down.returncode == 0 and "notified" in down.stdout
+    assert "REGAUGE ALERT NOT SENT to " + url in down.stdout + down.stderr
 
 
 def test_readmit_offers_the_reasons_the_command_takes(loaded):
