@@ -90,7 +90,7 @@ class WebhookNotifier(BaseNotifier):
     raised: the task's own failure stays the one Airflow reports.
     """
 
-    def notify(self, context: Mapping[str, Any]) -> None:  # type: ignore[override]
+    def notify(self, context: Mapping[str, Any]) -> None:
         url = os.environ.get("REGAUGE_ALERT_WEBHOOK_URL", "").strip()
         if not url:
             return
