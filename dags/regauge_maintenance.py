@@ -1,5 +1,6 @@
 """regauge_maintenance: every day at 03:17 UTC, compact, checkpoint and VACUUM every
-Delta table regauge writes (`regauge maintain`).
+Delta table regauge writes (`regauge maintain`), and delete Airflow's records of
+runs and task logs older than REGAUGE_AIRFLOW_KEEP_DAYS, 14 (`regauge clean-airflow`).
 
 Files a newer version replaced are kept for REGAUGE_MAINTENANCE_RETENTION_HOURS
 (168, Delta's default), or longer while a stream's checkpoint, a replay waiting
@@ -40,6 +41,9 @@ with DAG(
     },
     **dag_args(__doc__),
 ) as dag:
+    # Beside it: Airflow's own records of runs and their task logs, which nothing
+    # else deletes (the watchdog alone makes 1,440 runs a day).
+    regauge("clean_airflow", "clean-airflow")
     # Retried once like any task: what the first try compacted is not compacted again.
     regauge(
         "maintain",

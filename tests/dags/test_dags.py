@@ -136,6 +136,13 @@ def test_params_are_the_contracts(loaded):
     assert set(dags["regauge_dbt"]["params"]) == {"select"}
     assert set(dags["regauge_forget"]["params"]) == {"customer_id", "reason"}
     assert set(dags["regauge_maintenance"]["params"]) == {"retention_hours"}
+    # Airflow's own records go beside the lake's maintenance, not after it.
+    tasks = dags["regauge_maintenance"]["tasks"]
+    assert {t: task["upstream"] for t, task in tasks.items()} == {
+        "maintain": [],
+        "clean_airflow": [],
+    }
+    assert tasks["clean_airflow"]["command"].endswith('exec "$REGAUGE_BIN" clean-airflow')
     assert set(dags["regauge_readmit"]["params"]) == {"source", "reason"}
     views = dags["regauge_reprocess"]["params"]["view"]["enum"]
     assert views == ["cart_sessions", "revenue_hourly", "visits"]

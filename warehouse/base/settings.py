@@ -90,6 +90,10 @@ class Settings:
     # need them. Longer for a table while some reader needs an older version
     # (spark_jobs.engine.maintenance); Delta's own default is 7 days.
     maintenance_retention_hours: float = 168.0
+    # How long Airflow keeps its records of runs (and their task logs) before the
+    # daily regauge_maintenance deletes them (`regauge clean-airflow`). The
+    # watchdog alone makes 1,440 runs a day.
+    airflow_keep_days: float = 14.0
     # Where every Spark application regauge starts writes Spark's event log (plain
     # JSON lines: every job, stage and task with its duration and micro-batch),
     # to profile a slow batch with; None writes none. `make bench` sets it.
@@ -283,6 +287,7 @@ OVERRIDES: dict[str, tuple[str, type]] = {
     "REGAUGE_BIND_HOST": ("bind_host", str),
     "REGAUGE_INGEST_LAG_ALERT_S": ("ingest_lag_alert_s", float),
     "REGAUGE_MAINTENANCE_RETENTION_HOURS": ("maintenance_retention_hours", float),
+    "REGAUGE_AIRFLOW_KEEP_DAYS": ("airflow_keep_days", float),
     "REGAUGE_SPARK_EVENT_LOG_DIR": ("spark_event_log_dir", str),
     "REGAUGE_SPARK_DRIVER_JAVA_OPTIONS": ("spark_driver_java_options", str),
     "REGAUGE_VIEW_HOST_MEMORY": ("view_host_memory", str),

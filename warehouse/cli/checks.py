@@ -25,6 +25,24 @@ def audit(args: argparse.Namespace) -> int:
     return 0 if run.passed else 1
 
 
+def clean_airflow(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime, timedelta
+
+    from warehouse.ops.stack.airflow import Airflow
+
+    s = settings_mod.get()
+    days = s.airflow_keep_days if args.keep_days is None else args.keep_days
+    before = datetime.now(UTC) - timedelta(days=days)
+    cleaned = Airflow(s).clean(before, dry_run=args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    print(cleaned.output.strip())
+    print(
+        f"Airflow's records before {before:%Y-%m-%d %H:%M} UTC ({days:g} days kept): "
+        f"{verb} {cleaned.log_files} task log files ({cleaned.log_bytes / 2**20:.1f} MiB)"
+    )
+    return 0
+
+
 def dbt(args: argparse.Namespace) -> int:
     from warehouse.ops import writers
 

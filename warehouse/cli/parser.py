@@ -575,6 +575,23 @@ def _checks(add: Add) -> None:
     )
 
     p = add(
+        "clean-airflow",
+        "checks:clean_airflow",
+        "delete Airflow's records of runs (runs, task instances, jobs, XComs, its audit "
+        "log; each DAG's latest run stays) and task log files older than "
+        "REGAUGE_AIRFLOW_KEEP_DAYS (14): the watchdog alone makes 1,440 runs a day "
+        "(the regauge_maintenance DAG runs it daily)",
+    )
+    p.add_argument(
+        "--keep-days",
+        type=_non_negative,
+        default=None,
+        metavar="DAYS",
+        help="keep this many days instead of REGAUGE_AIRFLOW_KEEP_DAYS",
+    )
+    p.add_argument("--dry-run", action="store_true", help="only count what would be deleted")
+
+    p = add(
         "dbt",
         "checks:dbt",
         "run dbt on silver in this process (dbt-spark, session method), e.g. "

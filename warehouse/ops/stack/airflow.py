@@ -11,6 +11,8 @@ import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from warehouse.base.settings import REPO_ROOT
@@ -18,6 +20,51 @@ from warehouse.ops.stack.base import Service, kept_secret, private
 from warehouse.ops.stack.process import Proc, ServiceError
 
 log = logging.getLogger(__name__)
+
+# Airflow's tables that grow with every run; `dag`, `dag_version` and the like hold
+# what the DAG files define, and stay.
+CLEANED_TABLES = (
+    "dag_run",
+    "task_instance",
+    "task_instance_history",
+    "task_reschedule",
+    "xcom",
+    "job",
+    "log",
+    "callback",
+)
+
+
+@dataclass(frozen=True)
+class Cleaned:
+    output: str  # airflow db clean's own account, table by table
+    log_files: int
+    log_bytes: int
+
+
+def old_task_logs(root: Path, before_s: float, remove: bool) -> tuple[int, int]:
+    """Task log files under `root` last written before `before_s` (Unix time), and
+    their bytes; removed (with the folders they leave empty) unless `remove` is off."""
+    files = size = 0
+    if not root.is_dir():
+        return 0, 0
+    paths = sorted(root.rglob("*"), reverse=True)  # a folder after its content
+    # A folder's time as it was before this pass: removing its files renews it.
+    made = {p: p.stat().st_mtime for p in paths if p.is_dir() and not p.is_symlink()}
+    for path in paths:
+        if path.is_file() and not path.is_symlink() and path.stat().st_mtime < before_s:
+            files += 1
+            size += path.stat().st_size
+            if remove:
+                path.unlink()
+        elif (
+            remove
+            and made.get(path, before_s) < before_s  # not one a task has just made
+            and not any(path.iterdir())
+        ):
+            path.rmdir()
+    return files, size
+
 
 AIRFLOW_VENV = REPO_ROOT / ".venv-airflow"
 # The scheduler's log server (port 8793) has no host setting in Airflow 3.3: it
@@ -153,6 +200,35 @@ class Airflow(Service):
             draft.write_text(json.dumps({"admin": secrets.token_urlsafe(18)}) + "\n")
         draft.replace(kept)
         log.info("made Airflow's admin password, in %s (owner-only)", kept)
+
+    def clean(self, before: datetime, dry_run: bool = False) -> Cleaned:
+        """Airflow's records and task logs from before `before`: the watchdog alone
+        makes 1,440 runs a day, and neither Airflow's database nor its log folder
+        would ever shrink. `airflow db clean` deletes the rows (its tables of runs,
+        task instances, jobs, XComs and the audit log; each DAG's latest run stays),
+        without archive tables; the task logs go by their files' age."""
+        argv = [
+            self._bin(),
+            "db",
+            "clean",
+            "--clean-before-timestamp",
+            before.isoformat(timespec="seconds"),
+            "--tables",
+            ",".join(CLEANED_TABLES),
+            "--skip-archive",
+            "--error-on-cleanup-failure",
+            "--yes",
+            *(["--dry-run"] if dry_run else []),
+        ]
+        proc = subprocess.run(
+            argv, env={**os.environ, **self.env()}, capture_output=True, text=True, timeout=1800
+        )
+        if proc.returncode != 0:
+            raise ServiceError(
+                f"airflow db clean failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+            )
+        files, size = old_task_logs(self.home / "logs", before.timestamp(), remove=not dry_run)
+        return Cleaned(proc.stdout + proc.stderr, files, size)
 
     def healthy(self) -> bool:
         try:

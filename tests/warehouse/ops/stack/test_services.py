@@ -494,3 +494,29 @@ def test_postgres_status_names_the_dsn_without_its_password(local):
     assert note.startswith(f"psql postgresql://{secret.postgres_user}@127.0.0.1:")
     assert "s3cr3t-pw" not in note
     assert secret.postgres_dsn().startswith(f"postgresql://{secret.postgres_user}:s3cr3t-pw@")
+
+
+def test_old_task_logs_go_with_the_folders_they_leave_empty(tmp_path):
+    """Airflow's task logs grow without end (issue 68, C): `regauge clean-airflow`
+    removes those last written before the cut, and the folders left empty."""
+    from warehouse.ops.stack.airflow import old_task_logs
+
+    root = tmp_path / "logs"
+    old = root / "dag_id=regauge_watchdog" / "run_id=scheduled__1" / "task_id=t" / "attempt=1.log"
+    new = root / "dag_id=regauge_watchdog" / "run_id=scheduled__2" / "task_id=t" / "attempt=1.log"
+    for path in (old, new):
+        path.parent.mkdir(parents=True)
+        path.write_text("x" * 100)
+    cut = time.time() - 3600
+    for folder in (old, *old.parents):
+        if folder == root:
+            break
+        os.utime(folder, (cut - 60, cut - 60))
+    assert old_task_logs(root, cut, remove=False) == (1, 100)
+    assert old.exists()
+    assert old_task_logs(root, cut, remove=True) == (1, 100)
+    assert (
+        not old.exists() and not (root / "dag_id=regauge_watchdog" / "run_id=scheduled__1").exists()
+    )
+    assert new.read_text() == "x" * 100
+    assert old_task_logs(tmp_path / "none", cut, remove=True) == (0, 0)
