@@ -31,22 +31,29 @@ def test_a_second_writer_is_refused_with_the_holder_named(tmp_path):
         pass
 
 
-def test_a_writer_killed_with_sigkill_leaves_no_lock(tmp_path):
-    settings = load({"REGAUGE_STATE_DIR": str(tmp_path)})
+def _holding(state: object, writer: str, seconds: float) -> subprocess.Popen[str]:
+    """Another process that holds `writer` (Python, on settings `s`) for `seconds`,
+    returned once it holds it."""
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
             "import time; from warehouse.base.settings import load; "
             "from warehouse.ops import writers; "
-            f"s = load({{'REGAUGE_STATE_DIR': {str(tmp_path)!r}}}); "
-            "w = writers.ingest(s, 'ingest').acquire(); print('held', flush=True); time.sleep(60)",
+            f"s = load({{'REGAUGE_STATE_DIR': {str(state)!r}}}); "
+            f"w = {writer}.acquire(); print('held', flush=True); time.sleep({seconds})",
         ],
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_writer_killed_with_sigkill_leaves_no_lock(tmp_path):
+    settings = load({"REGAUGE_STATE_DIR": str(tmp_path)})
+    holder = _holding(tmp_path, "writers.ingest(s, 'ingest')", 60)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         with pytest.raises(writers.WriterBusy, match=rf"by ingest \(pid {holder.pid}, since "):
             writers.ingest(settings, "`regauge ingest-once`").acquire()
     finally:
@@ -96,21 +103,8 @@ def test_dbt_maintenance_and_reprocesses_never_run_beside_an_erasure(tmp_path):
 
 def test_an_erasure_waits_for_a_dbt_run_to_finish(tmp_path):
     settings = load({"REGAUGE_STATE_DIR": str(tmp_path)})
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import time; from warehouse.base.settings import load; "
-            "from warehouse.ops import writers; "
-            f"s = load({{'REGAUGE_STATE_DIR': {str(tmp_path)!r}}}); "
-            "w = writers.beside_erasure_refused(s, 'dbt').acquire(); print('held', flush=True); "
-            "time.sleep(1.5)",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = _holding(tmp_path, "writers.beside_erasure_refused(s, 'dbt')", 1.5)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         started = time.monotonic()
         with writers.erasure(settings, "`regauge forget`").acquire(wait_s=30):
             waited = time.monotonic() - started
