@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import json
 import logging
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from warehouse import sources
@@ -81,39 +83,114 @@ class Report:
 
 @dataclass
 class Paused:
+    """What ran before the erasure stopped it, to start again when it ends.
+
+    Kept in `.state/erasure-paused.json` until then: a retry after a failure
+    would otherwise find everything stopped and start nothing again (no personal
+    data in it, only what ran).
+    """
+
     ingest: bool = False
     trigger: str | None = None
     streams: list[tuple[str, int]] = field(default_factory=list)
+    # The lake has begun to change: a failure from here leaves the pipeline stopped
+    # (streams would fail on a half-erased, compacted silver) until a rerun ends it.
+    touched: bool = False
+
+
+def paused_file(settings: Settings) -> Path:
+    return settings.state_dir / "erasure-paused.json"
+
+
+def left_stopped(settings: Settings) -> Paused | None:
+    """What an erasure that failed part way left stopped (None: nothing)."""
+    try:
+        kept = json.loads(paused_file(settings).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return Paused(
+        bool(kept.get("ingest")),
+        kept.get("trigger"),
+        [(str(v), int(n)) for v, n in kept.get("streams", [])],
+    )
+
+
+def _keep(settings: Settings, paused: Paused) -> None:
+    kept = {"ingest": paused.ingest, "trigger": paused.trigger, "streams": paused.streams}
+    draft = paused_file(settings).with_suffix(".new")
+    draft.write_text(json.dumps(kept) + "\n")
+    draft.replace(paused_file(settings))
+
+
+def _start_again(settings: Settings, paused: Paused) -> None:
+    for view, version in paused.streams:
+        log.info(streams.start(settings, view, version))
+    if paused.ingest:
+        ingest_ctl.start(settings, paused.trigger)
+    paused_file(settings).unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
 def quiesced(settings: Settings, holder: str) -> Iterator[Paused]:
-    """Stop ingest and every stream, hold their writer locks, and start again what ran."""
+    """Stop ingest and every stream, hold their writer locks, and start again what ran:
+    when the erasure ends, or when it fails before the lake changed (`touched`).
+
+    What ran is kept (`paused_file`), so that an erasure run again after a failure
+    part way (the DAG's retry, or the same command again) starts again what ran
+    before the first one, not the nothing it finds.
+    """
     # A dbt run, maintenance or a reprocess already running could bring the customer
     # back if it went on beside the erasure: it finishes first.
     lock = writers.erasure(settings, holder).acquire(wait_s=writers.ERASURE_WAITS_S)
-    paused = Paused()
+    paused = left_stopped(settings) or Paused()
+    if paused.ingest or paused.streams:
+        log.info(
+            "an earlier erasure left ingest%s and %d streams stopped; this one starts them "
+            "again when it ends",
+            "" if paused.ingest else " (not wanted)",
+            len(paused.streams),
+        )
     held: list[writers.Writer] = []
+    ok = False
     try:
-        paused.ingest, paused.trigger = ingest_ctl.wanted(settings)
+        wanted, trigger = ingest_ctl.wanted(settings)
+        if wanted:
+            paused.ingest, paused.trigger = True, trigger
+        for s in streams.known(settings):
+            if s.state in ("running", "starting") and (s.view, s.version) not in paused.streams:
+                paused.streams.append((s.view, s.version))
+        # Before anything stops: a failure from here on must find it.
+        _keep(settings, paused)
         if ingest_ctl.stop(settings):
             log.info("ingest stopped for the erasure")
         for s in streams.known(settings):
-            if s.state in ("running", "starting"):
-                paused.streams.append((s.view, s.version))
             log.info(streams.stop(settings, s.view, s.version))
         held.append(writers.ingest(settings, holder).acquire())
         for v in versions.versions(settings):
             held.append(writers.view(settings, v.view_name, v.version, holder).acquire())
         yield paused
+        ok = True
     finally:
         for w in held:
             w.release()
         lock.release()
-    for view, version in paused.streams:
-        log.info(streams.start(settings, view, version))
-    if paused.ingest:
-        ingest_ctl.start(settings, paused.trigger)
+        if ok or not paused.touched:
+            try:
+                _start_again(settings, paused)
+            except Exception:
+                if ok:
+                    raise
+                # The erasure's own error is the one to see; this one is logged.
+                log.exception("could not start again what the failed erasure stopped")
+        else:
+            log.error(
+                "the erasure failed after the lake began to change: ingest%s and %d "
+                "streams stay stopped (kept in %s). Run the erasure again for the same "
+                "customer (the DAG's retry does): it finishes the work and starts them again",
+                "" if paused.ingest else " (not wanted before)",
+                len(paused.streams),
+                paused_file(settings),
+            )
 
 
 def forget_customer(settings: Settings, customer_id: str, reason: str) -> Report:
@@ -123,9 +200,10 @@ def forget_customer(settings: Settings, customer_id: str, reason: str) -> Report
     report = Report(erasure_id)
     log.info("erasure %s: registered (%s)", erasure_id, reason)
     try:
-        with quiesced(settings, f"`regauge forget` (erasure {erasure_id})"):
-            if _erase(settings, customer_id, report):
+        with quiesced(settings, f"`regauge forget` (erasure {erasure_id})") as paused:
+            if _erase(settings, customer_id, report, paused):
                 _rebuild_marts(settings, report)
+                _fault(settings, "marts")
                 _compact_marts(settings, report)
             _recreate_view_topics(settings)
             erasures.advance(settings, erasure_id, "compacted", report.removed)
@@ -160,7 +238,14 @@ def _view_tables(spark: SparkSession, root: str) -> list[tuple[View, str]]:
     return found
 
 
-def _erase(settings: Settings, customer_id: str, report: Report) -> bool:
+def _fault(settings: Settings, step: str) -> None:
+    """A fault a test injects right after `step` (REGAUGE_ERASURE_FAULT): the erasure
+    must fail there and leave the pipeline as `quiesced` says."""
+    if settings.erasure_fault == step:
+        raise RuntimeError(f"fault injected after the erasure's step {step!r}")
+
+
+def _erase(settings: Settings, customer_id: str, report: Report, paused: Paused) -> bool:
     """Steps 1-5 but dbt's, whose staging tables it deletes; whether the lake
     holds dbt models to rebuild."""
     from spark_jobs.engine import erasure, gold_writes, inputs, lake, marks, runner
@@ -169,6 +254,7 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> bool:
     try:
         log.info("erasure %s: catching ingest up with Kafka", report.erasure_id)
         pipeline.ingest_once(spark, settings)
+        _fault(settings, "caught_up")
         # Every declared source, by its own subject field (docs/contract.md §8, §10).
         # The shop's positions also drive the views' restatements (they read its silver).
         by_source = {
@@ -185,6 +271,7 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> bool:
             catalog.publish(src.forgotten, settings)
         erasures.advance(settings, report.erasure_id, "found", report.removed)
         log.info("erasure %s: %d Kafka records to forget", report.erasure_id, report.positions)
+        _fault(settings, "found")
 
         # Every view table in the lake, registered or not: live or not, a rollback or
         # a new registration can route to it. Archived ones are recomputed too.
@@ -220,10 +307,13 @@ def _erase(settings: Settings, customer_id: str, report: Report) -> bool:
             len(live) + len(archived),
         )
 
+        _fault(settings, "restated")
+        paused.touched = True
         removed = erasure.delete_everywhere(spark, settings, found, customer_id, by_source)
         removed["ops.reference.customers"] = erasures.delete_reference(settings, customer_id)
         report.removed.update(removed)
         erasures.advance(settings, report.erasure_id, "deleted", report.removed)
+        _fault(settings, "deleted")
         log.info(
             "erasure %s: rows deleted: %s; removing the lake's history",
             report.erasure_id,
