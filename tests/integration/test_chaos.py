@@ -99,6 +99,38 @@ def test_postgres_down_under_ingest_and_a_stream_loses_nothing(faults):
     assert "PostgreSQL down 20 s" in out.note
 
 
+def test_an_erasure_that_fails_leaves_ingest_as_it_should_and_its_rerun_brings_it_back(faults):
+    """Issue 68, B. The erasure's quiescing (`erasure.quiesced`) around a block that
+    fails, with ingest running in the view host: failing before the lake changed,
+    ingest comes back at once; failing after, it stays stopped (a stream on a
+    half-erased silver would fail), and what ran is kept, so the erasure run again
+    (the DAG's retry) starts it again, though it finds ingest stopped. The erasure's
+    own steps are not what is tested here: test_audit runs them whole."""
+    from warehouse.ops import erasure
+
+    s = faults.settings
+    ingest_ctl.start(s, None)
+    with pytest.raises(RuntimeError, match="before"), erasure.quiesced(s, "a test's erasure"):
+        assert ingest_ctl.pid(s) is None and not ingest_ctl.wanted(s)[0]
+        raise RuntimeError("a fault before the lake changed")
+    assert ingest_ctl.pid(s) is not None and ingest_ctl.wanted(s)[0]
+    assert not erasure.paused_file(s).exists()
+
+    with (
+        pytest.raises(RuntimeError, match="after"),
+        erasure.quiesced(s, "a test's erasure") as paused,
+    ):
+        paused.touched = True
+        raise RuntimeError("a fault after the lake changed")
+    assert ingest_ctl.pid(s) is None and not ingest_ctl.wanted(s)[0]
+    assert erasure.left_stopped(s) == erasure.Paused(ingest=True, trigger=None, streams=[])
+
+    with erasure.quiesced(s, "the erasure run again") as paused:
+        assert paused.ingest and ingest_ctl.pid(s) is None
+    assert ingest_ctl.pid(s) is not None and ingest_ctl.wanted(s)[0]
+    assert erasure.left_stopped(s) is None
+
+
 def test_a_full_lake_disk_pauses_ingest_which_resumes_when_space_is_freed(faults, capsys):
     ingest_ctl.stop(faults.settings)
     out = report(faults.disk_full(2_000))

@@ -203,7 +203,6 @@ def forget_customer(settings: Settings, customer_id: str, reason: str) -> Report
         with quiesced(settings, f"`regauge forget` (erasure {erasure_id})") as paused:
             if _erase(settings, customer_id, report, paused):
                 _rebuild_marts(settings, report)
-                _fault(settings, "marts")
                 _compact_marts(settings, report)
             _recreate_view_topics(settings)
             erasures.advance(settings, erasure_id, "compacted", report.removed)
@@ -238,13 +237,6 @@ def _view_tables(spark: SparkSession, root: str) -> list[tuple[View, str]]:
     return found
 
 
-def _fault(settings: Settings, step: str) -> None:
-    """A fault a test injects right after `step` (REGAUGE_ERASURE_FAULT): the erasure
-    must fail there and leave the pipeline as `quiesced` says."""
-    if settings.erasure_fault == step:
-        raise RuntimeError(f"fault injected after the erasure's step {step!r}")
-
-
 def _erase(settings: Settings, customer_id: str, report: Report, paused: Paused) -> bool:
     """Steps 1-5 but dbt's, whose staging tables it deletes; whether the lake
     holds dbt models to rebuild."""
@@ -254,7 +246,6 @@ def _erase(settings: Settings, customer_id: str, report: Report, paused: Paused)
     try:
         log.info("erasure %s: catching ingest up with Kafka", report.erasure_id)
         pipeline.ingest_once(spark, settings)
-        _fault(settings, "caught_up")
         # Every declared source, by its own subject field (docs/contract.md §8, §10).
         # The shop's positions also drive the views' restatements (they read its silver).
         by_source = {
@@ -271,7 +262,6 @@ def _erase(settings: Settings, customer_id: str, report: Report, paused: Paused)
             catalog.publish(src.forgotten, settings)
         erasures.advance(settings, report.erasure_id, "found", report.removed)
         log.info("erasure %s: %d Kafka records to forget", report.erasure_id, report.positions)
-        _fault(settings, "found")
 
         # Every view table in the lake, registered or not: live or not, a rollback or
         # a new registration can route to it. Archived ones are recomputed too.
@@ -306,14 +296,11 @@ def _erase(settings: Settings, customer_id: str, report: Report, paused: Paused)
             restated,
             len(live) + len(archived),
         )
-
-        _fault(settings, "restated")
         paused.touched = True
         removed = erasure.delete_everywhere(spark, settings, found, customer_id, by_source)
         removed["ops.reference.customers"] = erasures.delete_reference(settings, customer_id)
         report.removed.update(removed)
         erasures.advance(settings, report.erasure_id, "deleted", report.removed)
-        _fault(settings, "deleted")
         log.info(
             "erasure %s: rows deleted: %s; removing the lake's history",
             report.erasure_id,
