@@ -23,6 +23,10 @@ no longer exist. In order:
 6. the streams and ingest that ran before start again (the streams from the
    replays' positions); Trino's metadata caches are flushed.
 
+What ran is kept in `.state/erasure-paused.json` until it runs again. An erasure
+that fails before step 3 starts it again at once; one that fails later leaves it
+stopped, and the erasure run again (the DAG's retry) starts it when it ends.
+
 Kafka's own copy of `shop.events` stays until its retention deletes it; ingest
 and replays from Kafka skip the forgotten positions until then.
 """
@@ -296,6 +300,8 @@ def _erase(settings: Settings, customer_id: str, report: Report, paused: Paused)
             restated,
             len(live) + len(archived),
         )
+
+        # From here the lake changes: a failure leaves the pipeline stopped (`quiesced`).
         paused.touched = True
         removed = erasure.delete_everywhere(spark, settings, found, customer_id, by_source)
         removed["ops.reference.customers"] = erasures.delete_reference(settings, customer_id)
