@@ -524,7 +524,8 @@ class Erased:
 @contextlib.contextmanager
 def _process_lists_naming(secret: str) -> Iterator[list[str]]:
     """The command lines (what `ps` shows any local account) that name `secret`,
-    looked at every 0.2 s while the block runs."""
+    looked at every 0.5 s while the block runs (the CLI holding an id as an
+    argument would live for the whole erasure, minutes)."""
     seen: list[str] = []
     done = threading.Event()
 
@@ -535,7 +536,7 @@ def _process_lists_naming(secret: str) -> Iterator[list[str]]:
                     line = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
                     if secret in line:
                         seen.append(line[:300])
-            done.wait(0.2)
+            done.wait(0.5)
 
     watcher = threading.Thread(target=look, daemon=True)
     watcher.start()
