@@ -20,7 +20,9 @@ from airflow.sdk import DAG, Param
 from _regauge import dag_args, regauge
 
 # The same rules as warehouse/base/sqlnames.py, held by Airflow before a run exists.
-CUSTOMER_ID_PATTERN = r"^[A-Za-z0-9_.@:+-]{1,64}(?![\s\S])"
+# Any id silver keeps (docs/contract.md §1: 1-64 characters), but NUL, which no
+# task's environment can carry (`regauge forget customer -` reads one on stdin).
+CUSTOMER_ID_PATTERN = r"^[^\x00]{1,64}(?![\s\S])"
 REASON_PATTERN = r"^[A-Za-z0-9 ,.;:()/#'_-]{1,200}(?![\s\S])"
 
 with DAG(

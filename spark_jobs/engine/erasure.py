@@ -58,10 +58,15 @@ def names_customer(customer_id: str, subject_field: str = "customer_id") -> Colu
     malformed record still holds it)."""
     text = F.col("value").cast("string")
     parsed = F.get_json_object(text, f"$.{subject_field}")
+    # A producer may write a non-ASCII id as itself or as \u escapes.
+    quoted = {json.dumps(customer_id), json.dumps(customer_id, ensure_ascii=False)}
+    in_text = F.lit(False)
+    for q in sorted(quoted):
+        in_text = in_text | F.coalesce(text.contains(q), F.lit(False))
     return (
         (F.col("key") == F.lit(customer_id))
         | (parsed == F.lit(customer_id))
-        | (parsed.isNull() & F.coalesce(text.contains(json.dumps(customer_id)), F.lit(False)))
+        | (parsed.isNull() & in_text)
     )
 
 

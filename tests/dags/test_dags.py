@@ -167,7 +167,7 @@ def test_params_are_the_contracts(loaded):
             "fct_orders+ marts.fct_daily_revenue tag:daily",
             ["x; rm -rf /", "$(id)", "fct_orders\n", "'", '"', "`id`", "a" * 201],
         ),
-        ("regauge_forget", "customer_id", "cust-00042", ["", "c 1", "c'1", "c\n", "x" * 65, 42]),
+        ("regauge_forget", "customer_id", "c'1 $(id)\n", ["", "c\x001", "x" * 65, 42, None]),
         ("regauge_forget", "reason", "GDPR art. 17 #12", ["", "<b>", "a\nb", "a" * 201, "$(id)"]),
         ("regauge_maintenance", "retention_hours", 0.5, [-1, "12", "1; rm -rf /", [1]]),
         ("regauge_readmit", "source", "shop", ["", "Shop", "s p", "s;id", "s\n", "x" * 65, 1]),
@@ -215,12 +215,14 @@ def test_forget_hands_the_id_on_stdin_so_no_process_list_shows_it(loaded, tmp_pa
     )
     stand_in.chmod(0o755)
     env = {"PATH": os.environ["PATH"], "REGAUGE_BIN": str(stand_in)}
-    env |= {"CUSTOMER_ID": "cust-00042", "REASON": "a request"}
+    # Any id silver keeps reaches the CLI as it is, with the newline the CLI drops.
+    odd = "c'1 $(id) `id`\n"
+    env |= {"CUSTOMER_ID": odd, "REASON": "a request"}
     subprocess.run(["bash", "-c", task["command"]], env=env, check=True, timeout=30)
     got = json.loads(report.read_text())
     assert got == {
         "argv": ["forget", "customer", "-", "--reason", "a request"],
-        "stdin": "cust-00042\n",
+        "stdin": odd + "\n",
         "env": False,
     }
 

@@ -34,6 +34,7 @@ from tests.integration.subscription import Subscription
 from warehouse.base import registry
 from warehouse.base.settings import Settings
 from warehouse.ops import airflow_client, audit, erasure, lag, lifecycle, pipeline, streams
+from warehouse.ops.stack import kafka as kafka_stack
 from warehouse.sql import erasures, serving, trino_client, versions
 
 VIEW, VERSION = "cart_sessions", 1
@@ -501,9 +502,18 @@ def test_forget_removes_a_customer_everywhere_and_nothing_brings_them_back(
         if not _mart_holds(settings, customer):
             _dbt("run", "--select", "+dim_customers")
         v1_before = _table_rows(spark, settings, hourly[0])
+        # A version that is not live (failed, building, or no longer registered)
+        # may keep a change topic that names the customer: it starts over too.
+        stale = (VIEW, 99)
+        kafka_stack.ensure_view_topic(settings, *stale)
+        producer.produce_records(
+            settings, [(customer.encode(), b"{}")], topic=registry.view_topic(*stale)
+        )
+        assert stale in kafka_stack.view_topics(settings)
         with _subscribed(settings, tmp_path / "subscriber.log") as subscriber:
             assert customer in _customers(subscriber.rows())
             erased = _forget(spark, settings, customer)
+            assert stale not in kafka_stack.view_topics(settings)
             # The erasure started the topic over, and the subscriber with it.
             subscriber.wait_equal(_customers, _served_customers(settings))
             assert customer not in _customers(subscriber.rows())

@@ -80,6 +80,28 @@ def test_names_the_customer_by_key_content_and_raw_text_and_closes_over_event_id
     assert erasure.find(spark, lake, "cust").count() == 0
 
 
+ODD = 'o\'brien "x"\nzoë; DROP TABLE t'
+
+
+def test_names_any_id_silver_keeps(spark):
+    """Issue 68, B: silver keeps any id of 1-64 characters (docs/contract.md §1), so
+    `forget` names every one: quotes, a newline, SQL, a non-ASCII letter. By key, by
+    the parsed field, and in a malformed record's raw text, written either way."""
+    escaped = json.dumps({"customer_id": ODD}).encode()
+    raw = json.dumps({"customer_id": ODD}, ensure_ascii=False).encode()
+    rows = [
+        ("k0", ODD, b"{}"),
+        ("k1", "other", escaped),
+        ("k2", "other", escaped[:-1] + b" broken"),
+        ("k3", "other", raw[:-1] + b" broken"),
+        ("k4", "other", json.dumps({"customer_id": ODD[:-1]}).encode()),
+        ("k5", "other", ODD[:-1].encode()),
+    ]
+    df = spark.createDataFrame(rows, "name string, key string, value binary")
+    found = df.where(erasure.names_customer(ODD)).select("name").collect()
+    assert sorted(r.name for r in found) == ["k0", "k1", "k2", "k3"]
+
+
 def test_forget_removes_every_row_records_erasures_and_leaves_no_residue(spark, lake, tmp_path):
     """Forgetting a customer deletes their rows from every table, records the erasure
     once, and leaves no file of the lake holding their id or their event's.

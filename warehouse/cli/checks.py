@@ -77,7 +77,10 @@ def forget(args: argparse.Namespace) -> int:
         return 2
     customer = args.id
     if customer == "-":
-        customer = check_customer_id(sys.stdin.readline().rstrip("\n"))
+        # All of stdin but the newline that ends it (a here-string or `echo` adds
+        # one): an id may itself hold a newline, or end in a space.
+        given = sys.stdin.read()
+        customer = check_customer_id(given[:-1] if given.endswith("\n") else given)
     check_reason(args.reason, customer)  # before anything stops
     report = erasure.forget_customer(settings_mod.get(), customer, args.reason)
     for line in report.lines():

@@ -390,11 +390,12 @@ def _compact_marts(settings: Settings, report: Report) -> None:
 
 def _recreate_view_topics(settings: Settings) -> None:
     """A compacted topic keeps a key's last record until it is compacted away: start
-    each version's topic over, and its stream publishes the whole table again."""
-    for v in versions.versions(settings):
-        if v.live:
-            for line in kafka.drop_view_topic(settings, v.view_name, v.version):
-                log.info(line)
+    every version's topic over, live or not (a rollback or a new stream would serve
+    it again, issue 68, B), and a stream publishes its whole table again."""
+    every = {(v.view_name, v.version) for v in versions.versions(settings)}
+    for view, version in sorted(every | set(kafka.view_topics(settings))):
+        for line in kafka.drop_view_topic(settings, view, version):
+            log.info(line)
 
 
 def scrub_airflow_runs(settings: Settings, ended_before_s: float = SCRUB_AFTER_S) -> int:

@@ -242,6 +242,18 @@ def drop_view_topic(settings: Settings, view: str, version: int) -> list[str]:
     return done
 
 
+def view_topics(settings: Settings) -> list[tuple[str, int]]:
+    """(view, version) of every view version's change topic the broker holds, registered
+    or not, live or not."""
+    prefix = registry.view_topic("", 0).removesuffix("_v0")
+    found = []
+    for topic in kafka_admin(settings).list_topics(timeout=30).topics:
+        view, sep, version = topic.removeprefix(prefix).rpartition("_v")
+        if topic.startswith(prefix) and sep and view and version.isdigit():
+            found.append((view, int(version)))
+    return sorted(found)
+
+
 def topic_config(settings: Settings, topic: str) -> dict[str, str]:
     """A topic's configuration as the broker reports it."""
     from confluent_kafka.admin import ConfigResource
