@@ -44,12 +44,14 @@ with DAG(
     },
     **dag_args(__doc__),
 ) as dag:
-    # Retried once like any task: a rerun finds what is left and finishes it.
+    # Retried once like any task: the retry has the same run id, under which the
+    # erasure resumes after the last step it completed (issue 68, B).
     # The id goes in on stdin, never as an argument that `ps` would show.
     regauge(
         "forget",
-        'forget customer - --reason "$REASON"',
+        'forget customer - --reason "$REASON" --request-id "$REQUEST_ID"',
         stdin="CUSTOMER_ID",
         CUSTOMER_ID="{{ params.customer_id }}",
         REASON="{{ params.reason }}",
+        REQUEST_ID="{{ run_id }}",
     )

@@ -202,12 +202,18 @@ def silver_rows_at(
     return silver.join(F.broadcast(found.select(*POSITION)), POSITION, "left_semi")
 
 
-def record_restatements(spark: SparkSession, settings: Settings, rows: DataFrame) -> int:
+def record_restatements(
+    spark: SparkSession, settings: Settings, rows: DataFrame, erasure_id: str
+) -> int:
+    """Append an erasure's restatements once: the append carries the erasure's id
+    (Delta's txnAppId), so the erasure run again before its deletion (a resumed
+    request, issue 68, B) records none twice."""
     restatements.ensure_table(spark, settings)
     rows = rows.localCheckpoint(eager=True)
     n = rows.count()
     if n:
-        rows.write.format("delta").mode("append").save(restatements.RESTATEMENTS.path(settings))
+        path = restatements.RESTATEMENTS.path(settings)
+        lake.append_once(rows, path, f"regauge-erasure-{erasure_id}", 0)
     return n
 
 

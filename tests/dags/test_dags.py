@@ -197,7 +197,11 @@ def test_tasks_call_the_cli_and_take_params_only_from_the_environment(loaded):
             assert 'exec "$REGAUGE_BIN" ' in command
             assert "{{" not in command, "params must not be pasted into shell text"
             for value in (task["env"] or {}).values():
-                assert value.startswith("{{ params.") and value.endswith("}}")
+                # A param, or the run's own id (Airflow makes it; regauge_forget's
+                # request id, which its retry resumes under).
+                assert value == "{{ run_id }}" or (
+                    value.startswith("{{ params.") and value.endswith("}}")
+                )
 
 
 def test_forget_hands_the_id_on_stdin_so_no_process_list_shows_it(loaded, tmp_path):
@@ -217,11 +221,14 @@ def test_forget_hands_the_id_on_stdin_so_no_process_list_shows_it(loaded, tmp_pa
     env = {"PATH": os.environ["PATH"], "REGAUGE_BIN": str(stand_in)}
     # Any id silver keeps reaches the CLI as it is, with the newline the CLI drops.
     odd = "c'1 $(id) `id`\n"
-    env |= {"CUSTOMER_ID": odd, "REASON": "a request"}
+    env |= {"CUSTOMER_ID": odd, "REASON": "a request", "REQUEST_ID": "manual__2026-12-03"}
     subprocess.run(["bash", "-c", task["command"]], env=env, check=True, timeout=30)
     got = json.loads(report.read_text())
     assert got == {
-        "argv": ["forget", "customer", "-", "--reason", "a request"],
+        "argv": [
+            *("forget", "customer", "-", "--reason", "a request"),
+            *("--request-id", "manual__2026-12-03"),
+        ],
         "stdin": odd + "\n",
         "env": False,
     }

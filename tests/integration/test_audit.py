@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -557,6 +558,48 @@ def _process_lists_naming(secret: str) -> Iterator[list[str]]:
         watcher.join()
 
 
+# Every step an erasure records as completed but "registered" and "done"
+# (warehouse.sql.erasures.PHASES): test_audit's fails after each in turn.
+ERASURE_STEPS = erasures.PHASES[1:-1]
+
+
+def _running(settings: Settings) -> set[tuple[str, int]]:
+    return {
+        (s.view, s.version) for s in streams.known(settings) if s.state in ("running", "starting")
+    }
+
+
+def _fail_after(settings: Settings, customer: str, request: str, step: str) -> None:
+    """`regauge forget` under `request`, failing right after `step`: recorded, and
+    what it stopped back at once if the lake had not changed, else kept stopped."""
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "warehouse.cli", "forget", "customer", "-"),
+            *("--reason", "integration test of the erasure", "--request-id", request),
+        ],
+        input=customer + "\n",
+        env={**os.environ, "REGAUGE_ERASURE_FAULT": step},
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and f"after the erasure's step {step!r}" in out, out[-3000:]
+    assert customer not in out
+    with psycopg.connect(settings.postgres_dsn()) as conn:
+        row = conn.execute(
+            "SELECT status, phase, error FROM control.erasures WHERE request_id = %s", [request]
+        ).fetchone()
+    assert row is not None and row[:2] == ("failed", step), row
+    if erasures.PHASES.index(step) < erasures.PHASES.index(erasures.LAKE_CHANGED):
+        assert erasure.left_stopped(settings) is None
+        assert (VIEW, VERSION) in _running(settings)
+    else:
+        assert (VIEW, VERSION) in (erasure.left_stopped(settings) or erasure.Paused()).streams
+        assert (VIEW, VERSION) not in _running(settings)
+        assert "it finishes the work and starts them again" in out
+
+
 def _forget(spark: SparkSession, settings: Settings, customer: str) -> Erased:
     """Forget `customer` through the DAG, and check they are gone from every table,
     every file of the lake, the erasure log, and Airflow."""
@@ -571,20 +614,28 @@ def _forget(spark: SparkSession, settings: Settings, customer: str) -> Erased:
     assert before[f"lakehouse.serving.{VIEW}"], before
     assert before[WEB.bronze.trino_name] >= 2 and before[WEB.silver.trino_name], before
 
-    # Through the DAG, as an operator would: Airflow validates the params first.
+    # Issue 68, B: the erasure fails right after each of its steps in turn, run by
+    # the CLI under one request id, each attempt resuming after the last step done;
+    # then the DAG, as an operator would, under the same id (as its retry would be:
+    # a run keeps its id), finishes it. Airflow validates the params first.
     airflow = airflow_client.Client(settings)
+    request = f"manual__erasure-test-{fresh_seed()}"
     with _process_lists_naming(customer) as shown:
+        for fault in ERASURE_STEPS:
+            _fail_after(settings, customer, request, fault)
         run_id = airflow.run(
-            "regauge_forget", {"customer_id": customer, "reason": "integration test of the erasure"}
+            "regauge_forget",
+            {"customer_id": customer, "reason": "integration test of the erasure"},
+            run_id=request,
         )
     # Every local account reads the process list: the id goes in on stdin (issue 68, B).
     assert shown == [], shown[:3]
     task_log = airflow.task_log("regauge_forget", run_id, "forget")
-    assert "Kafka records forgotten" in task_log
-    # dim_customers existed, so the erasure rebuilt dbt's models with --full-refresh
-    # (from silver without the customer); `mentions` below covers the mart.
-    assert "dbt models (full refresh)" in task_log
+    assert f"resumed after its step {ERASURE_STEPS[-1]!r}" in task_log
     assert customer not in task_log
+    # What the erasure stopped runs again: the stream (the subscriber then follows).
+    assert erasure.left_stopped(settings) is None
+    assert (VIEW, VERSION) in _running(settings)
 
     assert erasures.mentions(settings, customer) == dict.fromkeys(before, 0)
     # ...nor in any file of the lake, its history and checkpoints included.

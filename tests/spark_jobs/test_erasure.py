@@ -132,7 +132,12 @@ def test_forget_removes_every_row_records_erasures_and_leaves_no_residue(spark, 
     gone = erasure.silver_rows_at(spark, lake, found)
     assert [r.customer_id for r in gone.collect()] == [GONE]
     restated = erasure.erasure_restatements(view, gone, silver_before, gold, GONE)
-    assert erasure.record_restatements(spark, lake, restated) == 1
+    assert erasure.record_restatements(spark, lake, restated, "er-1") == 1
+    # The same erasure again (resumed before its deletion) appends none twice.
+    erasure.record_restatements(spark, lake, restated, "er-1")
+    erased = F.col("reason") == restatements.ERASURE
+    recorded = spark.read.format("delta").load(restatements.RESTATEMENTS.path(lake))
+    assert recorded.where(erased).count() == 1
     # An earlier audit named the customer's session and one of their events.
     audits = registry.GOLD_AUDIT_RUNS.path(lake)
     finding = ("run-1", KAFKA_TS, KAFKA_TS, "gold", "cart_sessions_v1", False)

@@ -94,6 +94,10 @@ class Settings:
     # daily regauge_maintenance deletes them (`regauge clean-airflow`). The
     # watchdog alone makes 1,440 runs a day.
     airflow_keep_days: float = 14.0
+    # Tests only: an erasure fails right after it records this step as completed
+    # (warehouse.ops.erasure `_done`), to show what stays stopped and what a rerun
+    # resumes.
+    erasure_fault: str | None = None
     # Where every Spark application regauge starts writes Spark's event log (plain
     # JSON lines: every job, stage and task with its duration and micro-batch),
     # to profile a slow batch with; None writes none. `make bench` sets it.
@@ -288,6 +292,7 @@ OVERRIDES: dict[str, tuple[str, type]] = {
     "REGAUGE_INGEST_LAG_ALERT_S": ("ingest_lag_alert_s", float),
     "REGAUGE_MAINTENANCE_RETENTION_HOURS": ("maintenance_retention_hours", float),
     "REGAUGE_AIRFLOW_KEEP_DAYS": ("airflow_keep_days", float),
+    "REGAUGE_ERASURE_FAULT": ("erasure_fault", str),
     "REGAUGE_SPARK_EVENT_LOG_DIR": ("spark_event_log_dir", str),
     "REGAUGE_SPARK_DRIVER_JAVA_OPTIONS": ("spark_driver_java_options", str),
     "REGAUGE_VIEW_HOST_MEMORY": ("view_host_memory", str),

@@ -21,6 +21,9 @@ _LOCATION = re.compile(r"[A-Za-z0-9_./:\-]{1,1024}")
 # space or a newline included. It only ever reaches a query as a bound parameter or
 # a Spark literal, never inside SQL text.
 _CUSTOMER_ID = re.compile(r"[\s\S]{1,64}")
+# An erasure's request id (an Airflow run id, e.g. manual__2026-12-03T21:23:21+00:00),
+# as control.erasures' check allows it.
+_REQUEST_ID = re.compile(r"[A-Za-z0-9_.:+-]{1,250}")
 # Words and simple punctuation: a reason is for people, and must not carry an id.
 _REASON = re.compile(r"[A-Za-z0-9 ,.;:()/#'_-]{1,200}")
 
@@ -67,6 +70,15 @@ def check_customer_id(customer_id: str) -> str:
             f"customer id {customer_id[:70]!r} is not 1-64 characters (docs/contract.md §1)"
         )
     return customer_id
+
+
+def check_request_id(request_id: str) -> str:
+    if not _REQUEST_ID.fullmatch(request_id):
+        raise UnsafeNameError(
+            f"request id {request_id[:260]!r} is not 1-250 characters of letters, digits "
+            "and _ . : + -, e.g. an Airflow run id"
+        )
+    return request_id
 
 
 def check_reason(reason: str, customer_id: str) -> str:

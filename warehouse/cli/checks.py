@@ -4,6 +4,7 @@ small, build the dbt project, ask Trino, erase a customer."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from spark_jobs.engine.session import build_session
@@ -66,12 +67,14 @@ def forget(args: argparse.Namespace) -> int:
     from warehouse.ops import erasure
 
     if args.what == "airflow-runs":
-        if args.id is not None:
-            print("regauge: forget airflow-runs takes no ID", file=sys.stderr)
+        if args.id is not None or args.request_id is not None:
+            print("regauge: forget airflow-runs takes no ID and no --request-id", file=sys.stderr)
             return 2
         deleted = erasure.scrub_airflow_runs(settings_mod.get())
         print(f"{deleted} succeeded {erasure.FORGET_DAG} runs deleted from Airflow")
         return 0
+    if args.what == "resume":
+        return _resume(args)
     if args.id is None:
         print("regauge: forget customer needs the customer's ID, e.g. cust-00042", file=sys.stderr)
         return 2
@@ -82,7 +85,30 @@ def forget(args: argparse.Namespace) -> int:
         given = sys.stdin.read()
         customer = check_customer_id(given[:-1] if given.endswith("\n") else given)
     check_reason(args.reason, customer)  # before anything stops
-    report = erasure.forget_customer(settings_mod.get(), customer, args.reason)
+    report = erasure.forget_customer(settings_mod.get(), customer, args.reason, args.request_id)
+    for line in report.lines():
+        print(line)
+    return 0
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from warehouse.ops import erasure
+
+    if args.id is None or not re.fullmatch(r"[0-9a-f]{32}", args.id):
+        print(
+            "regauge: forget resume needs an erasure_id (32 hex digits) from "
+            "ops.control.erasures, e.g. of the erasure whose status is failed",
+            file=sys.stderr,
+        )
+        return 2
+    if args.request_id is not None:
+        print("regauge: forget resume takes no --request-id", file=sys.stderr)
+        return 2
+    try:
+        report = erasure.resume(settings_mod.get(), args.id)
+    except ValueError as exc:
+        print(f"regauge: {exc}", file=sys.stderr)
+        return 2
     for line in report.lines():
         print(line)
     return 0

@@ -26,6 +26,7 @@ from warehouse.base.sqlnames import (
     UnsafeNameError,
     check_customer_id,
     check_identifier,
+    check_request_id,
     check_user,
 )
 
@@ -107,6 +108,13 @@ def percent(text: str) -> int:
     if not 0 <= value <= 100:
         raise argparse.ArgumentTypeError(f"{value} is not a percent from 0 to 100")
     return value
+
+
+def _request_id(text: str) -> str:
+    try:
+        return check_request_id(text)
+    except UnsafeNameError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _customer_id(text: str) -> str:
@@ -507,17 +515,26 @@ def _checks(add: Add) -> None:
     )
     p.add_argument(
         "what",
-        choices=("customer", "airflow-runs"),
-        help="a customer (give its ID), or airflow-runs: delete the succeeded regauge_forget "
-        "runs from Airflow, whose params hold the id (regauge_audit does it every hour)",
+        choices=("customer", "resume", "airflow-runs"),
+        help="a customer (give its ID); resume: finish the erasure ID that failed after the "
+        "lake began to change (no customer id needed), starting again what it stopped; or "
+        "airflow-runs: delete the succeeded regauge_forget runs from Airflow, whose params "
+        "hold the id (regauge_audit does it every hour)",
     )
     p.add_argument(
         "id",
         type=_customer_id,
         nargs="?",
         metavar="ID",
-        help="the customer_id, e.g. cust-00042; or - to read it from stdin, which keeps it "
-        "out of the process list that every local account can read (regauge_forget does)",
+        help="the customer_id, e.g. cust-00042 (any 1-64 characters); or - to read it from "
+        "stdin, which keeps it out of the process list that every local account can read "
+        "(regauge_forget does). For resume, the erasure_id of ops.control.erasures",
+    )
+    p.add_argument(
+        "--request-id",
+        type=_request_id,
+        help="your id for this request (regauge_forget gives its run id): run again under "
+        "the same one, the erasure resumes after the last step it completed",
     )
     p.add_argument(
         "--reason",

@@ -117,18 +117,18 @@ class Client:
         for dag_id, paused in was_paused.items():
             self.pause(dag_id, paused)
 
-    def trigger(self, dag_id: str, conf: dict[str, Any]) -> str:
-        """Create a run; returns its run id. Bad params raise Refused (HTTP 400)."""
-        resp = self.session.post(
-            f"{self.base}/api/v2/dags/{dag_id}/dagRuns",
-            json={"logical_date": None, "conf": conf},
-            timeout=30,
-        )
+    def trigger(self, dag_id: str, conf: dict[str, Any], run_id: str | None = None) -> str:
+        """Create a run (with `run_id`, or one Airflow makes); returns its run id. Bad
+        params raise Refused (HTTP 400)."""
+        body: dict[str, Any] = {"logical_date": None, "conf": conf}
+        if run_id is not None:
+            body["dag_run_id"] = run_id
+        resp = self.session.post(f"{self.base}/api/v2/dags/{dag_id}/dagRuns", json=body, timeout=30)
         self._check(resp)
-        run_id: str = resp.json()["dag_run_id"]
+        made: str = resp.json()["dag_run_id"]
         shown = {k: "<hidden>" if k in PRIVATE_PARAMS else v for k, v in conf.items()}
-        log.info("triggered %s with %s: run %s", dag_id, json.dumps(shown), run_id)
-        return run_id
+        log.info("triggered %s with %s: run %s", dag_id, json.dumps(shown), made)
+        return made
 
     def delete_run(self, dag_id: str, run_id: str) -> None:
         """Delete a run with its task instances (and their rendered fields)."""
@@ -205,10 +205,16 @@ class Client:
                 out.append(f"--- {task} ---\n" + "\n".join(text.splitlines()[-lines:]))
         return "\n".join(out)
 
-    def run(self, dag_id: str, conf: dict[str, Any], timeout: float = 1800.0) -> str:
+    def run(
+        self,
+        dag_id: str,
+        conf: dict[str, Any],
+        timeout: float = 1800.0,
+        run_id: str | None = None,
+    ) -> str:
         """Trigger, wait, and raise with the failed tasks' logs unless it succeeded."""
         self.wait_for_dag(dag_id)
-        run_id = self.trigger(dag_id, conf)
+        run_id = self.trigger(dag_id, conf, run_id)  # the one Airflow made, if None
         state = self.wait(dag_id, run_id, timeout)
         if state != "success":
             raise AirflowError(

@@ -23,9 +23,15 @@ no longer exist. In order:
 6. the streams and ingest that ran before start again (the streams from the
    replays' positions); Trino's metadata caches are flushed.
 
-What ran is kept in `.state/erasure-paused.json` until it runs again. An erasure
-that fails before step 3 starts it again at once; one that fails later leaves it
-stopped, and the erasure run again (the DAG's retry) starts it when it ends.
+Each step completed is recorded as the erasure's `phase` in `control.erasures`
+(`erasures.PHASES`). What ran is kept in `.state/erasure-paused.json` until it
+runs again. An erasure that fails before step 3 starts it again at once. One
+that fails later leaves it stopped, and is resumed after its last completed
+step: by a rerun under the same request id (the DAG's retry: its run id), or
+by `regauge forget resume ERASURE_ID`, which needs no customer id, since every
+step after the deletion works on the whole lake. Resumed, it starts again what
+ran before its first attempt. An erasure that ends also closes the failed ones
+that had changed the lake: it did what was left of theirs.
 
 Kafka's own copy of `shop.events` stays until its retention deletes it; ingest
 and replays from Kafka skip the forgotten positions until then.
@@ -76,12 +82,24 @@ class Report:
     removed: dict[str, int] = field(default_factory=dict)
     rebuilt: list[str] = field(default_factory=list)
     compacted: list[str] = field(default_factory=list)
+    # The last step completed (erasures.PHASES), as recorded.
+    phase: str = "registered"
+    # The step an earlier attempt had completed, when this one resumed after it.
+    resumed_after: str | None = None
+    # Other failed erasures this one finished (`erasures.supersede`).
+    superseded: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        out = [f"erasure {self.erasure_id}: {self.positions} Kafka records forgotten"]
+        if self.resumed_after == "done":
+            return [f"erasure {self.erasure_id}: done already; nothing to resume"]
+        if self.resumed_after in (None, "registered"):
+            out = [f"erasure {self.erasure_id}: {self.positions} Kafka records forgotten"]
+        else:  # counted by the attempt that found them, kept in control.erasures
+            out = [f"erasure {self.erasure_id}: resumed after its step {self.resumed_after!r}"]
         out += [f"  {table}: {n} rows removed" for table, n in sorted(self.removed.items())]
         out += [f"  rebuilt from silver: {', '.join(self.rebuilt) or 'no view tables'}"]
         out += [f"  history removed from {len(self.compacted)} tables"]
+        out += [f"  also finished failed erasure {e}" for e in self.superseded]
         return out
 
 
@@ -189,34 +207,113 @@ def quiesced(settings: Settings, holder: str) -> Iterator[Paused]:
         else:
             log.error(
                 "the erasure failed after the lake began to change: ingest%s and %d "
-                "streams stay stopped (kept in %s). Run the erasure again for the same "
-                "customer (the DAG's retry does): it finishes the work and starts them again",
+                "streams stay stopped (kept in %s). Resume it (`regauge forget resume "
+                "ERASURE_ID`, or the DAG's retry): it finishes the work and starts them again",
                 "" if paused.ingest else " (not wanted before)",
                 len(paused.streams),
                 paused_file(settings),
             )
 
 
-def forget_customer(settings: Settings, customer_id: str, reason: str) -> Report:
+def forget_customer(
+    settings: Settings, customer_id: str, reason: str, request_id: str | None = None
+) -> Report:
+    """Forget `customer_id`. Under a `request_id` seen before, the erasure of that
+    request resumes after its last completed step (or reports that it is done)."""
     sqlnames.check_customer_id(customer_id)
     reason = sqlnames.check_reason(reason, customer_id)
-    erasure_id = erasures.start(settings, reason, getpass.getuser())
-    report = Report(erasure_id)
-    log.info("erasure %s: registered (%s)", erasure_id, reason)
+    if request_id is not None:
+        sqlnames.check_request_id(request_id)
+    started = erasures.start(settings, reason, getpass.getuser(), request_id)
+    return _run(settings, started, customer_id)
+
+
+def resume(settings: Settings, erasure_id: str) -> Report:
+    """`regauge forget resume ERASURE_ID`: finish an erasure that failed after the lake
+    began to change, with no customer id (what is left works on the whole lake).
+    ValueError for an erasure that failed before: what it stopped runs again, and it
+    is run again whole, with the id."""
+    try:
+        started = erasures.resume(settings, erasure_id)
+    except KeyError:
+        raise ValueError(f"no erasure {erasure_id} in control.erasures") from None
+    if started.status != "done" and _index(started.phase) < _index(erasures.LAKE_CHANGED):
+        erasures.fail(settings, erasure_id, "not resumed: it had not changed the lake")
+        raise ValueError(
+            f"erasure {erasure_id} failed at its start (after {started.phase!r}), before "
+            "the lake changed, and what it stopped runs again: nothing to resume. Run the "
+            "erasure again with the customer's id: regauge forget customer -"
+        )
+    return _run(settings, started, None)
+
+
+def _index(phase: str) -> int:
+    return erasures.PHASES.index(phase)
+
+
+def _run(settings: Settings, started: erasures.Started, customer_id: str | None) -> Report:
+    erasure_id = started.erasure_id
+    report = Report(erasure_id, removed=dict(started.removed), phase=started.phase)
+    if started.resumed:
+        report.resumed_after = started.phase
+        log.info("erasure %s: resuming after its step %r", erasure_id, started.phase)
+    else:
+        log.info("erasure %s: registered", erasure_id)
+    if started.status == "done":
+        return report
     try:
         with quiesced(settings, f"`regauge forget` (erasure {erasure_id})") as paused:
-            if _erase(settings, customer_id, report, paused):
+            # A failure from a step after the deletion leaves the pipeline stopped.
+            paused.touched = _index(report.phase) >= _index(erasures.LAKE_CHANGED)
+            if _index(report.phase) < _index("recomputed"):
+                spark = _session(settings, f"regauge-forget-{erasure_id[:8]}")
+                try:
+                    if not paused.touched:
+                        assert customer_id is not None, "resume() refuses this erasure"
+                        _erase(settings, spark, customer_id, report, paused)
+                    dbt: bool | None = _recompute(settings, spark, report)
+                finally:
+                    spark.stop()
+                _done(settings, report, "recomputed" if dbt else "rebuilt")
+            else:
+                dbt = None  # resumed: the marts' compaction finds out
+            if _index(report.phase) < _index("rebuilt"):
                 _rebuild_marts(settings, report)
-                _compact_marts(settings, report)
-            _recreate_view_topics(settings)
-            erasures.advance(settings, erasure_id, "compacted", report.removed)
+                _done(settings, report, "rebuilt")
+            if _index(report.phase) < _index("compacted"):
+                if dbt is not False:
+                    _compact_marts(settings, report)
+                _recreate_view_topics(settings)
+                _done(settings, report, "compacted")
         trino_client.flush_lake_cache(settings)
     except BaseException as exc:
         # The error is kept, with the id taken out of it.
-        erasures.fail(settings, erasure_id, str(exc).replace(customer_id, ERASED))
+        error = str(exc)
+        if customer_id is not None:
+            error = error.replace(customer_id, ERASED)
+        erasures.fail(settings, erasure_id, error)
+        if _index(report.phase) >= _index(erasures.LAKE_CHANGED):
+            log.error(
+                "erasure %s failed after its step %r; resume it: regauge forget resume %s",
+                erasure_id,
+                report.phase,
+                erasure_id,
+            )
         raise
     erasures.finish(settings, erasure_id, report.removed)
+    report.superseded = erasures.supersede(settings, erasure_id)
+    for other in report.superseded:
+        log.info("erasure %s: failed erasure %s finished by this one", erasure_id, other)
     return report
+
+
+def _done(settings: Settings, report: Report, phase: str) -> None:
+    """Record `phase` as completed; a test's fault (REGAUGE_ERASURE_FAULT) fails the
+    erasure right after it, to show what a rerun resumes and what stays stopped."""
+    erasures.advance(settings, report.erasure_id, phase, report.removed)
+    report.phase = phase
+    if settings.erasure_fault == phase:
+        raise RuntimeError(f"fault injected after the erasure's step {phase!r}")
 
 
 def _session(settings: Settings, name: str) -> SparkSession:
@@ -241,118 +338,141 @@ def _view_tables(spark: SparkSession, root: str) -> list[tuple[View, str]]:
     return found
 
 
-def _erase(settings: Settings, customer_id: str, report: Report, paused: Paused) -> bool:
-    """Steps 1-5 but dbt's, whose staging tables it deletes; whether the lake
-    holds dbt models to rebuild."""
-    from spark_jobs.engine import erasure, gold_writes, inputs, lake, marks, runner
+def _erase(
+    settings: Settings, spark: SparkSession, customer_id: str, report: Report, paused: Paused
+) -> None:
+    """Steps 1-3: the customer's rows found, their windows restated, and deleted."""
+    from spark_jobs.engine import erasure, inputs
 
-    spark = _session(settings, f"regauge-forget-{report.erasure_id[:8]}")
-    try:
-        log.info("erasure %s: catching ingest up with Kafka", report.erasure_id)
-        pipeline.ingest_once(spark, settings)
-        # Every declared source, by its own subject field (docs/contract.md §8, §10).
-        # The shop's positions also drive the views' restatements (they read its silver).
-        by_source = {
-            registry.source_tables(name): erasure.find(
-                spark, settings, customer_id, registry.source_tables(name), source.subject_field
-            )
-            for name, source in sorted(sources.discover().items())
-        }
-        found = by_source.pop(registry.SHOP)
-        report.positions = erasure.record(spark, settings, found, report.erasure_id)
-        for src, theirs in by_source.items():
-            report.positions += erasure.record(spark, settings, theirs, report.erasure_id, src)
-        for src in (registry.SHOP, *by_source):
-            catalog.publish(src.forgotten, settings)
-        erasures.advance(settings, report.erasure_id, "found", report.removed)
-        log.info("erasure %s: %d Kafka records to forget", report.erasure_id, report.positions)
+    log.info("erasure %s: catching ingest up with Kafka", report.erasure_id)
+    pipeline.ingest_once(spark, settings)
+    # Every declared source, by its own subject field (docs/contract.md §8, §10).
+    # The shop's positions also drive the views' restatements (they read its silver).
+    by_source = {
+        registry.source_tables(name): erasure.find(
+            spark, settings, customer_id, registry.source_tables(name), source.subject_field
+        )
+        for name, source in sorted(sources.discover().items())
+    }
+    found = by_source.pop(registry.SHOP)
+    # Both idempotent: a rerun of this erasure before its deletion (a resumed
+    # request) finds the same rows, adds no position twice, and restates nothing twice.
+    report.positions = erasure.record(spark, settings, found, report.erasure_id)
+    for src, theirs in by_source.items():
+        report.positions += erasure.record(spark, settings, theirs, report.erasure_id, src)
+    for src in (registry.SHOP, *by_source):
+        catalog.publish(src.forgotten, settings)
+    log.info("erasure %s: %d Kafka records to forget", report.erasure_id, report.positions)
 
-        # Every view table in the lake, registered or not: live or not, a rollback or
-        # a new registration can route to it. Archived ones are recomputed too.
-        root = settings.lake_root.rstrip("/")
-        live = _view_tables(spark, f"{root}/gold")
-        archived = _view_tables(spark, f"{root}/_archive/table/gold")
-        # Each source's silver as it is, and its rows that go; a view reads those of
-        # its own sources.
-        founds = {registry.SHOP: found, **by_source}
-        silvers = {
-            src.source: spark.read.format("delta")
-            .load(src.silver.path(settings))
-            .localCheckpoint(eager=True)
-            for src in founds
-        }
-        goners = {
-            src.source: erasure.silver_rows_at(spark, settings, f, src).localCheckpoint(eager=True)
-            for src, f in founds.items()
-        }
-        restated = 0
-        for code, path in [*live, *archived]:
-            gold = spark.read.format("delta").load(path)
-            silver = inputs.union([silvers[s] for s in code.sources])
-            gone = inputs.union([goners[s] for s in code.sources])
-            rows = erasure.erasure_restatements(code, gone, silver, gold, customer_id)
-            restated += erasure.record_restatements(spark, settings, rows)
-        report.removed["erasure restatements recorded"] = restated
-        pipeline.ensure_restatements(spark, settings)
+    # Every view table in the lake, registered or not: live or not, a rollback or
+    # a new registration can route to it. Archived ones are recomputed too.
+    tables = _every_view_table(spark, settings)
+    # Each source's silver as it is, and its rows that go; a view reads those of
+    # its own sources.
+    founds = {registry.SHOP: found, **by_source}
+    silvers = {
+        src.source: spark.read.format("delta")
+        .load(src.silver.path(settings))
+        .localCheckpoint(eager=True)
+        for src in founds
+    }
+    goners = {
+        src.source: erasure.silver_rows_at(spark, settings, f, src).localCheckpoint(eager=True)
+        for src, f in founds.items()
+    }
+    rows = [
+        erasure.erasure_restatements(
+            code,
+            inputs.union([goners[s] for s in code.sources]),
+            inputs.union([silvers[s] for s in code.sources]),
+            spark.read.format("delta").load(path),
+            customer_id,
+        )
+        for code, path in tables
+    ]
+    restated = (
+        erasure.record_restatements(spark, settings, inputs.union(rows), report.erasure_id)
+        if rows
+        else 0
+    )
+    report.removed["erasure restatements recorded"] = restated
+    pipeline.ensure_restatements(spark, settings)
+    log.info(
+        "erasure %s: %d restatements recorded for %d view tables",
+        report.erasure_id,
+        restated,
+        len(tables),
+    )
+    _done(settings, report, "found")
+
+    # From here the lake changes: a failure leaves the pipeline stopped (`quiesced`).
+    paused.touched = True
+    removed = erasure.delete_everywhere(spark, settings, found, customer_id, by_source)
+    removed["ops.reference.customers"] = erasures.delete_reference(settings, customer_id)
+    report.removed.update(removed)
+    log.info(
+        "erasure %s: rows deleted: %s; removing the lake's history",
+        report.erasure_id,
+        ", ".join(f"{table} {n}" for table, n in removed.items()),
+    )
+    _done(settings, report, "deleted")
+
+
+def _every_view_table(spark: SparkSession, settings: Settings) -> list[tuple[View, str]]:
+    """Every view table in the lake, live ones then archived ones."""
+    root = settings.lake_root.rstrip("/")
+    return [
+        *_view_tables(spark, f"{root}/gold"),
+        *_view_tables(spark, f"{root}/_archive/table/gold"),
+    ]
+
+
+def _recompute(settings: Settings, spark: SparkSession, report: Report) -> bool:
+    """Steps 4-5 but dbt's, whose staging tables it deletes: the history removed and
+    every view table recomputed. Whether the lake holds dbt models to rebuild.
+    Needs no customer id: it works on the whole lake (`resume`)."""
+    from spark_jobs.engine import erasure, gold_writes, lake, marks, runner
+
+    root = settings.lake_root.rstrip("/")
+    live = _view_tables(spark, f"{root}/gold")
+    archived = _view_tables(spark, f"{root}/_archive/table/gold")
+    # Ingest's checkpoint holds Kafka offsets, which the compaction leaves
+    # valid, and its transaction ids live on in each table's Delta checkpoint:
+    # so it resumes where it stopped, and skips the forgotten positions (read
+    # when it starts again).
+    # The lake's tables first: a view is then replayed from silver's final
+    # version, the one its tag and its stream's starting point name.
+    every_source = [
+        t for name in sorted(sources.discover()) for t in registry.source_tables(name).tables
+    ]
+    lake_tables = {t.key: t for t in (*registry.TABLES.values(), *every_source)}
+    report.compacted += erasure.compact_all(spark, [t.path(settings) for t in lake_tables.values()])
+    for code, path in live:
+        through = pipeline.replay(spark, settings, code)
+        with erasure.removing_history(spark, marks.tag(through, "bronze")):
+            erasure.compact(spark, path)
+        report.compacted.append(path)
+        report.rebuilt.append(gold_writes.gold_table(code).trino_name)
+    for code, path in archived:
+        fresh = runner.read_input(spark, settings, code)
+        gold_writes.gold_rows(code, fresh).write.format("delta").mode("overwrite").save(path)
+        report.rebuilt.append(path.rsplit("/", 1)[-1] + " (archived)")
+    report.compacted += erasure.compact_all(spark, [path for _, path in archived])
+    dbt_models = [
+        t for t in dbt_runner.lake_tables(spark, settings) if t.schema in registry.DBT_SCHEMAS
+    ]
+    # dbt's staging tables are not published and only dbt reads them, so they
+    # are deleted whole: `dbt run` makes each again with no history, where a
+    # compaction would rewrite them first (about 2 s a table on 2 cores).
+    staging = [t for t in dbt_models if t.schema == registry.DBT_STAGING_SCHEMA]
+    for t in staging:
+        lake.delete_tree(spark, t.path(settings))
+    if staging:
         log.info(
-            "erasure %s: %d restatements recorded for %d view tables",
+            "erasure %s: deleted dbt's staging tables (%s); dbt makes them again",
             report.erasure_id,
-            restated,
-            len(live) + len(archived),
+            ", ".join(t.name for t in staging),
         )
-
-        # From here the lake changes: a failure leaves the pipeline stopped (`quiesced`).
-        paused.touched = True
-        removed = erasure.delete_everywhere(spark, settings, found, customer_id, by_source)
-        removed["ops.reference.customers"] = erasures.delete_reference(settings, customer_id)
-        report.removed.update(removed)
-        erasures.advance(settings, report.erasure_id, "deleted", report.removed)
-        log.info(
-            "erasure %s: rows deleted: %s; removing the lake's history",
-            report.erasure_id,
-            ", ".join(f"{table} {n}" for table, n in removed.items()),
-        )
-
-        # Ingest's checkpoint holds Kafka offsets, which the compaction leaves
-        # valid, and its transaction ids live on in each table's Delta checkpoint:
-        # so it resumes where it stopped, and skips the forgotten positions (read
-        # when it starts again).
-        # The lake's tables first: a view is then replayed from silver's final
-        # version, the one its tag and its stream's starting point name.
-        every_source = [t for src in (registry.SHOP, *by_source) for t in src.tables]
-        lake_tables = {t.key: t for t in (*registry.TABLES.values(), *every_source)}
-        report.compacted += erasure.compact_all(
-            spark, [t.path(settings) for t in lake_tables.values()]
-        )
-        for code, path in live:
-            through = pipeline.replay(spark, settings, code)
-            with erasure.removing_history(spark, marks.tag(through, "bronze")):
-                erasure.compact(spark, path)
-            report.compacted.append(path)
-            report.rebuilt.append(gold_writes.gold_table(code).trino_name)
-        for code, path in archived:
-            fresh = runner.read_input(spark, settings, code)
-            gold_writes.gold_rows(code, fresh).write.format("delta").mode("overwrite").save(path)
-            report.rebuilt.append(path.rsplit("/", 1)[-1] + " (archived)")
-        report.compacted += erasure.compact_all(spark, [path for _, path in archived])
-        dbt_models = [
-            t for t in dbt_runner.lake_tables(spark, settings) if t.schema in registry.DBT_SCHEMAS
-        ]
-        # dbt's staging tables are not published and only dbt reads them, so they
-        # are deleted whole: `dbt run` makes each again with no history, where a
-        # compaction would rewrite them first (about 2 s a table on 2 cores).
-        staging = [t for t in dbt_models if t.schema == registry.DBT_STAGING_SCHEMA]
-        for t in staging:
-            lake.delete_tree(spark, t.path(settings))
-        if staging:
-            log.info(
-                "erasure %s: deleted dbt's staging tables (%s); dbt makes them again",
-                report.erasure_id,
-                ", ".join(t.name for t in staging),
-            )
-    finally:
-        spark.stop()
-    erasures.advance(settings, report.erasure_id, "recomputed", report.removed)
     return bool(dbt_models)
 
 

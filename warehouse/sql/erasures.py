@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -23,15 +24,84 @@ def _connect(settings: Settings) -> psycopg.Connection[dict[str, Any]]:
     return psycopg.connect(settings.postgres_dsn(), autocommit=True, row_factory=dict_row)
 
 
-def start(settings: Settings, reason: str, requested_by: str) -> str:
-    erasure_id = uuid.uuid4().hex
+# The steps an erasure records as it completes them (`phase`), in order
+# (warehouse.ops.erasure). A rerun under the same request id resumes after the last.
+PHASES = ("registered", "found", "deleted", "recomputed", "rebuilt", "compacted", "done")
+# From this phase on, the lake has changed: what is left needs no customer id.
+LAKE_CHANGED = "deleted"
+
+
+@dataclass(frozen=True)
+class Started:
+    erasure_id: str
+    phase: str  # the last step completed: "registered" for a new erasure
+    removed: dict[str, int]
+    status: str = "running"
+
+    @property
+    def resumed(self) -> bool:
+        return self.phase != "registered"
+
+
+def start(
+    settings: Settings, reason: str, requested_by: str, request_id: str | None = None
+) -> Started:
+    """A new erasure; or, for a `request_id` seen before, that request's erasure, to
+    resume after the last step it completed (or to report, if it is done)."""
     with _connect(settings) as conn:
+        if request_id is not None:
+            row = conn.execute(
+                "SELECT erasure_id, phase, status, removed FROM control.erasures "
+                "WHERE request_id = %s",
+                [request_id],
+            ).fetchone()
+            if row is not None:
+                return _resuming(conn, row)
+        erasure_id = uuid.uuid4().hex
         conn.execute(
-            "INSERT INTO control.erasures (erasure_id, reason, requested_by, phase) "
-            "VALUES (%s, %s, %s, 'registered')",
-            [erasure_id, reason, requested_by],
+            "INSERT INTO control.erasures (erasure_id, reason, requested_by, phase, request_id) "
+            "VALUES (%s, %s, %s, 'registered', %s)",
+            [erasure_id, reason, requested_by, request_id],
         )
-    return erasure_id
+    return Started(erasure_id, "registered", {})
+
+
+def resume(settings: Settings, erasure_id: str) -> Started:
+    """Erasure `erasure_id`, to resume after the last step it completed. KeyError if
+    there is none."""
+    with _connect(settings) as conn:
+        row = conn.execute(
+            "SELECT erasure_id, phase, status, removed FROM control.erasures WHERE erasure_id = %s",
+            [erasure_id],
+        ).fetchone()
+        if row is None:
+            raise KeyError(erasure_id)
+        return _resuming(conn, row)
+
+
+def _resuming(conn: psycopg.Connection[dict[str, Any]], row: dict[str, Any]) -> Started:
+    phase = str(row["phase"] or "registered")
+    if row["status"] != "done":
+        conn.execute(
+            "UPDATE control.erasures SET status = 'running', error = NULL WHERE erasure_id = %s",
+            [row["erasure_id"]],
+        )
+    return Started(str(row["erasure_id"]), phase, dict(row["removed"] or {}), str(row["status"]))
+
+
+def supersede(settings: Settings, by: str) -> list[str]:
+    """Close the failed erasures that had changed the lake: erasure `by`, which just
+    ended, did all that was left of theirs (every step after the deletion works on
+    the whole lake, not on one customer). Their ids."""
+    with _connect(settings) as conn:
+        rows = conn.execute(
+            "UPDATE control.erasures SET status = 'done', phase = 'done', completed_at = now(), "
+            "error = 'finished by erasure ' || %s "
+            "WHERE status = 'failed' AND erasure_id <> %s AND phase = ANY(%s) "
+            "RETURNING erasure_id",
+            [by, by, list(PHASES[PHASES.index(LAKE_CHANGED) : -1])],
+        ).fetchall()
+    return [str(r["erasure_id"]) for r in rows]
 
 
 def advance(settings: Settings, erasure_id: str, phase: str, removed: dict[str, int]) -> None:

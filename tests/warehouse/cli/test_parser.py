@@ -172,6 +172,7 @@ def test_subscribe_refuses_a_taken_metrics_port_before_connecting(capsys):
         (["forget", "customer", ""], "is not 1-64 characters"),
         (["forget", "customer", "x" * 65], "is not 1-64 characters"),
         (["forget", "order", "o-1"], "invalid choice: 'order'"),
+        (["forget", "customer", "c-1", "--request-id", "a b"], "is not 1-250 characters"),
     ],
 )
 def test_forget_refuses_a_bad_id_before_anything_runs(argv, says, capsys):
@@ -186,6 +187,10 @@ def test_forget_refuses_a_bad_id_before_anything_runs(argv, says, capsys):
     [
         (["forget", "customer"], "needs the customer's ID"),
         (["forget", "airflow-runs", "cust-00042"], "takes no ID"),
+        (["forget", "airflow-runs", "--request-id", "r-1"], "no --request-id"),
+        (["forget", "resume"], "needs an erasure_id (32 hex digits)"),
+        (["forget", "resume", "cust-00042"], "needs an erasure_id (32 hex digits)"),
+        (["forget", "resume", "0" * 32, "--request-id", "r-1"], "takes no --request-id"),
     ],
 )
 def test_forget_says_which_argument_is_wrong(argv, says, capsys):
@@ -209,7 +214,7 @@ def test_forget_reads_the_id_from_stdin_and_checks_it_there(monkeypatch, capsys)
     # by its report (it needs the whole stack: tests/integration/test_audit.py).
     given: list[str] = []
 
-    def erase(_settings, customer_id, _reason):
+    def erase(_settings, customer_id, _reason, _request_id):
         given.append(customer_id)
         return erasure.Report("e-1")
 
