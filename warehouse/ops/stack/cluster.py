@@ -41,7 +41,7 @@ from warehouse.ops.stack.base import (
     private,
     stop_together,
 )
-from warehouse.ops.stack.kafka import Kafka, _kafka_cluster_id, kafka_admin
+from warehouse.ops.stack.kafka import Kafka, _kafka_cluster_id
 from warehouse.ops.stack.process import Proc, ServiceError, port_open
 from warehouse.ops.stack.supervisor import Supervisor
 from warehouse.ops.stack.trino import Trino, active_nodes
@@ -76,6 +76,11 @@ def env() -> dict[str, str]:
         "REGAUGE_SPARK_MASTER": f"spark://127.0.0.1:{SPARK_MASTER_PORT}",
         "REGAUGE_KAFKA_BOOTSTRAP": brokers,
         "REGAUGE_KAFKA_REPLICATION": str(KAFKA_BROKERS),
+        # Every client logs in, as on the local profile (issue 68, A.5).
+        "REGAUGE_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "REGAUGE_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+        "REGAUGE_KAFKA_SASL_USERNAME": "regauge",
+        "REGAUGE_KAFKA_SASL_PASSWORD": _secret("kafka"),
         "REGAUGE_LAKE_ROOT": f"s3a://{BUCKET}/lake",
         "REGAUGE_S3_ENDPOINT": f"http://127.0.0.1:{S3_PORT}",
         "REGAUGE_S3_ACCESS_KEY": "regauge",
@@ -314,6 +319,7 @@ class KafkaBroker(Kafka):
             "voters": voters,
             "data_dir": self.home / "data",
             "partitions": self.settings.kafka_partitions,
+            "broker_password": self._broker_password(),
         }
 
     def _cluster_id(self) -> str:
@@ -329,13 +335,14 @@ class KafkaBroker(Kafka):
         if not port_open(self.port):
             return False
         try:
-            md = kafka_admin(self.settings, f"127.0.0.1:{self.port}").list_topics(timeout=3)
+            md = self._own_admin(f"127.0.0.1:{self.port}").list_topics(timeout=3)
         except Exception:
             return False
         return self.n in md.brokers
 
     def after_start(self) -> None:
-        """The topic is made once the whole quorum is up (see `up`)."""
+        """The clients' login and the topics are made once the whole quorum is up
+        (see `up`)."""
 
 
 def members(s: Settings) -> list[Service]:
@@ -557,8 +564,11 @@ def up(s: Settings, skip: Collection[str] = ()) -> None:
         else:
             starting.begin(svc)
     starting.done()
-    if any(isinstance(m, KafkaBroker) for m in chosen):
-        ensure_source_topics(s)  # at every start: one that failed before it made none
+    brokers = [m for m in chosen if isinstance(m, KafkaBroker)]
+    if brokers:
+        # At every start: one that failed before made neither.
+        brokers[0].set_client_login()
+        ensure_source_topics(s)
     wait_for_trino_worker(s)
 
 

@@ -69,21 +69,23 @@ class Kafka(Service):
     def _broker_password(self) -> str:
         return kept_secret(self.settings.state_dir / "secrets" / "kafka-broker")
 
-    def _own_admin(self) -> AdminClient:
+    def _own_admin(self, bootstrap: str | None = None) -> AdminClient:
         """An admin client logged in as the node itself (PLAIN): it answers before
-        the clients' SCRAM credential exists, which it then sets."""
+        the clients' SCRAM credential exists, which it then sets. `bootstrap`: one
+        broker's address instead of the settings' list."""
         if not self.settings.kafka_sasl_mechanism:
-            return kafka_admin(self.settings)
+            return kafka_admin(self.settings, bootstrap)
         return kafka_admin(
             replace(
                 self.settings,
                 kafka_sasl_mechanism="PLAIN",
                 kafka_sasl_username="broker",
                 kafka_sasl_password=self._broker_password(),
-            )
+            ),
+            bootstrap,
         )
 
-    def _set_client_login(self) -> None:
+    def set_client_login(self) -> None:
         """The clients' SCRAM credential, set (again) after every start: a broker
         formatted before regauge used SASL has none, and a changed secret applies."""
         from confluent_kafka.admin import (
@@ -144,7 +146,7 @@ class Kafka(Service):
         return bool(md.brokers)
 
     def after_start(self) -> None:
-        self._set_client_login()
+        self.set_client_login()
         ensure_source_topics(self.settings)
 
 
