@@ -459,7 +459,7 @@ def _subscribed(settings: Settings, log: Path) -> Iterator[Subscription]:
 # going on, holding ingest's lock, under the tests after it.
 @pytest.mark.timeout(1800)
 def test_forget_removes_a_customer_everywhere_and_nothing_brings_them_back(
-    settings, honest, tmp_path
+    settings, honest, tmp_path, caplog
 ):
     spark = honest
     state_before = _state_sizes(settings)
@@ -513,7 +513,7 @@ def test_forget_removes_a_customer_everywhere_and_nothing_brings_them_back(
         assert stale in kafka_stack.view_topics(settings)
         with _subscribed(settings, tmp_path / "subscriber.log") as subscriber:
             assert customer in _customers(subscriber.rows())
-            erased = _forget(spark, settings, customer)
+            erased = _forget(spark, settings, customer, caplog)
             assert stale not in kafka_stack.view_topics(settings)
             # The erasure started the topic over, and the subscriber with it.
             subscriber.wait_equal(_customers, _served_customers(settings))
@@ -569,22 +569,48 @@ def _running(settings: Settings) -> set[tuple[str, int]]:
     }
 
 
-def _fail_after(settings: Settings, customer: str, request: str, step: str) -> None:
-    """`regauge forget` under `request`, failing right after `step`: recorded, and
-    what it stopped back at once if the lake had not changed, else kept stopped."""
-    proc = subprocess.run(
-        [
-            *(sys.executable, "-m", "warehouse.cli", "forget", "customer", "-"),
-            *("--reason", "integration test of the erasure", "--request-id", request),
-        ],
-        input=customer + "\n",
-        env={**os.environ, "REGAUGE_ERASURE_FAULT": step},
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and f"after the erasure's step {step!r}" in out, out[-3000:]
+# The attempt run by the CLI, as an operator would, with the id on stdin; the others
+# run in this process, in the tests' Spark session (a CLI attempt starts a driver of
+# its own: about 30 s each on 2 cores). This one starts none: after `recomputed`
+# only dbt's run is left before its fault.
+CLI_STEP = "rebuilt"
+REASON = "integration test of the erasure"
+
+
+def _fail_after(
+    spark: SparkSession,
+    settings: Settings,
+    customer: str,
+    request: str,
+    step: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The erasure under `request`, failing right after `step`: recorded, and what it
+    stopped back at once if the lake had not changed, else kept stopped."""
+    if step == CLI_STEP:
+        proc = subprocess.run(
+            [
+                *(sys.executable, "-m", "warehouse.cli", "forget", "customer", "-"),
+                *("--reason", REASON, "--request-id", request),
+            ],
+            input=customer + "\n",
+            env={**os.environ, "REGAUGE_ERASURE_FAULT": step},
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0, out[-3000:]
+    else:
+        caplog.clear()
+        with pytest.raises(RuntimeError) as failed:
+            erasure.forget_customer(
+                dataclasses.replace(settings, erasure_fault=step),
+                *(customer, REASON, request),
+                spark=spark,
+            )
+        out = f"{failed.value}\n{caplog.text}"
+    assert f"after the erasure's step {step!r}" in out, out[-3000:]
     assert customer not in out
     with psycopg.connect(settings.postgres_dsn()) as conn:
         row = conn.execute(
@@ -600,7 +626,9 @@ def _fail_after(settings: Settings, customer: str, request: str, step: str) -> N
         assert "it finishes the work and starts them again" in out
 
 
-def _forget(spark: SparkSession, settings: Settings, customer: str) -> Erased:
+def _forget(
+    spark: SparkSession, settings: Settings, customer: str, caplog: pytest.LogCaptureFixture
+) -> Erased:
     """Forget `customer` through the DAG, and check they are gone from every table,
     every file of the lake, the erasure log, and Airflow."""
     before = erasures.mentions(settings, customer)
@@ -614,18 +642,18 @@ def _forget(spark: SparkSession, settings: Settings, customer: str) -> Erased:
     assert before[f"lakehouse.serving.{VIEW}"], before
     assert before[WEB.bronze.trino_name] >= 2 and before[WEB.silver.trino_name], before
 
-    # Issue 68, B: the erasure fails right after each of its steps in turn, run by
-    # the CLI under one request id, each attempt resuming after the last step done;
+    # Issue 68, B: the erasure fails right after each of its steps in turn, under one
+    # request id, each attempt resuming after the last step done (one by the CLI);
     # then the DAG, as an operator would, under the same id (as its retry would be:
     # a run keeps its id), finishes it. Airflow validates the params first.
     airflow = airflow_client.Client(settings)
     request = f"manual__erasure-test-{fresh_seed()}"
     with _process_lists_naming(customer) as shown:
         for fault in ERASURE_STEPS:
-            _fail_after(settings, customer, request, fault)
+            _fail_after(spark, settings, customer, request, fault, caplog)
         run_id = airflow.run(
             "regauge_forget",
-            {"customer_id": customer, "reason": "integration test of the erasure"},
+            {"customer_id": customer, "reason": REASON},
             run_id=request,
         )
     # Every local account reads the process list: the id goes in on stdin (issue 68, B).
@@ -646,7 +674,7 @@ def _forget(spark: SparkSession, settings: Settings, customer: str) -> Erased:
             "ORDER BY requested_at DESC LIMIT 1"
         ).fetchall()
     status, removed, reason, whole = logged
-    assert (status, reason) == ("done", "integration test of the erasure")
+    assert (status, reason) == ("done", REASON)
     assert removed[registry.BRONZE_EVENTS.trino_name] >= 3
     assert removed[registry.SILVER_QUARANTINE.trino_name] >= 2  # the conflict, the malformed
     assert removed[WEB.bronze.trino_name] >= 2 and removed[WEB.quarantine.trino_name] >= 1

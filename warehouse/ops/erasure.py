@@ -216,16 +216,24 @@ def quiesced(settings: Settings, holder: str) -> Iterator[Paused]:
 
 
 def forget_customer(
-    settings: Settings, customer_id: str, reason: str, request_id: str | None = None
+    settings: Settings,
+    customer_id: str,
+    reason: str,
+    request_id: str | None = None,
+    spark: SparkSession | None = None,
 ) -> Report:
     """Forget `customer_id`. Under a `request_id` seen before, the erasure of that
-    request resumes after its last completed step (or reports that it is done)."""
+    request resumes after its last completed step (or reports that it is done).
+
+    `spark`: a session to run in, left running (a caller that holds one, such as
+    the tests, saves a JVM's start: about 20 CPU-s on 2 cores); else it starts
+    its own and stops it."""
     sqlnames.check_customer_id(customer_id)
     reason = sqlnames.check_reason(reason, customer_id)
     if request_id is not None:
         sqlnames.check_request_id(request_id)
     started = erasures.start(settings, reason, getpass.getuser(), request_id)
-    return _run(settings, started, customer_id)
+    return _run(settings, started, customer_id, spark)
 
 
 def resume(settings: Settings, erasure_id: str) -> Report:
@@ -251,7 +259,12 @@ def _index(phase: str) -> int:
     return erasures.PHASES.index(phase)
 
 
-def _run(settings: Settings, started: erasures.Started, customer_id: str | None) -> Report:
+def _run(
+    settings: Settings,
+    started: erasures.Started,
+    customer_id: str | None,
+    given: SparkSession | None = None,
+) -> Report:
     erasure_id = started.erasure_id
     report = Report(erasure_id, removed=dict(started.removed), phase=started.phase)
     if started.resumed:
@@ -266,14 +279,11 @@ def _run(settings: Settings, started: erasures.Started, customer_id: str | None)
             # A failure from a step after the deletion leaves the pipeline stopped.
             paused.touched = _index(report.phase) >= _index(erasures.LAKE_CHANGED)
             if _index(report.phase) < _index("recomputed"):
-                spark = _session(settings, f"regauge-forget-{erasure_id[:8]}")
-                try:
+                with _session(settings, f"regauge-forget-{erasure_id[:8]}", given) as spark:
                     if not paused.touched:
                         assert customer_id is not None, "resume() refuses this erasure"
                         _erase(settings, spark, customer_id, report, paused)
                     dbt: bool | None = _recompute(settings, spark, report)
-                finally:
-                    spark.stop()
                 _done(settings, report, "recomputed" if dbt else "rebuilt")
             else:
                 dbt = None  # resumed: the marts' compaction finds out
@@ -282,7 +292,7 @@ def _run(settings: Settings, started: erasures.Started, customer_id: str | None)
                 _done(settings, report, "rebuilt")
             if _index(report.phase) < _index("compacted"):
                 if dbt is not False:
-                    _compact_marts(settings, report)
+                    _compact_marts(settings, report, given)
                 _recreate_view_topics(settings)
                 _done(settings, report, "compacted")
         trino_client.flush_lake_cache(settings)
@@ -316,10 +326,19 @@ def _done(settings: Settings, report: Report, phase: str) -> None:
         raise RuntimeError(f"fault injected after the erasure's step {phase!r}")
 
 
-def _session(settings: Settings, name: str) -> SparkSession:
+@contextlib.contextmanager
+def _session(settings: Settings, name: str, given: SparkSession | None) -> Iterator[SparkSession]:
+    """The caller's session, left running, or one of the erasure's own, stopped after."""
+    if given is not None:
+        yield given
+        return
     from spark_jobs.engine.session import build_session
 
-    return build_session(name, settings, ui=False)
+    spark = build_session(name, settings, ui=False)
+    try:
+        yield spark
+    finally:
+        spark.stop()
 
 
 def _view_tables(spark: SparkSession, root: str) -> list[tuple[View, str]]:
@@ -492,11 +511,10 @@ def _rebuild_marts(settings: Settings, report: Report) -> None:
     report.rebuilt.append("dbt models (full refresh)")
 
 
-def _compact_marts(settings: Settings, report: Report) -> None:
+def _compact_marts(settings: Settings, report: Report, given: SparkSession | None) -> None:
     from spark_jobs.engine import erasure
 
-    spark = _session(settings, "regauge-forget-compact")
-    try:
+    with _session(settings, "regauge-forget-compact", given) as spark:
         # Staging was made again from nothing (see _erase): no history to remove.
         models = [
             t.path(settings)
@@ -504,8 +522,6 @@ def _compact_marts(settings: Settings, report: Report) -> None:
             if t.schema == registry.MARTS_SCHEMA
         ]
         report.compacted += erasure.compact_all(spark, models)
-    finally:
-        spark.stop()
 
 
 def _recreate_view_topics(settings: Settings) -> None:
