@@ -8,7 +8,9 @@ status` shows both, and the audit fails on the second (`ingest_lag_alert_s`).
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,75 +36,99 @@ class Lag:
         return f"p{self.partition} {self.behind:,} behind{age}"
 
 
-def _consumer(settings: Settings) -> Consumer:
+@contextlib.contextmanager
+def _consumer(settings: Settings, given: Consumer | None = None) -> Iterator[Consumer]:
+    """`given`, left open, or a consumer of its own, closed after.
+
+    One per question, not one per partition: each one logs in (a SCRAM exchange) and
+    looks up its group's coordinator, and one closed before that lookup ends makes
+    librdkafka log a "SASL authentication error" line. The view host asks every
+    `exporter.LAG_EVERY_S` for each source."""
+    if given is not None:
+        yield given
+        return
     from confluent_kafka import Consumer
 
-    return Consumer(
+    consumer = Consumer(
         {
             **kafka_conf.client_conf(settings),
             "group.id": "regauge-lag",
             "enable.auto.commit": False,
+            # It reads one record a partition, one partition after another: a fetch
+            # that long-polls Kafka (500 ms by default) would hold up the next.
+            "fetch.wait.max.ms": 10,
         }
     )
+    try:
+        yield consumer
+    finally:
+        consumer.close()
 
 
 def first_record_ms(
-    settings: Settings, partition: int, offset: int, topic: str | None = None
+    settings: Settings,
+    partition: int,
+    offset: int,
+    topic: str | None = None,
+    consumer: Consumer | None = None,
 ) -> int | None:
     """The Kafka timestamp (ms) of the partition's first record at or after `offset`
     in `topic` (the shop's by default), or None if Kafka has none there (yet)."""
     from confluent_kafka import TopicPartition
 
-    consumer = _consumer(settings)
-    try:
-        consumer.assign([TopicPartition(topic or registry.TOPIC, partition, offset)])
+    with _consumer(settings, consumer) as c:
+        c.assign([TopicPartition(topic or registry.TOPIC, partition, offset)])
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
+            msg = c.poll(1.0)
             if msg is not None and not msg.error():
                 return int(msg.timestamp()[1])
-    finally:
-        consumer.close()
     return None
 
 
 def uncopied_age_s(
-    settings: Settings, partition: int, first_uncopied: int, topic: str | None = None
+    settings: Settings,
+    partition: int,
+    first_uncopied: int,
+    topic: str | None = None,
+    consumer: Consumer | None = None,
 ) -> float | None:
     """How long the oldest record ingest has not copied has waited, in seconds."""
-    ms = first_record_ms(settings, partition, first_uncopied, topic)
+    ms = first_record_ms(settings, partition, first_uncopied, topic, consumer)
     return None if ms is None else max(0.0, time.time() - ms / 1000)
 
 
 def kafka_watermarks(
-    settings: Settings, timeout: float = 30, topic: str | None = None
+    settings: Settings,
+    timeout: float = 30,
+    topic: str | None = None,
+    consumer: Consumer | None = None,
 ) -> dict[int, tuple[int, int]]:
     """(low, high) per partition of `topic` (the shop's by default): the offsets Kafka
     still holds are [low, high)."""
     from confluent_kafka import TopicPartition
 
     name = topic or registry.TOPIC
-    consumer = _consumer(settings)
-    try:
-        meta = consumer.list_topics(name, timeout=timeout).topics[name]
+    with _consumer(settings, consumer) as c:
+        meta = c.list_topics(name, timeout=timeout).topics[name]
         return {
-            p: consumer.get_watermark_offsets(TopicPartition(name, p), timeout=timeout)
+            p: c.get_watermark_offsets(TopicPartition(name, p), timeout=timeout)
             for p in sorted(meta.partitions)
         }
-    finally:
-        consumer.close()
 
 
 def ingest_lag(settings: Settings, copied: dict[int, int], topic: str | None = None) -> list[Lag]:
     """Per partition of `topic` (the shop's by default): `copied` is the next offset
     ingest will read (0 if none yet)."""
     lags = []
-    # Short timeouts: `regauge status` should answer quickly even when Kafka is slow.
-    for p, (low, high) in kafka_watermarks(settings, timeout=10, topic=topic).items():
-        start = max(low, copied.get(p, 0))
-        behind = max(0, high - start)
-        waited = uncopied_age_s(settings, p, start, topic) if behind else None
-        lags.append(Lag(p, behind, waited))
+    with _consumer(settings) as consumer:
+        # Short timeouts: `regauge status` should answer quickly even when Kafka is slow.
+        marks = kafka_watermarks(settings, timeout=10, topic=topic, consumer=consumer)
+        for p, (low, high) in marks.items():
+            start = max(low, copied.get(p, 0))
+            behind = max(0, high - start)
+            waited = uncopied_age_s(settings, p, start, topic, consumer) if behind else None
+            lags.append(Lag(p, behind, waited))
     return lags
 
 
