@@ -107,6 +107,7 @@ def test_every_dag_file_parses(loaded):
     assert set(loaded["dags"]) == {
         "regauge_reprocess",
         "regauge_rollout",
+        "regauge_autorollout",
         "regauge_retire",
         "regauge_watchdog",
         "regauge_audit",
@@ -131,6 +132,11 @@ def test_params_are_the_contracts(loaded):
     assert set(dags["regauge_reprocess"]["params"]) == {"view", "version", "source"}
     assert {"view", "version", "percent", "pin_user"} <= set(dags["regauge_rollout"]["params"])
     assert set(dags["regauge_retire"]["params"]) == {"view", "version"}
+    assert set(dags["regauge_autorollout"]["params"]) == {
+        *("view", "version", "steps", "hold_s"),
+        *("unexplained_keys", "lag_versions", "failed_queries"),
+    }
+    assert loaded["dags"]["regauge_autorollout"]["defaults"]["steps"] == [1, 5, 25, 50, 100]
     assert dags["regauge_watchdog"]["params"] == {}
     assert dags["regauge_audit"]["params"] == {}
     assert set(dags["regauge_dbt"]["params"]) == {"select"}
@@ -155,6 +161,14 @@ def test_params_are_the_contracts(loaded):
         ("regauge_reprocess", "version", 2, [0, -1, "2", 1.5]),
         ("regauge_reprocess", "source", "kafka", ["s3", ""]),
         ("regauge_rollout", "percent", 100, [101, -1, "50"]),
+        (
+            "regauge_autorollout",
+            "steps",
+            [1, 50, 100],
+            [[], [0, 100], [50, 101], [50, 50, 100], [5, 50], "1,100", [1.5, 100]],
+        ),
+        ("regauge_autorollout", "hold_s", 2.5, [-1, 86_401, "30", None]),
+        ("regauge_autorollout", "lag_versions", 0, [-1, 1.5, "3", None]),
         (
             "regauge_rollout",
             "pin_user",
@@ -232,6 +246,37 @@ def test_forget_hands_the_id_on_stdin_so_no_process_list_shows_it(loaded, tmp_pa
         "stdin": odd + "\n",
         "env": False,
     }
+
+
+def test_autorollout_hands_every_param_to_the_cli_which_parses_it(loaded, tmp_path):
+    """Issue 69: the task's own command, run in bash with a stand-in for the CLI; what
+    it was given then goes through regauge's own parser."""
+    from warehouse.cli.parser import build_parser
+
+    task = loaded["dags"]["regauge_autorollout"]["tasks"]["autorollout"]
+    # A retry of a task killed by the scheduler resumes: it keeps DEFAULT_ARGS' retry.
+    assert task["retries"] == 1
+    report = tmp_path / "argv.json"
+    stand_in = tmp_path / "regauge"
+    stand_in.write_text(
+        "#!/usr/bin/env python3\n"
+        f"import json, sys\njson.dump(sys.argv[1:], open({str(report)!r}, 'w'))\n"
+    )
+    stand_in.chmod(0o755)
+    env = {
+        "PATH": os.environ["PATH"],
+        "REGAUGE_BIN": str(stand_in),
+        **dict.fromkeys(("VIEW", "VERSION"), ""),
+    }
+    env |= {"VIEW": "revenue_hourly", "VERSION": "2", "STEPS": "5,100", "HOLD_S": "2.5"}
+    env |= {"UNEXPLAINED_KEYS": "1", "LAG_VERSIONS": "3", "FAILED_QUERIES": "0"}
+    env |= {"RUN_ID": "manual__2026-12-04T11:00:00+00:00"}
+    subprocess.run(["bash", "-c", task["command"]], env=env, check=True, timeout=30)
+    args = build_parser().parse_args(json.loads(report.read_text()))
+    assert (args.first, args.second, args.steps) == ("revenue_hourly", "2", "5,100")
+    assert args.hold == 2.5
+    assert (args.unexplained_keys, args.lag_versions, args.failed_queries) == (1, 3, 0)
+    assert (args.by, args.request_id) == ("airflow", "manual__2026-12-04T11:00:00+00:00")
 
 
 def test_no_task_defers_so_no_triggerer_is_needed(loaded):

@@ -16,6 +16,7 @@ file keeps their wording consistent, and keeps `--help` free of heavy imports.
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -134,6 +135,32 @@ def _non_negative(text: str) -> float:
     if not value >= 0:  # NaN too
         raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
     return value
+
+
+def _zero_or_more(text: str) -> int:
+    value = whole(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must be 0 or more")
+    return value
+
+
+def _non_negative_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value <= 86_400:  # NaN too
+        raise argparse.ArgumentTypeError(f"{text} must be from 0 to 86400 seconds (a day)")
+    return value
+
+
+def _by(text: str) -> str:
+    # Recorded in the registry's history: a name, not free text.
+    if not re.fullmatch(r"[A-Za-z0-9_.@:+-]{1,120}", text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: letters, digits and _.@:+- only, at most 120 (e.g. engineer.ada)"
+        )
+    return text
 
 
 def positive_int(text: str) -> int:
@@ -462,6 +489,68 @@ def _versions(add: Add) -> None:
         "--pin", metavar="USER", type=user, help="also pin USER to VERSION, whatever the percent"
     )
     p.add_argument("--unpin", metavar="USER", type=user, help="remove USER's pin")
+
+    p = add(
+        "autorollout",
+        "versions:autorollout",
+        "roll VERSION out by itself: step by step (--steps), holding each step (--hold), "
+        "judging four gates (agreement, freshness, integrity, serving) and rolling everyone "
+        "back to the current version if one fails; `autorollout stop VIEW` halts it where "
+        "it is. Every decision is in `regauge versions show VIEW VERSION`",
+    )
+    p.add_argument("first", metavar="VIEW", help="the view, e.g. revenue_hourly (or: stop)")
+    p.add_argument(
+        "second", metavar="VERSION", help="its ready candidate, e.g. 2 (after stop: the view)"
+    )
+    p.add_argument(
+        "--steps",
+        default="1,5,25,50,100",
+        help="rising percents of users, the last 100 (default 1,5,25,50,100)",
+    )
+    p.add_argument(
+        "--hold",
+        type=_non_negative_seconds,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long each step holds before its gates are judged (default 300)",
+    )
+    p.add_argument(
+        "--unexplained-keys",
+        type=_zero_or_more,
+        default=0,
+        metavar="N",
+        help="agreement: final windows that may differ from the current version on shared "
+        "columns with no restatement to explain them (default 0)",
+    )
+    p.add_argument(
+        "--lag-versions",
+        type=_zero_or_more,
+        default=10,
+        metavar="N",
+        help="freshness: silver versions the candidate's stream may be behind (default 10)",
+    )
+    p.add_argument(
+        "--failed-queries",
+        type=_zero_or_more,
+        default=0,
+        metavar="N",
+        help="serving: analysts' queries on the serving view that may fail during a step "
+        "(default 0)",
+    )
+    p.add_argument(
+        "--by",
+        type=_by,
+        default=None,
+        metavar="WHO",
+        help="who starts or stops it, as recorded (default: your login name)",
+    )
+    p.add_argument(
+        "--request-id",
+        type=_request_id,
+        default=None,
+        help="the caller's id for this request (e.g. an Airflow run id): run again with "
+        "the same id, it reports the rollout's end instead of starting another",
+    )
 
     p = add(
         "retire",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from datetime import datetime
 from typing import Any
@@ -138,3 +139,44 @@ def trigger(args: argparse.Namespace) -> int:
         print(client.failure_logs(args.dag_id, run_id), file=sys.stderr)
         return 1
     return 0
+
+
+def autorollout(args: argparse.Namespace) -> int:
+    """`regauge autorollout VIEW VERSION [...]` or `regauge autorollout stop VIEW`."""
+    import getpass
+
+    from warehouse.base import autorollout as rules
+    from warehouse.base.sqlnames import check_identifier
+    from warehouse.ops import autorollout as driver
+
+    first, second = args.first, args.second
+    by = args.by or getpass.getuser()
+    s = settings_mod.get()
+    try:
+        if first == "stop":
+            print(driver.stop(s, check_identifier(second, "view"), by))
+            return 0
+        if not second.isdigit() or int(second) < 1:
+            print(f"regauge: autorollout: version {second!r} must be 1 or more", file=sys.stderr)
+            return 2
+        plan = rules.plan(
+            check_identifier(first, "view"),
+            int(second),
+            args.steps,
+            args.hold,
+            rules.Thresholds(args.unexplained_keys, args.lag_versions, args.failed_queries),
+        )
+    except rules.PlanError as exc:
+        print(f"regauge: autorollout: {exc}", file=sys.stderr)
+        return 2
+    print(f"{plan.view}: rolling out {plan.describe()}")
+
+    def terminated(signum: int, frame: object) -> None:
+        raise driver.Terminated(f"signal {signum}")
+
+    # Airflow kills a task whose run is marked failed with SIGTERM: stop cleanly.
+    signal.signal(signal.SIGTERM, terminated)
+    r = driver.run(s, plan, by, args.request_id)
+    print(f"{r.view_name} v{r.version}: rollout {r.state.replace('_', ' ')}: {r.why}")
+    # A rollback is the gates doing their job, but a caller (Airflow) must see it.
+    return 0 if r.state == "completed" else 1

@@ -11,6 +11,7 @@ host should run, and it runs it with the same code as the foreground commands.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -221,8 +222,37 @@ class _Hosted(_Supervised):
                 "since": self.since,
                 "batch": progress.get("batchId"),
                 "batch_at": progress.get("timestamp"),
+                "read_through": read_through(progress),
             }
         return self.failed_state()
+
+
+# Delta's offset index for "every file of this version read" (DeltaSourceOffset's
+# END_INDEX is Long.MaxValue - 100); -1 (BASE_INDEX) means "none of it yet".
+_END_INDEX = 2**63 - 101
+
+
+def read_through(progress: Any) -> dict[str, int]:
+    """The newest version of each Delta table a query has read all of, by the table's
+    path, from its last progress: what an automatic rollout's freshness gate compares
+    with the table's newest version (issue 69)."""
+    found: dict[str, int] = {}
+    for source in progress.get("sources") or []:
+        description = str(source.get("description") or "")
+        end = source.get("endOffset")
+        if isinstance(end, str):
+            try:
+                end = json.loads(end)
+            except ValueError:
+                continue
+        if not description.startswith("DeltaSource[") or not isinstance(end, dict):
+            continue
+        if "reservoirVersion" not in end:
+            continue
+        path = description[len("DeltaSource[") :].rstrip("]").removeprefix("file:")
+        version = int(end["reservoirVersion"])
+        found[path] = version if int(end.get("index", -1)) >= _END_INDEX else version - 1
+    return found
 
 
 # Ingest's scheduler pool (infra/spark/fairscheduler.xml): every view waits for

@@ -112,6 +112,16 @@ def pid(settings: Settings, view: str, version: int) -> int | None:
     return host_pid if state == "running" else None
 
 
+def read_through(settings: Settings, view: str, version: int) -> dict[str, int] | None:
+    """The newest version of each table the version's stream has read all of, by path,
+    as the host last reported it; None unless the stream runs in the host."""
+    host_pid, queries = _queries(settings)
+    state = queries.get(query_name(view, version), {})
+    if host_pid is None or state.get("state") != "running":
+        return None
+    return {str(k): int(v) for k, v in (state.get("read_through") or {}).items()}
+
+
 def known(settings: Settings) -> list[Stream]:
     """Every stream that is wanted or that the host runs."""
     host_pid, queries = _queries(settings)

@@ -249,9 +249,7 @@ def _pins(conn: psycopg.Connection[Any], view: str) -> dict[str, int]:
     return {r["user_name"]: r["version"] for r in rows}
 
 
-def _event(
-    conn: psycopg.Connection[Any], view: str, version: int, action: str, detail: str
-) -> None:
+def event(conn: psycopg.Connection[Any], view: str, version: int, action: str, detail: str) -> None:
     conn.execute(
         "INSERT INTO control.view_events (view_name, version, action, detail) "
         "VALUES (%s, %s, %s, %s)",
@@ -302,14 +300,14 @@ def register(settings: Settings, view: str, version: int, source: str) -> str:
                 "VALUES (%s, %s, 'building')",
                 [view, version],
             )
-            _event(conn, view, version, "registered", f"building from {source}")
+            event(conn, view, version, "registered", f"building from {source}")
             return "registered"
         conn.execute(
             "UPDATE control.view_versions SET status = 'building', validation = NULL, "
             "ready_at = NULL WHERE view_name = %s AND version = %s",
             [view, version],
         )
-        _event(conn, view, version, "resumed", f"was {existing.status}; building from {source}")
+        event(conn, view, version, "resumed", f"was {existing.status}; building from {source}")
         return "resumed"
 
 
@@ -333,7 +331,7 @@ def record_position(settings: Settings, view: str, version: int, position: str) 
             "WHERE view_name = %s AND version = %s",
             [position, view, version],
         )
-        _event(conn, view, version, "replayed", position)
+        event(conn, view, version, "replayed", position)
 
 
 def record_validation(
@@ -348,7 +346,7 @@ def record_validation(
             "WHERE view_name = %s AND version = %s",
             [json.dumps(report, default=str), status, view, version],
         )
-        _event(
+        event(
             conn,
             view,
             version,
@@ -376,7 +374,7 @@ def mark_ready(settings: Settings, view: str, version: int) -> Version:
             "ready_at = now() WHERE view_name = %s AND version = %s",
             [status, percent, view, version],
         )
-        _event(conn, view, version, status, "first version: serves everyone" if first else "0 %")
+        event(conn, view, version, status, "first version: serves everyone" if first else "0 %")
         return _one(_rows(conn, view), view, version)
 
 
@@ -402,7 +400,7 @@ def rollout(
                 "WHERE view_name = %s AND version = %s",
                 [row.status, row.rollout_percent, view, row.version],
             )
-            _event(conn, view, row.version, "rollout", f"{row.status} at {row.rollout_percent} %")
+            event(conn, view, row.version, "rollout", f"{row.status} at {row.rollout_percent} %")
             done.append(f"{row.label}: {row.status}, {row.rollout_percent} % of users")
         if pin is not None:
             conn.execute(
@@ -411,7 +409,7 @@ def rollout(
                 "DO UPDATE SET version = EXCLUDED.version, pinned_at = now()",
                 [view, pin, version],
             )
-            _event(conn, view, version, "pinned", pin)
+            event(conn, view, version, "pinned", pin)
             done.append(f"{pin} pinned to {view} v{version}")
         if unpin is not None:
             gone = conn.execute(
@@ -419,7 +417,7 @@ def rollout(
                 [view, unpin],
             ).rowcount
             if gone:
-                _event(conn, view, version, "unpinned", unpin)
+                event(conn, view, version, "unpinned", unpin)
             done.append(f"{unpin} unpinned" if gone else f"{unpin} was not pinned")
     return done
 
@@ -438,14 +436,15 @@ def mark_retired(settings: Settings, view: str, version: int) -> bool:
             "retired_at = now() WHERE view_name = %s AND version = %s",
             [view, version],
         )
-        _event(conn, view, version, "retired", "")
+        event(conn, view, version, "retired", "")
         return True
 
 
 def forget(settings: Settings, view: str) -> int:
-    """Delete every registry row of `view` (pins, versions, history). For starting a
+    """Delete every registry row of `view` (rollouts, pins, versions, history). For starting a
     demo or a test over; tables in the lake are left alone."""
     with transaction(settings, view) as conn:
+        conn.execute("DELETE FROM control.rollouts WHERE view_name = %s", [view])
         conn.execute("DELETE FROM control.view_pins WHERE view_name = %s", [view])
         conn.execute("DELETE FROM control.view_events WHERE view_name = %s", [view])
         return conn.execute(

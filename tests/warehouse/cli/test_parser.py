@@ -298,3 +298,39 @@ def test_deploy_and_readmit_print_what_their_runs_did(monkeypatch, capsys):
         "re-admission r-1 under contract version 2, resuming the run that did not finish: "
         "3 examined, 2 admitted",
     ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["autorollout", "revenue_hourly"], "the following arguments are required"),
+        (["autorollout", "revenue_hourly", "2", "--hold", "-1"], "from 0 to 86400 seconds"),
+        (["autorollout", "revenue_hourly", "2", "--hold", "nan"], "from 0 to 86400 seconds"),
+        (["autorollout", "revenue_hourly", "2", "--lag-versions", "-1"], "must be 0 or more"),
+        (["autorollout", "revenue_hourly", "2", "--failed-queries", "x"], "not a whole number"),
+        (["autorollout", "revenue_hourly", "2", "--by", "a b"], "letters, digits"),
+        (["autorollout", "revenue_hourly", "2", "--request-id", "a;b"], "is not 1-250"),
+    ],
+)
+def test_autorollout_refuses_bad_options_before_anything_runs(argv, says, capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.build_parser().parse_args(argv)
+    assert exited.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["autorollout", "revenue_hourly", "two"], "version 'two' must be 1 or more"),
+        (["autorollout", "revenue_hourly", "0"], "version '0' must be 1 or more"),
+        (["autorollout", "revenue_hourly", "2", "--steps", "50,25,100"], "above the one before"),
+        (["autorollout", "revenue_hourly", "2", "--steps", "5,50"], "last step must be 100"),
+        (["autorollout", "Revenue", "2"], "view 'Revenue'"),
+        (["autorollout", "stop", "x;y"], "view 'x;y'"),
+    ],
+)
+def test_autorollout_refuses_a_bad_plan_before_the_registry_is_read(argv, says, capsys):
+    """The steps' order and the names are checked by the command, before PostgreSQL."""
+    assert main(argv) == 2
+    assert says in capsys.readouterr().err
