@@ -23,6 +23,7 @@ from _regauge import dag_args, regauge, version_param, view_param
 # The longest plan: 100 steps of a day each would not fit; the task may hold
 # for a day and a bit (a one-day hold of the last step, plus the others' time).
 TIMEOUT = timedelta(hours=26)
+QUICK_RETRY = timedelta(seconds=5)
 
 
 def _count(default: int, text: str) -> Param:
@@ -71,3 +72,6 @@ with DAG(
         RUN_ID="{{ run_id }}",
     )
     task.execution_timeout = TIMEOUT
+    # A retry resumes a rollout whose task was killed (its driver holds no state), or
+    # reports one that ended by a verdict: soon, not after the usual 30 s.
+    task.retry_delay = QUICK_RETRY

@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import ipaddress
 import itertools
+import json
 import os
 import re
 import signal
@@ -26,6 +27,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from trino.exceptions import TrinoUserError
 
 from spark_jobs.engine import gold_writes, lake, marks, runner
 from spark_jobs.testing.landing import fresh_seed
@@ -34,10 +36,20 @@ from tests.integration.subscription import Subscription
 from warehouse import sources
 from warehouse.base import registry
 from warehouse.base.settings import Settings
-from warehouse.ops import airflow_client, exporter, ingest_ctl, lag, lifecycle, pipeline, streams
+from warehouse.ops import (
+    airflow_client,
+    audit,
+    autorollout,
+    exporter,
+    ingest_ctl,
+    lag,
+    lifecycle,
+    pipeline,
+    streams,
+)
 from warehouse.ops.stack import kafka, process
 from warehouse.ops.stack.process import wait_until
-from warehouse.sql import catalog, versions
+from warehouse.sql import catalog, rollouts, versions
 from warehouse.sql.trino_client import query
 
 VIEW = "revenue_hourly"
@@ -67,7 +79,13 @@ USERS = _users(below=3, above=5)
 @pytest.fixture(scope="module")
 def airflow(stack, settings: Settings) -> Iterator[airflow_client.Client]:
     client = airflow_client.Client(settings)
-    for dag_id in ("regauge_reprocess", "regauge_rollout", "regauge_retire", "regauge_watchdog"):
+    for dag_id in (
+        "regauge_reprocess",
+        "regauge_rollout",
+        "regauge_autorollout",
+        "regauge_retire",
+        "regauge_watchdog",
+    ):
         client.wait_for_dag(dag_id)
     # The watchdog starts live versions' streams: a bench stopped before it put the
     # stack back can leave it paused on a developer's stack.
@@ -352,6 +370,11 @@ def _reprocess_roll_out_and_retire(
     airflow.run("regauge_rollout", {"view": VIEW, "version": 2, "percent": 0, "unpin_user": pinned})
     assert set(assert_routing(settings, USERS).values()) == {1}
 
+    _roll_out_by_itself(settings, spark, airflow)
+    # Back to 0 % by hand, from the current version (a swap), ...
+    airflow.run("regauge_rollout", {"view": VIEW, "version": 2, "percent": 0})
+    assert set(assert_routing(settings, USERS).values()) == {1}
+
     # 100 %: v2 becomes the current version; v1 stays live as the way back.
     airflow.run("regauge_rollout", {"view": VIEW, "version": 2, "percent": 100})
     assert [
@@ -428,6 +451,60 @@ def _reprocess_roll_out_and_retire(
     assert [(int(r[0].timestamp()), r[1], r[2], r[3], r[4], r[5]) for r in shown] == [
         (r[0], r[1], 2, r[2], r[3], r[4]) for r in newest
     ]
+
+
+def _roll_out_by_itself(
+    settings: Settings, spark: SparkSession, airflow: airflow_client.Client
+) -> None:
+    """Issue 69, through regauge_autorollout: a rollout the serving gate rolls back, then
+    one that completes, with a user pinned to the current version never moved."""
+    # The integrity gate reads the audit's own record: one run of its routing check.
+    assert audit.run(settings, spark, checks=["routing"]).passed
+    stay = next(u for u in USERS if versions.cohort(u) < 50)
+    lifecycle.rollout(settings, VIEW, 1, 100, pin=stay)
+    # An analyst routed to v2 at 50 %, whose query on the serving view fails in Trino.
+    failing = next(u for u in USERS if versions.cohort(u) < 50 and u != stay)
+    conf = {"view": VIEW, "version": 2, "steps": [50, 100], "hold_s": 15}
+    run_id = airflow.trigger("regauge_autorollout", conf)
+    assert wait_until(lambda: getattr(rollouts.running(settings, VIEW), "step", -1) == 0, 120)
+    assert assert_routing(settings, USERS)[stay] == 1
+    with pytest.raises(TrinoUserError, match="DIVISION_BY_ZERO"):
+        query(
+            settings, f"SELECT sum(orders_placed) / 0 FROM lakehouse.serving.{VIEW}", user=failing
+        )
+    assert airflow.wait("regauge_autorollout", run_id) == "failed"
+    (ended, *_) = rollouts.history(settings, VIEW)
+    assert (ended.state, ended.request_id) == ("rolled_back", run_id)
+    assert ended.why.startswith("at 50 %: serving failed: 1 of ")
+    assert "DIVISION_BY_ZERO" in ended.why
+    v2 = versions.get(settings, VIEW, 2)
+    assert (v2.status, v2.rollout_percent) == ("ready", 0)
+    assert set(assert_routing(settings, USERS).values()) == {1}
+    # Its retry (Airflow's, or a person's rerun of the run) reports the end, moves nobody.
+    assert autorollout.run(settings, ended.plan, "engineer.x", run_id) == ended
+
+    # All gates holding: 50 %, then 100 %, and every decision on record.
+    run_id = airflow.run(
+        "regauge_autorollout", {"view": VIEW, "version": 2, "steps": [50, 100], "hold_s": 3}
+    )
+    (done, *_) = rollouts.history(settings, VIEW)
+    assert (done.state, done.request_id, done.step) == ("completed", run_id, 1)
+    assert [
+        (v.version, v.status, v.rollout_percent) for v in versions.versions(settings, VIEW)
+    ] == [
+        (1, "ready", 0),
+        (2, "serving", 100),
+    ]
+    seen = assert_routing(settings, USERS)
+    assert seen[stay] == 1 and {v for u, v in seen.items() if u != stay} == {2}
+    judged = [e["detail"] for e in versions.events(settings, VIEW, 40) if e["action"] == "judged"]
+    figures = [json.loads(d.split("; figures ", 1)[1]) for d in judged[-2:]]
+    for f in figures:
+        # v2 shares hours, orders and gross revenue with v1: real windows were compared.
+        assert f["keys_compared"] > 0 and f["keys_unexplained"] == 0, f
+        assert f["lag_versions"] is not None and f["audit_passed"] is True, f
+        assert f["missing"] == {}, f
+    lifecycle.rollout(settings, VIEW, 1, 0, unpin=stay)
 
 
 def test_nothing_the_project_started_listens_beyond_loopback(

@@ -117,7 +117,8 @@ class Figures:
     """What was measured at the end of one step's hold. None: could not be measured,
     which fails the gate (a gate never holds on a figure it does not have)."""
 
-    # agreement
+    # agreement: the columns compared (the candidate's, named as in `agrees_with`)
+    shared_columns: tuple[str, ...] = ()
     keys_compared: int | None = None
     keys_differing: int | None = None
     keys_unexplained: int | None = None
@@ -138,6 +139,7 @@ class Figures:
 
     def as_dict(self) -> dict[str, Any]:
         found = asdict(self)
+        found["shared_columns"] = list(self.shared_columns)
         found["unexplained_examples"] = list(self.unexplained_examples)
         found["failed_examples"] = list(self.failed_examples)
         return found
@@ -163,8 +165,13 @@ def judge(figures: Figures, limits: Thresholds) -> list[Verdict]:
 def _agreement(f: Figures, limits: Thresholds) -> Verdict:
     if f.keys_unexplained is None or f.keys_compared is None:
         return Verdict("agreement", False, f.missing.get("agreement", "not measured"))
+    if not f.shared_columns:
+        return Verdict(
+            "agreement", True, "the candidate declares no columns in common (agrees_with)"
+        )
     why = (
-        f"{f.keys_compared} final windows compared, {f.keys_differing or 0} differ, "
+        f"on {', '.join(f.shared_columns)}: {f.keys_compared} final windows compared, "
+        f"{f.keys_differing or 0} differ, "
         f"{f.keys_unexplained} with no restatement to explain them"
         + (f" (e.g. {', '.join(f.unexplained_examples[:3])})" if f.unexplained_examples else "")
         + f"; at most {limits.unexplained_keys} allowed"
@@ -238,6 +245,7 @@ def next_move(p: Plan, step: int, verdicts: Sequence[Verdict], stop_by: str | No
         why = "; ".join(f"{v.gate} failed: {v.why}" for v in failed)
         return Move("rolled_back", 0, step, f"at {p.steps[step]} %: {why}")
     if step == len(p.steps) - 1:
-        return Move("completed", None, step, f"every gate held at each of {len(p.steps)} steps")
+        steps = ", ".join(f"{s} %" for s in p.steps)
+        return Move("completed", None, step, f"every gate held at every step ({steps})")
     nxt = p.steps[step + 1]
     return Move("step", nxt, step + 1, f"every gate held at {p.steps[step]} %: on to {nxt} %")

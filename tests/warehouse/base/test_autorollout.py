@@ -10,6 +10,7 @@ def held() -> list[Verdict]:
 
 def good() -> Figures:
     return Figures(
+        shared_columns=("orders_placed", "gross_revenue"),
         keys_compared=205,
         keys_differing=3,
         keys_unexplained=0,
@@ -82,7 +83,9 @@ def test_every_gate_holds_on_good_figures_and_says_what_it_measured():
     verdicts = ar.judge(good(), Thresholds())
     assert [v.gate for v in verdicts] == list(ar.GATES)
     assert all(v.held for v in verdicts), verdicts
-    assert verdicts[0].why.startswith("205 final windows compared, 3 differ, 0 with no")
+    assert verdicts[0].why.startswith(
+        "on orders_placed, gross_revenue: 205 final windows compared, 3 differ, 0 with no"
+    )
     assert "1 silver versions behind" in verdicts[1].why
     assert "12 analysts' queries" in verdicts[3].why.replace("0 of ", "")
 
@@ -118,6 +121,13 @@ def test_serving_fails_on_an_analysts_failed_query():
     v = by_gate(f)["serving"]
     assert not v.held and "1 of 12" in v.why and "e.g. boom" in v.why
     assert by_gate(f, Thresholds(failed_queries=1))["serving"].held
+
+
+def test_agreement_holds_with_nothing_declared_in_common_and_says_so():
+    v = by_gate(Figures(**{**good().as_dict(), "shared_columns": ()}))["agreement"]
+    assert v == Verdict(
+        "agreement", True, "the candidate declares no columns in common (agrees_with)"
+    )
 
 
 def test_a_figure_not_measured_fails_its_gate():
