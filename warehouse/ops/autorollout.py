@@ -308,9 +308,11 @@ def _apply(settings: Settings, r: Rollout, move: Move) -> Rollout:
     return rollouts.ended(settings, r, move.kind, move.why)
 
 
-class Terminated(Exception):
+class Terminated(BaseException):
     """Raised in the driver by SIGTERM: its Airflow run was marked failed, or its task
-    was killed. The rollout then stops where it is, as a person's stop would."""
+    was killed. The rollout then stops where it is, as a person's stop would. A
+    BaseException, like KeyboardInterrupt, so that no `except Exception` on the way
+    (a gate's figures not measured) takes it for a fault and rolls back."""
 
 
 def run(
@@ -353,11 +355,14 @@ def run(
         except (Terminated, KeyboardInterrupt):
             r = rollouts.get(settings, r.id, r.view_name)
             if r.state == "running":
+                # Where the routing is, which a step cut short may have moved already.
+                row = versions.get(settings, r.view_name, r.version)
+                at = 100 if row.status == "serving" else row.rollout_percent
                 r = rollouts.ended(
                     settings,
                     r,
                     "stopped",
-                    f"stopped at {r.percent} %: its driver was told to stop "
+                    f"stopped at {at} %: its driver was told to stop "
                     "(SIGTERM: the Airflow run marked failed, or Ctrl-C); nobody moved",
                 )
     log.info("%s v%d: rollout %s: %s", r.view_name, r.version, r.state.replace("_", " "), r.why)
