@@ -65,9 +65,9 @@ def agreement_sql(cand: View, cur: View, columns: dict[str, str], since: datetim
     they share, each with whether a restatement since `since` explains it.
 
     A key is explained while one version has restated a late event on it and the
-    other has not: one stream is behind the other there. A key where any restated
-    event was restated by both is not: the two versions have seen the same events,
-    so a difference left is a wrong number. (An earlier rule, any restatement of
+    other has not: one stream is behind the other there. A key where every restated
+    event was restated by both (or none was) is not: the two versions have seen the
+    same events, so a difference left is a wrong number. (An earlier rule, any restatement of
     either version, let a faulty v3 through: every late event is restated by both.)"""
     c_table = registry.gold_view_table(cand.name, cand.version).trino_name
     o_table = registry.gold_view_table(cur.name, cur.version).trino_name
