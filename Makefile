@@ -38,51 +38,22 @@ demo: setup  ## the whole pipeline on the local stack, ending with a Trino query
 # and run one at a time.
 FAST := $(PYTEST) tests -m "not integration" -n 2 --dist loadfile
 
-# `make test` runs the fast tests in two groups. The Spark ones (tests/spark_jobs) are
-# pure computing, with no clock to beat: they run at the lowest priority (nice 19)
-# beside the integration tests, on the CPU those leave idle while they wait on the
-# services (about an eighth of two cores, docs/development.md), and finish after
-# them. The rest (supervision, the DAGs, the CLI) and the few Spark tests that time
-# something run first, alone, as before. A background test may wait for CPU for many
-# minutes, hence its larger timeout; its workers take a smaller heap beside the stack.
-# Lowest priority takes two steps where the kernel groups processes by session
-# (autogroups, /proc/sys/kernel/sched_autogroup_enabled): each session gets an equal
-# share of the CPU whatever its processes' nice, and the stack's services run in
-# sessions of their own. So the run gets a session of its own (setsid), niced as a
-# whole (its /proc/self/autogroup), and nice 19 within it. Measured: a busy loop so
-# placed did 0.6 M steps in 6 s beside two others, which did 14 M each; with nice 19
-# alone, in its own session, it did 30 M.
-LOWEST := echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 \"\$$@\"
-FAST_FIRST := tests/warehouse tests/dags tests/test_frames.py \
-  tests/spark_jobs/test_class_archive.py \
-  tests/spark_jobs/views/test_runner.py::test_replay_progress_follows_the_jobs_tasks
-FAST_BESIDE := tests/spark_jobs --deselect tests/spark_jobs/test_class_archive.py \
-  --deselect tests/spark_jobs/views/test_runner.py::test_replay_progress_follows_the_jobs_tasks \
-  --timeout 3000
-
 # When make began (read once, as the Makefile is parsed): `make test` ends by saying
-# how long it took from there, setup and lint included, beside its budget. Every test
-# run goes on if another fails, so one run shows every failure; a Ctrl-C (which
-# pytest turns into an ordinary exit) stops the whole target, the background run too.
+# how long it took from there, setup and lint included, beside its budget. Both test
+# runs go on if the fast tests fail, so one run shows every failure; a Ctrl-C (which
+# pytest turns into an ordinary exit) stops the whole target.
 STARTED := $(shell date +%s)
 TEST_BUDGET_MIN := 30
 
 test: setup lint  ## every test: fast ones, then integration against the real services and the one-box cluster's smoke test
-	@beside=$$(mktemp -t regauge-fast-spark.XXXXXX); bg=; \
-	trap '[ -z "$$bg" ] || kill -- -$$bg 2>/dev/null; exit 130' INT; \
-	$(PYTEST) $(FAST_FIRST) -m "not integration" -n 2 --dist loadfile --durations=10; first=$$?; \
-	REGAUGE_SPARK_DRIVER_MEMORY=2g setsid sh -c "$(LOWEST)" sh $(PYTEST) $(FAST_BESIDE) \
-	  -m "not integration" -n 2 --dist loadfile --durations=25 > $$beside 2>&1 & bg=$$!; \
-	echo "the fast Spark tests run beside the integration tests, at nice 19; their output follows them"; \
+	@trap 'exit 130' INT; \
+	$(FAST) --durations=25; fast=$$?; \
 	$(PYTEST) tests -m "integration and not full_cluster" --durations=25; integration=$$?; \
-	wait $$bg; fast=$$?; bg=; \
-	printf '\n=== the fast Spark tests, run beside the integration tests (nice 19) ===\n'; \
-	cat $$beside; rm -f $$beside; \
 	took=$$(( $$(date +%s) - $(STARTED) )); \
 	verdict="within"; [ $$took -le $$(( $(TEST_BUDGET_MIN) * 60 )) ] || verdict="OVER"; \
 	printf '\n=== make test took %d min %02d s, setup and lint included: %s its budget of %d minutes (CI stops at 90) ===\n' \
 	  $$(( took / 60 )) $$(( took % 60 )) "$$verdict" $(TEST_BUDGET_MIN); \
-	[ $$first -eq 0 ] && [ $$fast -eq 0 ] && [ $$integration -eq 0 ]
+	[ $$fast -eq 0 ] && [ $$integration -eq 0 ]
 
 test-fast: setup  ## only the tests that need no services
 	@$(FAST)

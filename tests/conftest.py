@@ -53,16 +53,13 @@ _busy_per_file: dict[str, float] = defaultdict(float)
 
 
 def _busy_seconds() -> float | None:
-    """CPU seconds this machine has been busy since boot, every core and process
-    but the niced ones."""
+    """CPU seconds this machine has been busy since boot, every core and process."""
     try:
         fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
     except OSError:
         return None
-    # Not `nice`: under `make test` the fast Spark tests run beside the integration
-    # tests at nice 19, on what these leave idle (Makefile), and are not theirs.
-    user, _nice, system, _idle, _iowait, irq, softirq = map(int, fields[:7])
-    return (user + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, _iowait, irq, softirq = map(int, fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.hookimpl(wrapper=True)

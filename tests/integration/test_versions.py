@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +29,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from trino.exceptions import TrinoUserError
 
-from spark_jobs import views
 from spark_jobs.engine import gold_writes, lake, marks, runner
-from spark_jobs.testing import faulty_view
 from spark_jobs.testing.landing import fresh_seed
 from spark_jobs.views import revenue_hourly_v2
 from tests.integration.subscription import Subscription
@@ -282,8 +280,7 @@ def test_reprocess_roll_out_and_retire_while_events_flow(
         # Pinned to v2 and back; then the rollouts by themselves (issue 69): at 50 %, one
         # rolled back and one completed, the second's 100 %; 0 % by hand, 100 % again.
         by_itself = [2, 1, 2] if versions.cohort(pinned) < 50 else [2]
-        # Last, the wrong v3 at 100 % and back: v3's change topic, then v2's again.
-        assert subscriber.resets == [1, 2, 1, *by_itself, 1, 2, 3, 2]
+        assert subscriber.resets == [1, 2, 1, *by_itself, 1, 2]
         # Its metrics count what it printed (equal once no change is in between),
         # name the version followed, and time publishing to applying.
         assert wait_until(lambda: subscriber.counted() == subscriber.printed(), 60), (
@@ -459,8 +456,6 @@ def _reprocess_roll_out_and_retire(
         (r[0], r[1], 2, r[2], r[3], r[4]) for r in newest
     ]
 
-    _wrong_numbers_rolled_back(settings, spark, airflow)
-
 
 def _roll_out_by_itself(
     settings: Settings, spark: SparkSession, airflow: airflow_client.Client
@@ -514,41 +509,6 @@ def _roll_out_by_itself(
         assert f["lag_versions"] is not None and f["audit_passed"] is True, f
         assert f["missing"] == {}, f
     lifecycle.rollout(settings, VIEW, 1, 0, unpin=stay)
-
-
-def _wrong_numbers_rolled_back(
-    settings: Settings, spark: SparkSession, airflow: airflow_client.Client
-) -> None:
-    """Issue 69's agreement gate on a real fault: a v3 that equals v2 on all it has
-    seen when built (so its own validation passes), and counts orders that reach Kafka
-    after that twice (`spark_jobs/testing/faulty_view.py`). Once both streams have
-    folded the new orders in, each as a late event restated by both, the differences
-    are wrong numbers no restatement explains: the rollout goes back by itself."""
-    with faulty_view.added(datetime.now(UTC)):
-        airflow.run("regauge_reprocess", {"view": VIEW, "version": 3})
-        v3 = versions.get(settings, VIEW, 3)
-        assert (v3.status, (v3.validation or {}).get("passed")) == ("ready", True)
-        pipeline.produce(settings, seed=fresh_seed(), count=150, chaos=True)
-        wait_caught_up(spark, settings, revenue_hourly_v2.VIEW)
-        wait_caught_up(spark, settings, views.get(VIEW, 3))
-        run_id = airflow.trigger(
-            "regauge_autorollout", {"view": VIEW, "version": 3, "steps": [100], "hold_s": 10}
-        )
-        assert airflow.wait("regauge_autorollout", run_id) == "failed"
-        (ended, *_) = rollouts.history(settings, VIEW)
-        assert (ended.state, ended.request_id) == ("rolled_back", run_id)
-        assert ended.why.startswith("at 100 %: agreement failed: "), ended.why
-        judged = [
-            e["detail"] for e in versions.events(settings, VIEW, 10) if e["action"] == "judged"
-        ]
-        figures = json.loads(judged[-1].split("; figures ", 1)[1])
-        assert figures["keys_unexplained"] > 0 and figures["unexplained_examples"], figures
-        # Everyone back on v2, which still serves.
-        assert set(assert_routing(settings, USERS).values()) == {2}
-        assert versions.get(settings, VIEW, 2).rollout_percent == 100
-        airflow.run("regauge_retire", {"view": VIEW, "version": 3})
-    assert versions.get(settings, VIEW, 3).status == "retired"
-    assert streams.pid(settings, VIEW, 3) is None
 
 
 def test_nothing_the_project_started_listens_beyond_loopback(
