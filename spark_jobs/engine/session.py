@@ -31,12 +31,15 @@ def build_session(
     ui: bool = True,
     extra_conf: dict[str, str] | None = None,
     extra_java_options: str | None = None,
+    one_shot: bool = False,
 ) -> SparkSession:
     """A Spark session with Delta, the Kafka source and UTC everywhere.
 
     Jars come from the cache `make setup` filled, passed explicitly so no run
     resolves anything over the network. The driver's JVM maps the class-data
     archive `make setup` made, unless `extra_java_options` is given instead.
+    `one_shot`: the driver of a command that runs once and exits, which gets
+    `Settings.spark_one_shot_java_options` (the JIT's first tier only).
     """
     s = settings or get_settings()
     # Spark 4.2 needs Java 17's jdk.incubator.vector; never pick up another JVM. A
@@ -77,6 +80,7 @@ def build_session(
         "spark.driver.extraJavaOptions": (
             f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG} "
             + (class_archive.java_option() if extra_java_options is None else extra_java_options)
+            + (f" {s.spark_one_shot_java_options}" if one_shot else "")
             + f" {s.spark_driver_java_options or ''}"
         ).strip(),
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",

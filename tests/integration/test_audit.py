@@ -114,20 +114,38 @@ def failures(run: audit.Run) -> dict[tuple[str, str], audit.Finding]:
     return {(f.check, f.subject): f for f in run.findings if not f.passed}
 
 
+def recorded_checks(settings: Settings, run_id: str) -> dict[str, bool]:
+    """Each check `gold.audit_runs` holds for the run, and whether all its findings passed."""
+    rows = trino_client.query(
+        settings,
+        f"SELECT check_name, bool_and(passed) FROM {registry.GOLD_AUDIT_RUNS.trino_name} "
+        "WHERE run_id = ? GROUP BY check_name",
+        [run_id],
+    ).rows
+    return {str(name): bool(passed) for name, passed in rows}
+
+
 def test_the_cli_passes_on_an_honest_lake_and_records_the_run(settings, honest):
+    """Every check passes on an honest lake and is recorded; the CLI's passing path
+    exits 0, says the run's id and records its findings.
+
+    The whole audit runs in this process's session, as `regauge audit` runs it
+    (`audit.run`), and the CLI with one check (routing): the whole audit from the
+    CLI, a cold Spark driver of its own, took 79 s and 133 CPU-s of the suite, the
+    same work in the tests' warm session about 27 s (issue 65)."""
+    spark = honest
+    run = audit.run(settings, spark)
+    assert run.passed, [f for f in run.findings if not f.passed]
+    assert recorded_checks(settings, run.run_id) == dict.fromkeys(audit.CHECKS, True)
+
     proc = subprocess.run(
-        [sys.executable, "-m", "warehouse.cli", "audit"], capture_output=True, text=True
+        [sys.executable, "-m", "warehouse.cli", "audit", "--checks", "routing"],
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_id = proc.stdout.rsplit("audit ", 1)[1].split(":")[0]
-    recorded = trino_client.query(
-        settings,
-        f"SELECT check_name, count(*), bool_and(passed) FROM {registry.GOLD_AUDIT_RUNS.trino_name} "
-        "WHERE run_id = ? GROUP BY check_name ORDER BY check_name",
-        [run_id],
-    ).rows
-    assert {r[0] for r in recorded} == set(audit.CHECKS)
-    assert all(r[2] for r in recorded)
+    assert recorded_checks(settings, run_id) == {"routing": True}
 
 
 def test_a_deleted_silver_row_is_named(settings, honest):

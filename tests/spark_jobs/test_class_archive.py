@@ -25,13 +25,16 @@ def test_setup_made_an_archive_every_session_maps(spark):
 def test_a_driver_that_requires_the_archive_starts_with_it_and_the_operators_options():
     # -Xshare:on makes a JVM that cannot map the archive (another JVM, other jars)
     # exit instead of quietly loading every class itself. The same driver shows
-    # that REGAUGE_SPARK_DRIVER_JAVA_OPTIONS reaches the JVM, after regauge's own.
+    # that REGAUGE_SPARK_DRIVER_JAVA_OPTIONS reaches the JVM, after regauge's own,
+    # and a one-shot command's (the JIT's first tier) before it, so an operator's
+    # option overrides it.
     script = textwrap.dedent(
         """
         from spark_jobs.engine import class_archive
         from spark_jobs.engine.session import build_session
         spark = build_session("archive-check", ui=False,
-                              extra_java_options=class_archive.java_option() + " -Xshare:on")
+                              extra_java_options=class_archive.java_option() + " -Xshare:on",
+                              one_shot=True)
         print("rows", spark.range(3).count())
         jvm = spark.sparkContext._jvm
         args = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
@@ -45,7 +48,9 @@ def test_a_driver_that_requires_the_archive_starts_with_it_and_the_operators_opt
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows, options = proc.stdout.splitlines()[-2:]
     assert rows.split() == ["rows", "3"]
-    assert "-XX:NativeMemoryTracking=summary" in options.split()
+    given = options.split()
+    assert "-XX:NativeMemoryTracking=summary" in given
+    assert given.index("-XX:TieredStopAtLevel=1") < given.index("-XX:NativeMemoryTracking=summary")
     assert f"-XX:SharedArchiveFile={class_archive.archive_path()}" in options.split()
 
 

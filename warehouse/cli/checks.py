@@ -16,7 +16,7 @@ from warehouse.sql import trino_client
 
 def audit(args: argparse.Namespace) -> int:
     s = settings_mod.get()
-    spark = build_session("regauge-audit", s, ui=False)
+    spark = build_session("regauge-audit", s, ui=False, one_shot=True)
     try:
         run = audit_mod.run(s, spark, args.checks or audit_mod.CHECKS, args.sample)
     finally:

@@ -65,7 +65,7 @@ def ingest_once(args: argparse.Namespace) -> int:
         print(f"regauge: unknown source {args.source!r}; known: {known}", file=sys.stderr)
         return 2
     with writers.ingest(s, "`regauge ingest-once`"):
-        spark = build_session("regauge-ingest-once", s)
+        spark = build_session("regauge-ingest-once", s, one_shot=True)
         try:
             pipeline.ingest_once(
                 spark, s, accept_data_loss=args.accept_data_loss, source=args.source

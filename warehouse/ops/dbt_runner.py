@@ -155,7 +155,11 @@ def run(settings: Settings, args: Sequence[str]) -> int:
         # CREATE DATABASE makes a directory under the warehouse dir; keep it in the state.
         warehouse_dir = str(state_dir(settings) / "spark-warehouse")
         spark = build_session(
-            "regauge-dbt", settings, ui=False, extra_conf={"spark.sql.warehouse.dir": warehouse_dir}
+            "regauge-dbt",
+            settings,
+            ui=False,
+            extra_conf={"spark.sql.warehouse.dir": warehouse_dir},
+            one_shot=True,
         )
         tables = register_lake_tables(spark, settings)
         log.info("catalog rebuilt from the lake: %s", ", ".join(t.key for t in tables))

@@ -334,7 +334,7 @@ def _session(settings: Settings, name: str, given: SparkSession | None) -> Itera
         return
     from spark_jobs.engine.session import build_session
 
-    spark = build_session(name, settings, ui=False)
+    spark = build_session(name, settings, ui=False, one_shot=True)
     try:
         yield spark
     finally:

@@ -188,7 +188,11 @@ def archive(settings: Settings, table: registry.Table) -> list[str]:
     # caller's own session is used, and left running.
     active = SparkSession.getActiveSession()
     spark = active or build_session(
-        "regauge-archive", settings, ui=False, extra_conf={"spark.master": "local[1]"}
+        "regauge-archive",
+        settings,
+        ui=False,
+        extra_conf={"spark.master": "local[1]"},
+        one_shot=True,
     )
     try:
         for what, src in (

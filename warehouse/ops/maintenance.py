@@ -40,7 +40,7 @@ def maintain(
             jobs.MIN_RETENTION_HOURS,
         )
         floor = jobs.MIN_RETENTION_HOURS
-    spark = build_session("regauge-maintain", settings, ui=False)
+    spark = build_session("regauge-maintain", settings, ui=False, one_shot=True)
     try:
         every = jobs.lake_tables(spark, settings)
         paths = every
