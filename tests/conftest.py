@@ -30,16 +30,8 @@ def spark(settings: Settings) -> Iterator[SparkSession]:
     Live batches run this way too (`runner.LIVE_SESSION_CONF`); test_runner.py
     compares them with a replay and a batch that compile theirs, and the
     integration tests' view host runs as deployed.
-
-    And with the JIT's first tier only, as a one-shot command's driver: the tests
-    run thousands of small, different queries, and the second tier's compiling
-    costs more than it saves. test_scope.py and test_runner.py in two workers took
-    155 and 159 s (267 CPU-s each time) against 182 and 169 s (341 and 312 CPU-s)
-    with both tiers, runs alternated (issue 65).
     """
-    session = build_session(
-        "regauge-tests", settings, ui=False, extra_conf=INTERPRETED_CONF, one_shot=True
-    )
+    session = build_session("regauge-tests", settings, ui=False, extra_conf=INTERPRETED_CONF)
     yield session
     session.stop()
 
