@@ -26,6 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from spark_jobs.engine import local_fs
 from warehouse.base import jvm
 
 log = logging.getLogger(__name__)
@@ -51,11 +52,13 @@ def _pyspark_jars() -> Path:
 
 
 def token() -> str:
-    """What the archive depends on: the Java binary and PySpark's jars, by path, size
+    """What the archive depends on: the Java binary, PySpark's jars and the local file
+    system's jar ahead of them on the driver's class path (`local_fs`), by path, size
     and modification time (what the JVM itself checks)."""
     digest = hashlib.sha256()
     java = Path(os.path.realpath(jvm.java17()))
-    for path in [java, *sorted(_pyspark_jars().glob("*.jar"))]:
+    ahead = [local_fs.jar_path()] if local_fs.is_current() else []
+    for path in [java, *ahead, *sorted(_pyspark_jars().glob("*.jar"))]:
         st = path.stat()
         digest.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:16]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from spark_jobs.engine import class_archive
+from spark_jobs.engine import class_archive, local_fs
 from warehouse.base import jvm
 from warehouse.base.settings import REPO_ROOT, Settings
 from warehouse.base.settings import get as get_settings
@@ -69,7 +69,7 @@ def build_session(
     conf = {
         "spark.master": s.spark_master,
         **_cluster_conf(s),
-        **_object_store_conf(s),
+        **_class_path_conf(local_fs.session_conf(s.spark_master), _object_store_conf(s)),
         **events,
         **bind,
         "spark.driver.memory": s.spark_driver_memory,
@@ -207,6 +207,18 @@ def _cluster_conf(s: Settings) -> dict[str, str]:
         "spark.executor.cores": str(s.spark_executor_cores),
         "spark.cores.max": str(s.spark_cores_max),
     }
+
+
+def _class_path_conf(*parts: dict[str, str]) -> dict[str, str]:
+    """Merge settings, joining the drivers' and executors' class paths, which two
+    parts may each extend."""
+    merged: dict[str, str] = {}
+    for part in parts:
+        for key, value in part.items():
+            if key.endswith(".extraClassPath") and key in merged:
+                value = f"{merged[key]}:{value}"
+            merged[key] = value
+    return merged
 
 
 def _object_store_conf(s: Settings) -> dict[str, str]:

@@ -18,7 +18,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from spark_jobs.engine import class_archive
+from spark_jobs.engine import class_archive, local_fs
 from warehouse.base.jvm import Layout, SetupError, java17, java25, layout
 from warehouse.base.settings import REPO_ROOT, Settings
 
@@ -231,6 +231,7 @@ def fetch_all(settings: Settings) -> dict[str, str]:
     _copy_dependencies(JVM_POMS / "kafka", lay.kafka_jars, "Kafka broker jars", lay)
     _fetch_trino(settings, lay)
     java25()
+    no_fork = local_fs.ensure()  # before the archive, which is made with it
     archive = class_archive.ensure()
     where = {
         "spark jars": str(lay.spark_jars),
@@ -238,6 +239,7 @@ def fetch_all(settings: Settings) -> dict[str, str]:
         "trino": str(lay.trino_home(settings.versions.trino)),
         "java 17": java17(),
         "java 25": java25(),
+        "local file system": str(no_fork) if no_fork else "Hadoop's (a process per file)",
         "class data": str(archive) if archive else "none (Spark drivers start slower)",
     }
     (lay.root / "artifacts.json").write_text(json.dumps(where, indent=2) + "\n")
