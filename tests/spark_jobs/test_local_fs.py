@@ -103,7 +103,7 @@ def test_delta_commits_and_a_streaming_checkpoint_start_no_process(spark, tmp_pa
     `chmod` and `readlink` processes. Counted by the JVM's own flight recorder."""
     jvm = _jvm(spark)
     recording = jvm.jdk.jfr.Recording()
-    recording.enable("jdk.ProcessStart")
+    recording.enable("jdk.ProcessStart").withStackTrace()
     recording.start()
     try:
         table, copy = str(tmp_path / "table"), str(tmp_path / "copy")
@@ -144,7 +144,9 @@ def test_delta_commits_and_a_streaming_checkpoint_start_no_process(spark, tmp_pa
 
 
 def _started_by_hadoops_file_system(event) -> bool:
-    frames = event.getStackTrace().getFrames()
+    trace = event.getStackTrace()
+    assert trace is not None, "the recording keeps each event's stack"
+    frames = trace.getFrames()
     return any(
         str(frames.get(i).getMethod().getType().getName()).startswith("org.apache.hadoop.fs.")
         for i in range(frames.size())
