@@ -44,7 +44,10 @@ FAST := $(PYTEST) tests $(FAST_OPTS)
 #
 # The Spark tests among the fast ones (tests/spark_jobs, nine tenths of their time)
 # run beside the integration tests, at the lowest CPU priority (nice 19, in a
-# process group of their own): the integration tests keep about half a core idle
+# session of their own, whose scheduler autogroup gets nice 19 too: with Linux's
+# autogroups, on by default, a new session's processes otherwise share the CPU
+# with every other session as equals, whatever their nice; the first try here
+# got half the cores and slowed the integration tests). The integration tests keep about half a core idle
 # on average (waits for the scheduler, Trino, a broker's restart), which they fill
 # instead of running first on their own. Their output goes to a file, shown whole
 # after the integration tests'. The other fast tests, whose deadlines of a few
@@ -59,7 +62,8 @@ test: setup lint  ## every test: the fast ones, then integration against the rea
 	@trap 'exit 130' INT; \
 	$(FAST) --ignore=tests/spark_jobs --durations=10; rest=$$?; \
 	spark_log=$$(mktemp -t regauge-spark-tests.XXXXXX.log); \
-	setsid nice -n 19 $(PYTEST) tests/spark_jobs $(FAST_OPTS) --durations=25 > $$spark_log 2>&1 & spark_pid=$$!; \
+	setsid sh -c 'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 "$$@"' spark-tests \
+	  $(PYTEST) tests/spark_jobs $(FAST_OPTS) --durations=25 > $$spark_log 2>&1 & spark_pid=$$!; \
 	trap 'kill -- -$$spark_pid 2>/dev/null; exit 130' INT; \
 	echo "fast Spark tests (tests/spark_jobs): running beside the integration tests at nice 19 (pid $$spark_pid); output in $$spark_log, shown after theirs"; \
 	$(PYTEST) tests -m "integration and not full_cluster" --durations=25; integration=$$?; \

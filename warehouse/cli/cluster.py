@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from warehouse.base.settings import Settings
+from warehouse.cli.parser import build_parser
 from warehouse.cli.stack import print_status
 from warehouse.ops.stack import artifacts, cluster
 
@@ -16,6 +17,17 @@ from warehouse.ops.stack import artifacts, cluster
 def main(args: argparse.Namespace) -> int:
     # Everything below, and every process it starts (Airflow's tasks, the view
     # host), reads the cluster's settings from the environment.
+    if args.argv and args.action != "run":
+        # `argv` takes the rest of the line for run (argparse.REMAINDER), a `--help`
+        # after another action too: `regauge cluster up --help` started the cluster.
+        if {"-h", "--help"} & set(args.argv):
+            build_parser().parse_args(["cluster", "--help"])  # prints it, exits 0
+        print(
+            f"regauge: cluster {args.action} takes no further arguments "
+            f"(got {shlex.join(args.argv)}); only run takes a command",
+            file=sys.stderr,
+        )
+        return 2
     os.environ.update(cluster.env())
     s = cluster.settings()
     if args.action == "fetch":

@@ -334,3 +334,20 @@ def test_autorollout_refuses_a_bad_plan_before_the_registry_is_read(argv, says, 
     """The steps' order and the names are checked by the command, before PostgreSQL."""
     assert main(argv) == 2
     assert says in capsys.readouterr().err
+
+
+def test_help_after_a_cluster_action_is_help_and_stray_arguments_are_refused(capsys, monkeypatch):
+    """`regauge cluster up --help` started the one-box cluster: `--help` went to run's
+    command (argparse.REMAINDER). Now it prints the help; a stray argument is refused."""
+    from warehouse.ops.stack import cluster
+
+    def no_cluster(*_args, **_kwargs):
+        raise AssertionError("the cluster was asked to start")
+
+    monkeypatch.setattr(cluster, "up", no_cluster)
+    with pytest.raises(SystemExit) as exited:
+        main(["cluster", "up", "--help"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: regauge cluster")
+    assert main(["cluster", "down", "now"]) == 2
+    assert "cluster down takes no further arguments (got now)" in capsys.readouterr().err
