@@ -36,45 +36,24 @@ demo: setup  ## the whole pipeline on the local stack, ending with a Trino query
 # and a JVM taking turns), so they run in two workers, a file per worker at a time
 # (a module's fixtures stay in one process). The integration tests share one stack
 # and run one at a time.
-FAST_OPTS := -m "not integration" -n 2 --dist loadfile
-FAST := $(PYTEST) tests $(FAST_OPTS)
+FAST := $(PYTEST) tests -m "not integration" -n 2 --dist loadfile
 
 # When make began (read once, as the Makefile is parsed): `make test` ends by saying
-# how long it took from there, setup and lint included, beside its budget.
-#
-# The Spark tests among the fast ones (tests/spark_jobs, nine tenths of their time)
-# run beside the integration tests, at the lowest CPU priority (nice 19, in a
-# session of their own, whose scheduler autogroup gets nice 19 too: with Linux's
-# autogroups, on by default, a new session's processes otherwise share the CPU
-# with every other session as equals, whatever their nice; the first try here
-# got half the cores and slowed the integration tests). The integration tests keep about half a core idle
-# on average (waits for the scheduler, Trino, a broker's restart), which they fill
-# instead of running first on their own. Their output goes to a file, shown whole
-# after the integration tests'. The other fast tests, whose deadlines of a few
-# seconds (a supervised process's restart, a lock's release) a starved process
-# could miss, run first at normal priority. All runs go on if one fails, so one
-# run shows every failure; a Ctrl-C (which pytest turns into an ordinary exit)
-# stops the whole target, the tests beside too.
+# how long it took from there, setup and lint included, beside its budget. Both test
+# runs go on if the fast tests fail, so one run shows every failure; a Ctrl-C (which
+# pytest turns into an ordinary exit) stops the whole target.
 STARTED := $(shell date +%s)
 TEST_BUDGET_MIN := 30
 
-test: setup lint  ## every test: the fast ones, then integration against the real services and the one-box cluster's smoke test, with the fast Spark tests beside it at low priority
+test: setup lint  ## every test: fast ones, then integration against the real services and the one-box cluster's smoke test
 	@trap 'exit 130' INT; \
-	$(FAST) --ignore=tests/spark_jobs --durations=10; rest=$$?; \
-	spark_log=$$(mktemp -t regauge-spark-tests.XXXXXX.log); \
-	setsid sh -c 'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 "$$@"' spark-tests \
-	  $(PYTEST) tests/spark_jobs $(FAST_OPTS) --durations=25 > $$spark_log 2>&1 & spark_pid=$$!; \
-	trap 'kill -- -$$spark_pid 2>/dev/null; exit 130' INT; \
-	echo "fast Spark tests (tests/spark_jobs): running beside the integration tests at nice 19 (pid $$spark_pid); output in $$spark_log, shown after theirs"; \
+	$(FAST) --durations=25; fast=$$?; \
 	$(PYTEST) tests -m "integration and not full_cluster" --durations=25; integration=$$?; \
-	echo; echo "=== integration tests done $$(( $$(date +%s) - $(STARTED) )) s after make began; the fast Spark tests' run: ==="; \
-	wait $$spark_pid; spark=$$?; \
-	cat $$spark_log && rm -f $$spark_log; \
 	took=$$(( $$(date +%s) - $(STARTED) )); \
 	verdict="within"; [ $$took -le $$(( $(TEST_BUDGET_MIN) * 60 )) ] || verdict="OVER"; \
 	printf '\n=== make test took %d min %02d s, setup and lint included: %s its budget of %d minutes (CI stops at 90) ===\n' \
 	  $$(( took / 60 )) $$(( took % 60 )) "$$verdict" $(TEST_BUDGET_MIN); \
-	[ $$rest -eq 0 ] && [ $$spark -eq 0 ] && [ $$integration -eq 0 ]
+	[ $$fast -eq 0 ] && [ $$integration -eq 0 ]
 
 test-fast: setup  ## only the tests that need no services
 	@$(FAST)

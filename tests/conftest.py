@@ -47,22 +47,19 @@ def spark(settings: Settings) -> Iterator[SparkSession]:
 # seconds the whole machine was busy while it ran: services, drivers and the tests
 # alike. On two cores that, not the wall time, is what a test costs the suite (it
 # moves between runs as the wall time does). Under xdist the workers' tests overlap,
-# so no such figure is kept there. `make test` runs the fast tests beside the
-# integration tests at nice 19: the kernel counts niced processes' user time apart
-# ("nice" in /proc/stat), so it is left out here (their system time is not told apart).
+# so no such figure is kept there.
 FILES_SHOWN = 25
 _busy_per_file: dict[str, float] = defaultdict(float)
 
 
 def _busy_seconds() -> float | None:
-    """CPU seconds this machine has been busy since boot, every core and process but
-    the user time of niced ones (the fast tests, when `make test` runs them beside)."""
+    """CPU seconds this machine has been busy since boot, every core and process."""
     try:
         fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
     except OSError:
         return None
-    user, _nice, system, _idle, _iowait, irq, softirq = map(int, fields[:7])
-    return (user + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, _iowait, irq, softirq = map(int, fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -43,12 +43,7 @@ def test_a_driver_that_requires_the_archive_starts_with_it_and_the_operators_opt
     )
     env = {**os.environ, "REGAUGE_SPARK_DRIVER_JAVA_OPTIONS": "-XX:NativeMemoryTracking=summary"}
     proc = subprocess.run(
-        # A driver's start takes seconds alone, longer at `make test`'s nice 19.
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=800,
-        env=env,
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows, options = proc.stdout.splitlines()[-2:]
