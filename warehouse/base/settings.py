@@ -112,8 +112,12 @@ class Settings:
     # much of its CPU compiling code it runs for a minute or two. `regauge audit`
     # on 2 cores took 45-62 CPU-s with it against 84-85 without (the same lake,
     # alternated). A command that runs for long on a large lake may run faster
-    # without it: set it to "" there.
-    spark_one_shot_java_options: str = "-XX:TieredStopAtLevel=1"
+    # without it: set it to "" there. The first tier alone gets a 48 MB code cache,
+    # which `regauge maintain` filled after 27 s; HotSpot then turns the compiler off
+    # and the rest runs interpreted. With 240 MB (the tiered default; only what is
+    # used is committed) maintain on a test lake took 83-86 s and 99-102 CPU-s of
+    # the machine against 102-115 s and 136-154 (runs alternated, stop 87).
+    spark_one_shot_java_options: str = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
     # The view host's heap (ingest, every live stream, and Airflow's replay and
     # validate tasks through Spark Connect), apart from spark_driver_memory, which
     # every other Spark driver gets. Sampled every 2 s in `make bench`'s freshness
