@@ -12,7 +12,7 @@ from __future__ import annotations
 from airflow.sdk import DAG
 from airflow.timetables.trigger import CronTriggerTimetable
 
-from _regauge import dag_args, no_retry, regauge
+from _regauge import FIRST_RUN_WAITS, dag_args, no_retry, regauge
 
 with DAG(
     dag_id="regauge_audit",
@@ -20,7 +20,7 @@ with DAG(
     # On the hour, as a trigger timetable without a start_date: a stack that comes up
     # waits for the next hour. With timedelta(hours=1) and a start_date, it ran at
     # once, beside whatever the stack was started for (`make demo`, the tests).
-    schedule=CronTriggerTimetable("0 * * * *", timezone="UTC"),
+    schedule=CronTriggerTimetable("0 * * * *", timezone="UTC", run_immediately=FIRST_RUN_WAITS),
     **dag_args(__doc__),
 ) as dag:
     # No retry: a mismatch is the audit's verdict (exit 1) and would only be found

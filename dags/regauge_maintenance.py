@@ -8,7 +8,8 @@ for its stream or the audit still needs an older version. It runs beside
 ingest and the streams: compaction changes no data, and a writer it conflicts
 with retries. REGAUGE_MAINTENANCE_CRON, read when the DAG file is parsed, sets
 another schedule, e.g. "*/10 * * * *" (`make soak` triggers runs itself instead).
-A stack that comes up waits for the next time: no run is due at start.
+A new stack waits for the next time: no run is due at start. A stack that was
+down at the time runs the one it missed when it comes up (no more than one).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import os
 from airflow.sdk import DAG, Param
 from airflow.timetables.trigger import CronTriggerTimetable
 
-from _regauge import dag_args, regauge
+from _regauge import FIRST_RUN_WAITS, dag_args, regauge
 
 with DAG(
     dag_id="regauge_maintenance",
@@ -26,7 +27,9 @@ with DAG(
     # A trigger timetable, not a timedelta: a stack started after a day away would
     # otherwise run it at once, in the middle of whatever it was started for.
     schedule=CronTriggerTimetable(
-        os.environ.get("REGAUGE_MAINTENANCE_CRON", "17 3 * * *"), timezone="UTC"
+        os.environ.get("REGAUGE_MAINTENANCE_CRON", "17 3 * * *"),
+        timezone="UTC",
+        run_immediately=FIRST_RUN_WAITS,
     ),
     # No start_date: with one, a trigger timetable without catchup runs the most
     # recent past time at once (airflow.timetables.trigger); without, it waits.

@@ -15,6 +15,7 @@ import itertools
 import json
 import os
 import subprocess
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,26 @@ ti = types.SimpleNamespace(dag_id="regauge_x", task_id="t_1", run_id="manual__1"
                            max_tries=1)
 _regauge.log_failure({"ti": ti, "exception": RuntimeError("exit code 2")})
 out["failure_log"] = buf.getvalue()
+# When a stack that has no runs of a DAG yet comes up 4 minutes after one of its cron
+# times (inside the window Airflow's default `run_immediately` runs at once), its
+# first run: [when the stack came up, when the run is due].
+import datetime
+from airflow.timetables import trigger
+from airflow.timetables.base import TimeRestriction
+real_utcnow = trigger.utcnow
+out["first_runs"] = {}
+for dag_id, dag in bag.dags.items():
+    if isinstance(dag.timetable, trigger.CronTriggerTimetable):
+        up = dag.timetable._align_to_prev(trigger.coerce_datetime(real_utcnow()))
+        up += datetime.timedelta(minutes=4)
+        trigger.utcnow = lambda: up
+        try:
+            first = dag.timetable.next_dagrun_info(
+                last_automated_data_interval=None,
+                restriction=TimeRestriction(earliest=None, latest=None, catchup=False))
+        finally:
+            trigger.utcnow = real_utcnow
+        out["first_runs"][dag_id] = [up.isoformat(), first.run_after.isoformat()]
 print(json.dumps(out, default=str))
 """
 
@@ -301,6 +322,16 @@ def test_the_audit_dag_deletes_succeeded_erasure_runs_hourly(loaded):
     assert scrub["command"].endswith(" forget airflow-runs")
     # Beside the audit, not after it: a failed audit must not keep an id in Airflow.
     assert scrub["upstream"] == []
+
+
+def test_a_stack_that_comes_up_after_a_scheduled_time_waits_for_the_next(loaded):
+    # The hourly audit and the daily maintenance, each a cron trigger timetable. With
+    # Airflow's default run_immediately a stack that came up at 05:13 ran the 03:17
+    # maintenance at once, beside the tests' first module (dags/_regauge.py).
+    first_runs = loaded["first_runs"]
+    assert set(first_runs) == {"regauge_audit", "regauge_maintenance"}
+    for dag_id, (up, due) in first_runs.items():
+        assert datetime.fromisoformat(due) > datetime.fromisoformat(up), (dag_id, up, due)
 
 
 def test_every_dag_shows_its_files_docstring(loaded):
