@@ -14,7 +14,7 @@ command -v "$PYTHON" >/dev/null || die "$PYTHON not found: install Python 3.11 o
 pyver=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 [ "$pyver" = "3.11" ] || die "Python 3.11 is required, $PYTHON is $pyver: set PYTHON=/path/to/python3.11"
 
-# -- Debian packages: Java 17 (a JDK) for Spark and Kafka, PostgreSQL, Maven, openssl -------
+# -- Debian packages: Java 17 (a JDK) for Spark and Kafka, PostgreSQL, Maven, openssl, Chromium
 need=()
 # The JDK, not only its runtime: javac compiles infra/jvm/localfs/ (spark_jobs/engine/local_fs.py).
 compgen -G "/usr/lib/jvm/java-17-openjdk-*/bin/javac" >/dev/null || need+=(openjdk-17-jdk-headless)
@@ -22,6 +22,9 @@ compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need+=(postgresql)
 command -v mvn >/dev/null || need+=(maven)
 # openssl makes the one-box cluster's CA and Trino's certificate.
 command -v openssl >/dev/null || need+=(openssl)
+# The rollout page's browser test: headless Chromium and its driver, from Debian
+# (Playwright's and Selenium's own browser downloads cannot reach their hosts).
+[ -x /usr/bin/chromedriver ] || need+=(chromium chromium-driver)
 if [ ${#need[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || die "missing Debian packages ${need[*]}: run 'sudo apt-get install -y ${need[*]}' and retry"
   say "installing Debian packages: ${need[*]}"

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from trino.exceptions import TrinoUserError
@@ -468,9 +469,12 @@ def _roll_out_by_itself(
     lifecycle.rollout(settings, VIEW, 1, 100, pin=stay)
     # An analyst routed to v2 at 50 %, whose query on the serving view fails in Trino.
     failing = next(u for u in USERS if versions.cohort(u) < 50 and u != stay)
-    conf = {"view": VIEW, "version": 2, "steps": [50, 100], "hold_s": 15}
+    # Held long enough for the page to be read (a browser's start and the page's
+    # queries, 5-10 s) before the failing query, which must fall within the hold.
+    conf = {"view": VIEW, "version": 2, "steps": [50, 100], "hold_s": 30}
     run_id = airflow.trigger("regauge_autorollout", conf)
     assert wait_until(lambda: getattr(rollouts.running(settings, VIEW), "step", -1) == 0, 120)
+    _the_page_shows_the_rollout_as_the_registry_has_it(settings, airflow, stay)
     assert assert_routing(settings, USERS)[stay] == 1
     with pytest.raises(TrinoUserError, match="DIVISION_BY_ZERO"):
         query(
@@ -509,6 +513,45 @@ def _roll_out_by_itself(
         assert f["lag_versions"] is not None and f["audit_passed"] is True, f
         assert f["missing"] == {}, f
     lifecycle.rollout(settings, VIEW, 1, 0, unpin=stay)
+
+
+def _the_page_shows_the_rollout_as_the_registry_has_it(
+    settings: Settings, airflow: airflow_client.Client, stay: str
+) -> None:
+    """Issue 69's page, in a real browser during a rollout: Airflow's Browse menu
+    lists it, Airflow's login guards it, and what it shows is what the registry holds."""
+    from tests.integration import browser
+
+    listed = airflow.session.get(f"{settings.airflow_url}/api/v2/plugins", timeout=30).json()
+    views = [(v["name"], v["href"]) for p in listed["plugins"] for v in p["external_views"]]
+    assert ("regauge rollouts", "/regauge/") in views, listed
+    assert requests.get(f"{settings.airflow_url}/regauge/", timeout=30).status_code == 401
+    with browser.chromium() as web:
+        shown = browser.rollout_page(web, settings.airflow_url, airflow.token)
+        # docs/images/rollout-page.png comes from here (docs/development.md).
+        if os.environ.get("REGAUGE_PAGE_SCREENSHOT"):
+            web.save_screenshot(os.environ["REGAUGE_PAGE_SCREENSHOT"])
+    running = rollouts.running(settings, VIEW)
+    assert running is not None and running.step == 0, "the hold ended before the page was read"
+    rows = versions.versions(settings, VIEW)
+    pins = versions.pins(settings, VIEW)
+    assert {
+        v.version: (v.status, str(v.rollout_percent)) for v in rows if v.status != "retired"
+    } == {n: (r["status"], r["percent"]) for n, r in shown.versions.items()}, shown.versions
+    # Both streams run in the host: each version's lag is a number of silver versions.
+    assert all(r["lag"].isdigit() for r in shown.versions.values()), shown.versions
+    latest = shown.rollouts[0]
+    assert latest == {"id": str(running.id), "version": "2", "state": "running", "percent": "50"}
+    # Every analyst shown, on the version the contract's rule routes them to, and why.
+    assert stay in shown.analysts and shown.analysts[stay] == {"version": "1", "why": "pin"}
+    assert set(USERS) <= set(shown.analysts), "the analysts the test queried as"
+    for user, seen in shown.analysts.items():
+        assert seen["version"] == str(versions.route(rows, pins, user)), user
+        assert seen["why"] == ("pin" if user in pins else "cohort"), user
+    assert shown.audit_passed == "True"
+    # v2 against v1 per hour, on the hours they share: real windows were compared.
+    assert shown.hours and sum(shown.hours.values()) > 0, shown.hours
+    assert "v2 against v1 on " in shown.text
 
 
 def test_nothing_the_project_started_listens_beyond_loopback(

@@ -553,6 +553,17 @@ def _versions(add: Add) -> None:
     )
 
     p = add(
+        "page",
+        "versions:page",
+        "the rollout page as HTML (what Airflow shows under Browse > regauge rollouts), "
+        "or --json: per view, its live versions and their share of analysts, who sees "
+        "which version and why, the rollouts and their gates' figures, each version's "
+        "freshness, the latest audit, and the candidate's difference per hour",
+    )
+    p.add_argument("views", nargs="*", metavar="VIEW", help="the views (default: every one)")
+    p.add_argument("--json", action="store_true", help="the page's figures as JSON")
+
+    p = add(
         "retire",
         "versions:retire",
         "retire a version no user is routed to: stop its stream, drop it from Trino, "

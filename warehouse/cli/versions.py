@@ -104,6 +104,20 @@ def _show(s: Settings, view: str, version: int) -> int:
     return 0
 
 
+def page(args: argparse.Namespace) -> int:
+    """`regauge page [VIEW...] [--json]`: what the rollout page shows."""
+    from warehouse.base import page as shown
+    from warehouse.base.sqlnames import check_identifier
+    from warehouse.ops import page as gathered
+
+    views = [check_identifier(v, "view") for v in args.views] or None
+    got = gathered.gather(settings_mod.get(), views)
+    print(
+        json.dumps(gathered.as_json(got), indent=2, default=str) if args.json else shown.render(got)
+    )
+    return 0
+
+
 def rollout(args: argparse.Namespace) -> int:
     for line in lifecycle.rollout(
         settings_mod.get(), args.view, args.version, args.percent, args.pin, args.unpin

@@ -62,8 +62,10 @@ class Client:
                 f"Airflow is not reachable at {self.base}; start it with `regauge up`"
             ) from None
         self._check(resp)
+        # The UI's login sets the same token as its `_token` cookie.
+        self.token = str(resp.json()["access_token"])
         self.session = requests.Session()
-        self.session.headers["Authorization"] = f"Bearer {resp.json()['access_token']}"
+        self.session.headers["Authorization"] = f"Bearer {self.token}"
 
     @staticmethod
     def _check(resp: requests.Response) -> None:

@@ -60,6 +60,40 @@ def _key_string(columns: tuple[str, ...], alias: str) -> str:
     return cast[0] if len(cast) == 1 else f"concat_ws('|', {', '.join(cast)})"
 
 
+def _compared(cand: View, cur: View, columns: dict[str, str]) -> str:
+    """The CTEs `c`, `o`, `newest` and `d`: every key of either version's gold table, with
+    whether the two differ on the columns `columns` maps (the candidate's to the current's)."""
+    c_table = registry.gold_view_table(cand.name, cand.version).trino_name
+    o_table = registry.gold_view_table(cur.name, cur.version).trino_name
+    keys = cand.key
+    on = " AND ".join(f"c.{k} = o.{k}" for k in keys)
+    same = " AND ".join(
+        f"c.{mine} IS NOT DISTINCT FROM o.{theirs}" for mine, theirs in columns.items()
+    )
+    start, end = cand.window[0], cand.window[1]
+    return f"""c AS (SELECT * FROM {c_table}),
+o AS (SELECT * FROM {o_table}),
+newest AS (SELECT max({start}) AS at FROM o),
+d AS (
+    SELECT {", ".join(f"coalesce(c.{k}, o.{k}) AS {k}" for k in keys)},
+           coalesce(c.{end}, o.{cur.window[1]}) AS window_end_,
+           NOT (c.{keys[0]} IS NOT NULL AND o.{keys[0]} IS NOT NULL AND {same}) AS differs
+    FROM c FULL OUTER JOIN o ON {on}
+)"""
+
+
+def difference_by_hour_sql(cand: View, cur: View, columns: dict[str, str], hours: int) -> str:
+    """Per hour of window start, the newest `hours` of them: the keys either version
+    has, and those where the two differ on what they share (the page's chart)."""
+    start = cand.window[0]
+    return f"""
+WITH {_compared(cand, cur, columns)}
+SELECT CAST(date_trunc('hour', {start}) AS varchar) AS hour, count(*) AS keys,
+       count_if(differs) AS differing
+FROM d GROUP BY 1 ORDER BY 1 DESC LIMIT {int(hours)}
+"""
+
+
 def agreement_sql(cand: View, cur: View, columns: dict[str, str], since: datetime) -> str:
     """Keys of final windows where the candidate and the current version differ on what
     they share, each with whether a restatement since `since` explains it.
@@ -69,26 +103,11 @@ def agreement_sql(cand: View, cur: View, columns: dict[str, str], since: datetim
     event was restated by both (or none was) is not: the two versions have seen the
     same events, so a difference left is a wrong number. (An earlier rule, any restatement of
     either version, let a faulty v3 through: every late event is restated by both.)"""
-    c_table = registry.gold_view_table(cand.name, cand.version).trino_name
-    o_table = registry.gold_view_table(cur.name, cur.version).trino_name
-    keys = cand.key
-    on = " AND ".join(f"c.{k} = o.{k}" for k in keys)
-    same = " AND ".join(
-        f"c.{mine} IS NOT DISTINCT FROM o.{theirs}" for mine, theirs in columns.items()
-    )
-    start, end = cand.window[0], cand.window[1]
+    start = cand.window[0]
     lateness = int(cand.allowed_lateness.total_seconds())
     window_key = _key_string(cand.window_key, "d")
     return f"""
-WITH c AS (SELECT * FROM {c_table}),
-o AS (SELECT * FROM {o_table}),
-newest AS (SELECT max({start}) AS at FROM o),
-d AS (
-    SELECT {", ".join(f"coalesce(c.{k}, o.{k}) AS {k}" for k in keys)},
-           coalesce(c.{end}, o.{cur.window[1]}) AS window_end_,
-           NOT (c.{keys[0]} IS NOT NULL AND o.{keys[0]} IS NOT NULL AND {same}) AS differs
-    FROM c FULL OUTER JOIN o ON {on}
-),
+WITH {_compared(cand, cur, columns)},
 final AS (
     SELECT d.* FROM d, newest
     WHERE d.window_end_ <= newest.at - INTERVAL '{lateness}' SECOND
@@ -160,18 +179,20 @@ def silver_newest(settings: Settings, source: str) -> int:
     return int(DeltaTable(registry.source_tables(source).silver.path(settings)).version())
 
 
-def _freshness(settings: Settings, r: Rollout) -> dict[str, object]:
-    cand = lifecycle.view_code(r.view_name, r.version)
-    read = streams.read_through(settings, r.view_name, r.version)
+def lag(settings: Settings, view: str, version: int) -> dict[str, object]:
+    """`lag_versions`: how many silver versions the version's live stream is behind
+    silver's newest (its worst source), or `missing` with why it cannot be told."""
+    code = lifecycle.view_code(view, version)
+    read = streams.read_through(settings, view, version)
     if read is None:
-        name = streams.query_name(r.view_name, r.version)
+        name = streams.query_name(view, version)
         return {"missing": f"{name} is not running in the view host (regauge streams list)"}
     read = {path.rstrip("/"): v for path, v in read.items()}
     behind = []
-    for source in cand.sources:
+    for source in code.sources:
         path = registry.source_tables(source).silver.path(settings).rstrip("/")
         if path not in read:
-            return {"missing": f"{r.view_name} v{r.version} has not reported reading {path} yet"}
+            return {"missing": f"{view} v{version} has not reported reading {path} yet"}
         behind.append(max(0, silver_newest(settings, source) - read[path]))
     return {"lag_versions": max(behind)}
 
@@ -189,7 +210,8 @@ SELECT (SELECT passed FROM runs ORDER BY finished_at DESC LIMIT 1),
 """
 
 
-def _integrity(settings: Settings, since: datetime) -> dict[str, object]:
+def integrity(settings: Settings, since: datetime) -> dict[str, object]:
+    """The latest audit's verdict and time, and how many audits failed since `since`."""
     passed, at, failed = trino_client.query(settings, integrity_sql(since)).rows[0]
     if passed is None:
         return {"missing": "no audit on record: run `regauge audit` (or regauge_audit) first"}
@@ -240,8 +262,8 @@ def measure(settings: Settings, r: Rollout) -> Figures:
     missing: dict[str, str] = {}
     parts: dict[str, Callable[[], dict[str, object]]] = {
         "agreement": lambda: _agreement(settings, r, built),
-        "freshness": lambda: _freshness(settings, r),
-        "integrity": lambda: _integrity(settings, since),
+        "freshness": lambda: lag(settings, r.view_name, r.version),
+        "integrity": lambda: integrity(settings, since),
         "serving": lambda: _serving(settings, r, since),
     }
     for gate, part in parts.items():

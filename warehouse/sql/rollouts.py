@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 
+from warehouse.base import page
 from warehouse.base.autorollout import Plan, Thresholds
 from warehouse.base.settings import Settings
 from warehouse.sql import versions
@@ -172,7 +173,7 @@ def judged(settings: Settings, r: Rollout, figures: Mapping[str, Any], verdict: 
             r.view_name,
             r.version,
             "judged",
-            f"at {r.percent} %: {verdict}; figures {json.dumps(figures, default=str)}",
+            page.judged_detail(r.percent, verdict, figures),
         )
 
 

@@ -4,7 +4,9 @@ The story: shop traffic lands exactly once in bronze and silver, and the same
 customers' browsing, a second source, in its own tables; revenue_hourly
 v1 is built and serves everyone; v2 (net of cancellations) is reprocessed from
 all history through Airflow while events keep flowing, validated, rolled out
-to 10 %, 50 % and 100 % of analysts, and v1 is retired. A subscriber follows
+to 10 % of analysts by hand, then to 50 % and 100 % by itself while four gates
+hold, and v1 is retired. A deliberately wrong v3 is built and rolled out by
+itself, and its agreement gate sends everyone back to v2. A subscriber follows
 one analyst's view from Kafka throughout, and moves with them. Then the producer
 moves to `order_placed` schema_version 2 before the lake's contract knows it: the
 orders wait in quarantine until `regauge sources deploy shop 2` and
@@ -232,10 +234,17 @@ def run(settings: Settings, events: int) -> int:
         airflow.run("regauge_reprocess", {"view": VIEW, "version": 2})
         print(f"  {_describe(settings, 2)}")
         hour = _busiest_hour(settings)
-        for percent in (10, 50, 100):
-            _step(f"Airflow: regauge_rollout {VIEW} v2 to {percent} % of analysts")
-            airflow.run("regauge_rollout", {"view": VIEW, "version": 2, "percent": percent})
-            _who_sees_what(settings, hour)
+        _step(f"Airflow: regauge_rollout {VIEW} v2 to 10 % of analysts, by hand")
+        airflow.run("regauge_rollout", {"view": VIEW, "version": 2, "percent": 10})
+        _who_sees_what(settings, hour)
+        _audit_for_the_gates()
+        _step(
+            f"Airflow: regauge_autorollout {VIEW} v2: 50 %, then 100 %, each step held "
+            f"{HOLD_S} s, then judged by four gates (agreement, freshness, integrity, serving)"
+        )
+        airflow.run("regauge_autorollout", {**AUTOROLLOUT, "version": 2})
+        rolled = _judged(settings, 2) == "completed"
+        _who_sees_what(settings, hour)
     finally:
         stop.set()
         flowing.join(60)
@@ -254,6 +263,8 @@ def run(settings: Settings, events: int) -> int:
     _step(f"the subscriber for {ANALYSTS[1]}, moved to v2 at 50 %: its copy against Trino")
     followed = follower.check()
     follower.stop.set()
+
+    caught = _faulty_v3_rolled_back(settings, airflow, hour)
 
     _step("asking Trino: every bronze record accounted for, per Kafka partition")
     print(trino_client.format_table(_settled_accounting(settings)))
@@ -325,11 +336,106 @@ def run(settings: Settings, events: int) -> int:
         answer = trino_client.query(settings, examples[title], user=ANALYSTS[0])
         print(trino_client.format_table(answer))
     print(
+        f"\nthe rollout page: {settings.airflow_url}/regauge/ (Airflow's UI, Browse > regauge "
+        f"rollouts; user admin, password in {services.Airflow(settings).passwords_file})"
+    )
+    print(
         "\nstill running: ingest, and the live streams of revenue_hourly v2 and visits v1 "
         "(`regauge streams list`), "
         "and the stack (`make status`); `make down` stops everything"
     )
-    return 0 if ok and web_exact and followed and forgotten and evolved and joined else 1
+    return (
+        0
+        if ok and web_exact and followed and rolled and caught and forgotten and evolved and joined
+        else 1
+    )
+
+
+# The automatic rollouts' plan: short holds, so that the story keeps moving.
+HOLD_S = 20
+AUTOROLLOUT = {"view": VIEW, "steps": [50, 100], "hold_s": HOLD_S}
+# Orders produced after the faulty v3 is built: the ones it counts twice.
+FAULTY_ORDERS = 300
+
+
+def _audit_for_the_gates() -> None:
+    """The integrity gate reads the latest audit: run its quickest check (every
+    analyst's route, in Trino against the registry) rather than wait for the hourly one."""
+    import subprocess
+    import sys
+
+    _step("regauge audit --checks routing: the integrity gate reads the latest audit")
+    argv = [sys.executable, "-m", "warehouse.cli", "audit", "--checks", "routing"]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    print("\n".join(f"  {line}" for line in done.stdout.strip().splitlines()[-3:]))
+
+
+def _judged(settings: Settings, version: int) -> str:
+    """Print the newest rollout of `version` and its judged steps; return how it ended."""
+    from warehouse.base import page
+    from warehouse.sql import rollouts
+
+    (r, *_) = rollouts.history(settings, VIEW, 1)
+    for e in versions.events(settings, VIEW, 40):
+        if e["version"] != version or e["at"] < r.started_at or e["action"] != "judged":
+            continue
+        judged = page.parse_judged(e["at"].isoformat(), e["detail"])
+        if judged is not None:
+            f = judged.figures
+            print(
+                f"  at {judged.percent:>3} %: {'all gates held' if judged.held else 'FAILED'}: "
+                f"{f.get('keys_compared')} final windows compared, "
+                f"{f.get('keys_unexplained')} differing unexplained; "
+                f"{f.get('lag_versions')} silver versions behind; audit passed "
+                f"{f.get('audit_passed')}; {f.get('failed_queries')} of {f.get('queries')} "
+                "analysts' queries failed"
+            )
+    print(f"  {r.view_name} v{r.version}: rollout {r.state.replace('_', ' ')}: {r.why}")
+    return r.state if r.version == version else "not found"
+
+
+def _faulty_v3_rolled_back(
+    settings: Settings, airflow: airflow_client.Client, hour: datetime | None
+) -> bool:
+    """A deliberately wrong v3 (spark_jobs/testing/faulty_view.py): equal to v2 on all
+    history when built, so its own validation passes; orders after that count twice.
+    Its automatic rollout must be rolled back by the agreement gate, by itself."""
+    from spark_jobs.testing import faulty_view
+    from warehouse.ops import autorollout
+
+    cut = datetime.now(UTC)
+    with faulty_view.added(cut):
+        _step(
+            f"a faulty {VIEW} v3 ({faulty_view.VIEW_FILE.name}, added for this part of the "
+            f"demo): orders reaching Kafka after {cut:%H:%M:%S} count twice. "
+            "Airflow: regauge_reprocess v3"
+        )
+        airflow.run("regauge_reprocess", {"view": VIEW, "version": 3})
+        print(f"  {_describe(settings, 3)}")
+        seed = int(time.time()) + 1
+        _step(f"producing {FAULTY_ORDERS} more records, which v3 gets wrong")
+        run = pipeline.produce(settings, seed=seed, count=FAULTY_ORDERS, chaos=True)
+        _wait_for_silver(settings, seed, len(run.expected().silver))
+        # Both streams fold the new orders in (late ones restated by both): a
+        # difference then left is a wrong number, not one stream being behind.
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and any(
+            autorollout.lag(settings, VIEW, v).get("lag_versions") != 0 for v in (2, 3)
+        ):
+            time.sleep(3)
+        _step(f"Airflow: regauge_autorollout {VIEW} v3 to 100 %, held {HOLD_S} s")
+        run_id = airflow.trigger(
+            "regauge_autorollout", {**AUTOROLLOUT, "version": 3, "steps": [100]}
+        )
+        state = airflow.wait("regauge_autorollout", run_id)
+        print(f"  the Airflow run {state} (a rollback fails its run, so that it is seen)")
+        rolled_back = _judged(settings, 3) == "rolled_back"
+        _who_sees_what(settings, hour)
+        _step(f"Airflow: regauge_retire {VIEW} v3")
+        airflow.run("regauge_retire", {"view": VIEW, "version": 3})
+    back = {v.version: (v.status, v.rollout_percent) for v in versions.versions(settings, VIEW)}
+    print(f"  {', '.join(f'v{n}: {st} {pct} %' for n, (st, pct) in sorted(back.items()))}")
+    return rolled_back and back.get(2) == ("serving", 100) and state == "failed"
 
 
 # Orders the producer sends as schema_version 2: few, so the story stays readable.

@@ -110,6 +110,8 @@ class Airflow(Service):
             **{k: v for k, v in os.environ.items() if k.startswith("AIRFLOW_")},
             "AIRFLOW_HOME": str(self.home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+            # The rollout page (issue 69): Browse > regauge rollouts, served at /regauge/.
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "dags" / "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "4",
@@ -247,4 +249,7 @@ class Airflow(Service):
             return None
 
     def note(self) -> str:
-        return f"UI {self.settings.airflow_url} — user admin, password in {self.passwords_file}"
+        return (
+            f"UI {self.settings.airflow_url} — user admin, password in {self.passwords_file}; "
+            f"the rollout page {self.settings.airflow_url}/regauge/ (Browse > regauge rollouts)"
+        )
