@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -274,13 +274,15 @@ def test_reprocess_roll_out_and_retire_while_events_flow(
     pinned = next(u for u in USERS if versions.cohort(u) >= 10)
     subscriber = Subscription(VIEW, pinned, tmp_path / "subscriber.log")
     try:
-        _reprocess_roll_out_and_retire(settings, spark, airflow, flowing, pinned)
+        _reprocess_roll_out_and_retire(settings, spark, airflow, flowing, pinned, subscriber)
         # Late events, moves to v2 and back, and a kill -9 of the host: the
         # subscriber's copy is what the serving view shows the user.
         subscriber.wait_equal(subscribed_rows, served_rows(settings, pinned))
-        # Pinned to v2 and back; then the rollouts by themselves (issue 69): at 50 %, one
-        # rolled back and one completed, the second's 100 %; 0 % by hand, 100 % again.
-        by_itself = [2, 1, 2] if versions.cohort(pinned) < 50 else [2]
+        # Pinned to v2 and back; then the rollouts by themselves (issue 69), the
+        # completed one's 100 %; 0 % by hand, 100 % again.
+        # At 50 % too: a rollout rolled back, three stopped there (each then put back
+        # to 0 %), and one completed.
+        by_itself = [2, 1] * 4 + [2] if versions.cohort(pinned) < 50 else [2]
         assert subscriber.resets == [1, 2, 1, *by_itself, 1, 2]
         # Its metrics count what it printed (equal once no change is in between),
         # name the version followed, and time publishing to applying.
@@ -318,6 +320,7 @@ def _reprocess_roll_out_and_retire(
     airflow: airflow_client.Client,
     flowing: Any,
     pinned: str,
+    subscriber: Subscription,
 ) -> None:
 
     run_id = airflow.run("regauge_reprocess", {"view": VIEW, "version": 2, "source": "bronze"})
@@ -375,7 +378,7 @@ def _reprocess_roll_out_and_retire(
     airflow.run("regauge_rollout", {"view": VIEW, "version": 2, "percent": 0, "unpin_user": pinned})
     assert set(assert_routing(settings, USERS).values()) == {1}
 
-    _roll_out_by_itself(settings, spark, airflow)
+    _roll_out_by_itself(settings, spark, airflow, lambda: follows(settings, subscriber, pinned))
     # Back to 0 % by hand, from the current version (a swap), ...
     airflow.run("regauge_rollout", {"view": VIEW, "version": 2, "percent": 0})
     assert set(assert_routing(settings, USERS).values()) == {1}
@@ -459,10 +462,14 @@ def _reprocess_roll_out_and_retire(
 
 
 def _roll_out_by_itself(
-    settings: Settings, spark: SparkSession, airflow: airflow_client.Client
+    settings: Settings,
+    spark: SparkSession,
+    airflow: airflow_client.Client,
+    followed: Callable[[], bool],
 ) -> None:
-    """Issue 69, through regauge_autorollout: a rollout the serving gate rolls back, then
-    one that completes, with a user pinned to the current version never moved."""
+    """Issue 69, through regauge_autorollout: a rollout the serving gate rolls back,
+    three stopped, then one that completes, with a user pinned to the current version
+    never moved. `followed`: whether the subscriber follows its user's route now."""
     # The integrity gate reads the audit's own record: one run of its routing check.
     assert audit.run(settings, spark, checks=["routing"]).passed
     stay = next(u for u in USERS if versions.cohort(u) < 50)
@@ -490,6 +497,7 @@ def _roll_out_by_itself(
     assert set(assert_routing(settings, USERS).values()) == {1}
     # Its retry (Airflow's, or a person's rerun of the run) reports the end, moves nobody.
     assert autorollout.run(settings, ended.plan, "engineer.x", run_id) == ended
+    _stopped_where_it_is(settings, airflow, followed)
 
     # All gates holding: 50 %, then 100 %, and every decision on record.
     run_id = airflow.run(
@@ -513,6 +521,78 @@ def _roll_out_by_itself(
         assert f["lag_versions"] is not None and f["audit_passed"] is True, f
         assert f["missing"] == {}, f
     lifecycle.rollout(settings, VIEW, 1, 0, unpin=stay)
+
+
+def follows(settings: Settings, subscriber: Subscription, user: str) -> bool:
+    """Whether the subscriber's newest reset is to the version `user` is routed to now."""
+    route = versions.route(versions.versions(settings, VIEW), versions.pins(settings, VIEW), user)
+    return bool(subscriber.resets) and subscriber.resets[-1] == route
+
+
+def _stopped_where_it_is(
+    settings: Settings, airflow: airflow_client.Client, followed: Callable[[], bool]
+) -> None:
+    """Issue 69's stop, three ways, each while a step holds (v2 moved to 50 %): a
+    person's `regauge autorollout stop`; the Airflow run marked failed, whose task then
+    gets SIGTERM; and a driver killed with -9, which holds nothing, so that a stop
+    then ends its rollout at once. Each time the routing stays where the rollout had
+    moved it, and the rollout's row says who stopped it."""
+    cli = [sys.executable, "-m", "warehouse.cli"]
+    start = [*cli, "autorollout", VIEW, "2", "--steps", "50,100", "--hold", "600"]
+    assert wait_until(followed, 60)
+
+    def at_first_step() -> bool:
+        return getattr(rollouts.running(settings, VIEW), "step", -1) == 0
+
+    def stopped(why: str) -> None:
+        (ended, *_) = rollouts.history(settings, VIEW)
+        assert (ended.state, ended.step) == ("stopped", 0), ended
+        assert why in ended.why, ended.why
+        v2 = versions.get(settings, VIEW, 2)
+        assert (v2.status, v2.rollout_percent) == ("ready", 50), "it stays where it is"
+        lifecycle.rollout(settings, VIEW, 2, 0)
+        # The subscriber sees every move (its resets are counted): wait for it, each way.
+        assert wait_until(followed, 60)
+
+    driver = subprocess.Popen([*start, "--by", "engineer.x"], stdout=subprocess.DEVNULL)
+    try:
+        assert wait_until(at_first_step, 60) and wait_until(followed, 60)
+        asked = subprocess.run(
+            [*cli, "autorollout", "stop", VIEW, "--by", "engineer.stopper"],
+            capture_output=True,
+            text=True,
+        )
+        assert "stop asked at 50 %" in asked.stdout, asked.stdout + asked.stderr
+        assert driver.wait(30) == 1  # ended, not completed
+    finally:
+        driver.kill()
+    stopped("stopped by engineer.stopper at 50 %; nobody moved")
+
+    run_id = airflow.trigger(
+        "regauge_autorollout", {"view": VIEW, "version": 2, "steps": [50, 100], "hold_s": 600}
+    )
+    assert wait_until(at_first_step, 120) and wait_until(followed, 60)
+    airflow.mark_failed("regauge_autorollout", run_id)
+    assert wait_until(lambda: rollouts.running(settings, VIEW) is None, 60)
+    stopped("its driver was told to stop (SIGTERM")
+    assert airflow.state("regauge_autorollout", run_id) == "failed"
+
+    driver = subprocess.Popen([*start, "--by", "engineer.x"], stdout=subprocess.DEVNULL)
+    try:
+        assert wait_until(at_first_step, 60) and wait_until(followed, 60)
+    finally:
+        driver.kill()  # SIGKILL: no handler runs, the row stays running
+    driver.wait(30)
+    assert getattr(rollouts.running(settings, VIEW), "step", None) == 0
+    # Its PostgreSQL session, and with it the view's driving lock, died with it.
+    assert wait_until(lambda: not rollouts.driven(settings, VIEW), 30)
+    asked = subprocess.run(
+        [*cli, "autorollout", "stop", VIEW, "--by", "engineer.stopper"],
+        capture_output=True,
+        text=True,
+    )
+    assert "no driver was running" in asked.stdout, asked.stdout + asked.stderr
+    stopped("stopped by engineer.stopper at 50 %, with no driver running")
 
 
 def _the_page_shows_the_rollout_as_the_registry_has_it(

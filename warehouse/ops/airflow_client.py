@@ -137,6 +137,17 @@ class Client:
         resp = self.session.delete(f"{self.base}/api/v2/dags/{dag_id}/dagRuns/{run_id}", timeout=30)
         self._check(resp)
 
+    def mark_failed(self, dag_id: str, run_id: str) -> None:
+        """Mark a run failed, as a person does in the UI: Airflow fails its running
+        tasks and sends their processes SIGTERM."""
+        resp = self.session.patch(
+            f"{self.base}/api/v2/dags/{dag_id}/dagRuns/{run_id}",
+            json={"state": "failed"},
+            timeout=30,
+        )
+        self._check(resp)
+        log.info("marked %s run %s failed", dag_id, run_id)
+
     def runs(self, dag_id: str) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self._get(f"/dags/{dag_id}/dagRuns", limit=100)["dag_runs"]
         return found

@@ -128,13 +128,10 @@ def _analyst(rows: list[versions.Version], pins: dict[str, int], user: str) -> A
     cohort = versions.cohort(user)
     if candidate is None:
         return Analyst(user, seen, "cohort", f"cohort {cohort}: one live version")
-    side = "<" if cohort < candidate.rollout_percent else "≥"
-    return Analyst(
-        user,
-        seen,
-        "cohort",
-        f"cohort {cohort} {side} {candidate.rollout_percent} % on v{candidate.version}",
-    )
+    share = candidate.rollout_percent
+    if cohort < share:
+        return Analyst(user, seen, "cohort", f"cohort {cohort} < {share} %: the candidate")
+    return Analyst(user, seen, "cohort", f"cohort {cohort} ≥ {share} %: the current version")
 
 
 def _lag(settings: Settings, problems: list[str], v: versions.Version) -> dict[str, Any]:

@@ -76,10 +76,13 @@ def _wait_for_silver(
 def _who_sees_what(settings: Settings, hour: datetime | None) -> None:
     """Each analyst's view of the same hour through lakehouse.serving.revenue_hourly."""
     print(f"  {'analyst':<15} {'cohort':>6}  sees  EUR in the hour from {hour or '-'}")
+    # The serving view has v1's `revenue` column only while v1 is live.
+    live = {v.version for v in versions.versions(settings, VIEW) if v.live}
+    amount = "coalesce(revenue, net_revenue)" if 1 in live else "net_revenue"
     for user in ANALYSTS:
         found = trino_client.query(
             settings,
-            f"SELECT view_version, coalesce(revenue, net_revenue) FROM {serving.trino_name(VIEW)} "
+            f"SELECT view_version, {amount} FROM {serving.trino_name(VIEW)} "
             "WHERE currency = 'EUR' AND window_start = ?",
             [hour],
             user=user,

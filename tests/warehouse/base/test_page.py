@@ -63,7 +63,7 @@ def sample() -> Page:
             VersionRow(2, "ready", 0, 1, None, "not running in the view host", "silver@40", "-"),
         ],
         analysts=[
-            Analyst("analyst.alice", 1, "cohort", "cohort 62 ≥ 0 % on v2"),
+            Analyst("analyst.alice", 1, "cohort", "cohort 62 ≥ 0 %: the current version"),
             Analyst("analyst.bob", 2, "pin", "pinned to v2"),
         ],
         rollouts=[rolled_back],
