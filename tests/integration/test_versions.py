@@ -280,9 +280,9 @@ def test_reprocess_roll_out_and_retire_while_events_flow(
         subscriber.wait_equal(subscribed_rows, served_rows(settings, pinned))
         # Pinned to v2 and back; then the rollouts by themselves (issue 69), the
         # completed one's 100 %; 0 % by hand, 100 % again.
-        # At 50 % too: a rollout rolled back, three stopped there (each then put back
-        # to 0 %), and one completed.
-        by_itself = [2, 1] * 4 + [2] if versions.cohort(pinned) < 50 else [2]
+        # At 50 % too: a rollout the serving gate rolled back, three stopped there (each
+        # then put back to 0 %), one freshness rolled back, and one completed.
+        by_itself = [2, 1] * 5 + [2] if versions.cohort(pinned) < 50 else [2]
         assert subscriber.resets == [1, 2, 1, *by_itself, 1, 2]
         # Its metrics count what it printed (equal once no change is in between),
         # name the version followed, and time publishing to applying.
@@ -468,8 +468,9 @@ def _roll_out_by_itself(
     followed: Callable[[], bool],
 ) -> None:
     """Issue 69, through regauge_autorollout: a rollout the serving gate rolls back,
-    three stopped, then one that completes, with a user pinned to the current version
-    never moved. `followed`: whether the subscriber follows its user's route now."""
+    three stopped, one the freshness gate rolls back, then one that completes, with a
+    user pinned to the current version never moved. `followed`: whether the subscriber
+    follows its user's route now."""
     # The integrity gate reads the audit's own record: one run of its routing check.
     assert audit.run(settings, spark, checks=["routing"]).passed
     stay = next(u for u in USERS if versions.cohort(u) < 50)
@@ -498,6 +499,7 @@ def _roll_out_by_itself(
     # Its retry (Airflow's, or a person's rerun of the run) reports the end, moves nobody.
     assert autorollout.run(settings, ended.plan, "engineer.x", run_id) == ended
     _stopped_where_it_is(settings, airflow, followed)
+    _a_stopped_stream_rolled_back(settings, followed)
 
     # All gates holding: 50 %, then 100 %, and every decision on record.
     run_id = airflow.run(
@@ -527,6 +529,27 @@ def follows(settings: Settings, subscriber: Subscription, user: str) -> bool:
     """Whether the subscriber's newest reset is to the version `user` is routed to now."""
     route = versions.route(versions.versions(settings, VIEW), versions.pins(settings, VIEW), user)
     return bool(subscriber.resets) and subscriber.resets[-1] == route
+
+
+def _a_stopped_stream_rolled_back(settings: Settings, followed: Callable[[], bool]) -> None:
+    """Freshness on a real fault: v2's stream stopped while ingest goes on, as a crash
+    nothing restarts would leave it. The host no longer reports what it has read, so
+    its lag cannot be told, the gate fails, and the rollout goes back by itself (driven
+    here in this process: it is Python, PostgreSQL and Trino, no Spark)."""
+    from warehouse.base import autorollout as rules
+
+    streams.stop(settings, VIEW, 2)
+    try:
+        # Held 6 s: longer than the subscriber's route polls, so it sees 50 % and back.
+        ended = autorollout.run(settings, rules.plan(VIEW, 2, [50, 100], 6.0), "engineer.x")
+    finally:
+        streams.start(settings, VIEW, 2)
+    assert ended.state == "rolled_back", ended
+    assert ended.why.startswith("at 50 %: freshness failed: "), ended.why
+    assert f"{streams.query_name(VIEW, 2)} is not running in the view host" in ended.why
+    v2 = versions.get(settings, VIEW, 2)
+    assert (v2.status, v2.rollout_percent) == ("ready", 0)
+    assert wait_until(followed, 60)
 
 
 def _stopped_where_it_is(
