@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from trino.exceptions import TrinoUserError
 
+from spark_jobs import views
 from spark_jobs.engine import gold_writes, lake, marks, runner
+from spark_jobs.testing import faulty_view
 from spark_jobs.testing.landing import fresh_seed
 from spark_jobs.views import revenue_hourly_v2
 from tests.integration.subscription import Subscription
@@ -283,7 +285,8 @@ def test_reprocess_roll_out_and_retire_while_events_flow(
         # At 50 % too: a rollout the serving gate rolled back, three stopped there (each
         # then put back to 0 %), one freshness rolled back, and one completed.
         by_itself = [2, 1] * 5 + [2] if versions.cohort(pinned) < 50 else [2]
-        assert subscriber.resets == [1, 2, 1, *by_itself, 1, 2]
+        # Last, the wrong v3 at 100 % and back: v3's change topic, then v2's again.
+        assert subscriber.resets == [1, 2, 1, *by_itself, 1, 2, 3, 2]
         # Its metrics count what it printed (equal once no change is in between),
         # name the version followed, and time publishing to applying.
         assert wait_until(lambda: subscriber.counted() == subscriber.printed(), 60), (
@@ -460,6 +463,8 @@ def _reprocess_roll_out_and_retire(
         (r[0], r[1], 2, r[2], r[3], r[4]) for r in newest
     ]
 
+    _wrong_numbers_rolled_back(settings, spark, airflow)
+
 
 def _roll_out_by_itself(
     settings: Settings,
@@ -499,7 +504,7 @@ def _roll_out_by_itself(
     # Its retry (Airflow's, or a person's rerun of the run) reports the end, moves nobody.
     assert autorollout.run(settings, ended.plan, "engineer.x", run_id) == ended
     _stopped_where_it_is(settings, airflow, followed)
-    _a_stopped_stream_rolled_back(settings, followed)
+    _a_stopped_stream_rolled_back(settings, airflow, followed)
 
     # All gates holding: 50 %, then 100 %, and every decision on record.
     run_id = airflow.run(
@@ -525,25 +530,77 @@ def _roll_out_by_itself(
     lifecycle.rollout(settings, VIEW, 1, 0, unpin=stay)
 
 
+def _wrong_numbers_rolled_back(
+    settings: Settings, spark: SparkSession, airflow: airflow_client.Client
+) -> None:
+    """Issue 69's agreement gate on a real fault: a v3 that equals v2 on all it has
+    seen when built (so its own validation passes), and counts orders that reach Kafka
+    after that twice (`spark_jobs/testing/faulty_view.py`). Once both streams have
+    folded the new orders in, each as a late event restated by both, the differences
+    are wrong numbers no restatement explains: the rollout goes back by itself.
+    (Stop 83 ran it, commit b06c6ab, and took it out for the suite's time; `make demo`
+    runs the same fault.)"""
+    from warehouse.base import autorollout as rules
+
+    with faulty_view.added(datetime.now(UTC)):
+        airflow.run("regauge_reprocess", {"view": VIEW, "version": 3})
+        v3 = versions.get(settings, VIEW, 3)
+        assert (v3.status, (v3.validation or {}).get("passed")) == ("ready", True)
+        pipeline.produce(settings, seed=fresh_seed(), count=150, chaos=True)
+        wait_caught_up(spark, settings, revenue_hourly_v2.VIEW)
+        wait_caught_up(spark, settings, views.get(VIEW, 3))
+        # Driven in this process (Python, PostgreSQL and Trino): the DAG's path is
+        # the serving gate's and the completed rollout's above. Held 10 s: a stream
+        # appends a batch's restatements after its gold commit, which is what
+        # wait_caught_up sees; judged before v3's landed, every difference would
+        # still be pending, explained, and the rollout would complete (one run judged
+        # at once failed here, most likely so).
+        ended = autorollout.run(settings, rules.plan(VIEW, 3, [100], 10.0), "engineer.x")
+        assert ended.state == "rolled_back", ended
+        assert ended.why.startswith("at 100 %: agreement failed: "), ended.why
+        judged = [
+            e["detail"] for e in versions.events(settings, VIEW, 10) if e["action"] == "judged"
+        ]
+        figures = json.loads(judged[-1].split("; figures ", 1)[1])
+        assert figures["keys_unexplained"] > 0 and figures["unexplained_examples"], figures
+        # Everyone back on v2, which still serves.
+        assert set(assert_routing(settings, USERS).values()) == {2}
+        assert versions.get(settings, VIEW, 2).rollout_percent == 100
+        for line in lifecycle.retire(settings, VIEW, 3):
+            print(line)
+    assert versions.get(settings, VIEW, 3).status == "retired"
+    assert streams.pid(settings, VIEW, 3) is None
+
+
 def follows(settings: Settings, subscriber: Subscription, user: str) -> bool:
     """Whether the subscriber's newest reset is to the version `user` is routed to now."""
     route = versions.route(versions.versions(settings, VIEW), versions.pins(settings, VIEW), user)
     return bool(subscriber.resets) and subscriber.resets[-1] == route
 
 
-def _a_stopped_stream_rolled_back(settings: Settings, followed: Callable[[], bool]) -> None:
+def _a_stopped_stream_rolled_back(
+    settings: Settings, airflow: airflow_client.Client, followed: Callable[[], bool]
+) -> None:
     """Freshness on a real fault: v2's stream stopped while ingest goes on, as a crash
-    nothing restarts would leave it. The host no longer reports what it has read, so
+    would leave it until the watchdog's next run. The host no longer reports what it has read, so
     its lag cannot be told, the gate fails, and the rollout goes back by itself (driven
     here in this process: it is Python, PostgreSQL and Trino, no Spark)."""
     from warehouse.base import autorollout as rules
 
-    streams.stop(settings, VIEW, 2)
+    # The watchdog starts a live version's stream that is not running (a run of it
+    # did, in the middle of a step, once): paused, with no run of it under way.
+    airflow.pause("regauge_watchdog", True)
     try:
-        # Held 6 s: longer than the subscriber's route polls, so it sees 50 % and back.
-        ended = autorollout.run(settings, rules.plan(VIEW, 2, [50, 100], 6.0), "engineer.x")
+        assert wait_until(lambda: not airflow.active_runs("regauge_watchdog"), 120)
+        streams.stop(settings, VIEW, 2)
+        try:
+            # Held 6 s: longer than the subscriber's route polls; it sees 50 % and back.
+            plan = rules.plan(VIEW, 2, [50, 100], 6.0)
+            ended = autorollout.run(settings, plan, "engineer.x")
+        finally:
+            streams.start(settings, VIEW, 2)
     finally:
-        streams.start(settings, VIEW, 2)
+        airflow.pause("regauge_watchdog", False)
     assert ended.state == "rolled_back", ended
     assert ended.why.startswith("at 50 %: freshness failed: "), ended.why
     assert f"{streams.query_name(VIEW, 2)} is not running in the view host" in ended.why
