@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import requests
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from trino.exceptions import TrinoUserError
@@ -283,8 +284,9 @@ def test_reprocess_roll_out_and_retire_while_events_flow(
         # Pinned to v2 and back; then the rollouts by themselves (issue 69), the
         # completed one's 100 %; 0 % by hand, 100 % again.
         # At 50 % too: a rollout the serving gate rolled back, three stopped there (each
-        # then put back to 0 %), one freshness rolled back, and one completed.
-        by_itself = [2, 1] * 5 + [2] if versions.cohort(pinned) < 50 else [2]
+        # then put back to 0 %), one freshness and one integrity rolled back, and one
+        # completed.
+        by_itself = [2, 1] * 6 + [2] if versions.cohort(pinned) < 50 else [2]
         # Last, the wrong v3 at 100 % and back: v3's change topic, then v2's again.
         assert subscriber.resets == [1, 2, 1, *by_itself, 1, 2, 3, 2]
         # Its metrics count what it printed (equal once no change is in between),
@@ -473,7 +475,8 @@ def _roll_out_by_itself(
     followed: Callable[[], bool],
 ) -> None:
     """Issue 69, through regauge_autorollout: a rollout the serving gate rolls back,
-    three stopped, one the freshness gate rolls back, then one that completes, with a
+    three stopped, one the freshness and one the integrity gate rolls back, then one
+    that completes, with a
     user pinned to the current version never moved. `followed`: whether the subscriber
     follows its user's route now."""
     # The integrity gate reads the audit's own record: one run of its routing check.
@@ -505,6 +508,7 @@ def _roll_out_by_itself(
     assert autorollout.run(settings, ended.plan, "engineer.x", run_id) == ended
     _stopped_where_it_is(settings, airflow, followed)
     _a_stopped_stream_rolled_back(settings, airflow, followed)
+    _a_tampered_event_rolled_back(settings, spark, followed)
 
     # All gates holding: 50 %, then 100 %, and every decision on record.
     run_id = airflow.run(
@@ -607,6 +611,71 @@ def _a_stopped_stream_rolled_back(
     v2 = versions.get(settings, VIEW, 2)
     assert (v2.status, v2.rollout_percent) == ("ready", 0)
     assert wait_until(followed, 60)
+    # Started again, the stream reports what it has read only with its first batch's
+    # progress; a rollout judged before that fails its freshness gate (CI's run of
+    # a6ca708 did, on a slow machine, in the rollout that completes below).
+    assert wait_until(lambda: "lag_versions" in autorollout.lag(settings, VIEW, 2), 180)
+
+
+def _a_tampered_event_rolled_back(
+    settings: Settings, spark: SparkSession, followed: Callable[[], bool]
+) -> None:
+    """Integrity on a real fault: while a step holds, someone adds 1000 to an accepted
+    order's total in silver by hand, and the audit's content check names it (as
+    `test_audit.py`'s `test_silver_and_ledger_content_changed_by_hand_are_named`
+    does with no stream running). An audit failed during the step: the rollout goes
+    back by itself. Undone the way it was done (the views read silver's change
+    feed, so both versions restate that order twice), and an audit that passes put
+    on record for the rollouts after it.
+
+    The check looks once: the whole audit would look three times 10 s apart, for
+    ingest's batches in flight, which a change made by hand outlasts anyway."""
+    from spark_jobs.engine import audit as spark_audit
+    from warehouse.base import autorollout as rules
+
+    silver = registry.SILVER_EVENTS.path(settings)
+    table = DeltaTable.forPath(spark, silver)
+    (target,) = (
+        table.toDF().where("event_type = 'order_placed'").orderBy("event_id").limit(1).collect()
+    )
+    where = f"event_id = '{target.event_id}'"
+
+    def change(by: str) -> None:
+        # Ingest merges into silver meanwhile: each retries the other's conflict.
+        lake.retry_on_conflict(
+            lambda: DeltaTable.forPath(spark, silver).update(where, {"total": f"total {by}"}),
+            "the test's hand edit of silver",
+        )
+
+    audited: list[audit.Run] = []
+
+    def hold(seconds: float) -> None:
+        # The rollout's first sleep in its step: the step has begun (step_at is set).
+        if not audited:
+            change("+ 1000")
+            try:
+                found = spark_audit.check_silver_content(spark, settings, attempts=1)
+                audited.append(
+                    audit.record(settings, spark, audit.Run(findings=found), ["bronze_silver"])
+                )
+            finally:
+                change("- 1000")
+        time.sleep(seconds)
+
+    ended = autorollout.run(settings, rules.plan(VIEW, 2, [50, 100], 2.0), "engineer.x", sleep=hold)
+    (run,) = audited
+    # (A batch of ingest between its commits may differ for a moment too: one look.)
+    differing = {f.subject: f for f in run.findings if not f.passed}
+    assert {"event_id": target.event_id, "columns": ["total"]} in differing[
+        "silver content"
+    ].detail["keys"], differing
+    assert ended.state == "rolled_back", ended
+    assert ended.why.startswith("at 50 %: integrity failed: "), ended.why
+    assert "FAILED; 1 audit runs failed while the step held" in ended.why, ended.why
+    v2 = versions.get(settings, VIEW, 2)
+    assert (v2.status, v2.rollout_percent) == ("ready", 0)
+    assert wait_until(followed, 60)
+    assert audit.run(settings, spark, checks=["routing"]).passed
 
 
 def _stopped_where_it_is(

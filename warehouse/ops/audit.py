@@ -409,9 +409,16 @@ def run(
     if "silver_gold" in wanted:
         live = [(v.view_name, v.version) for v in versions.versions(settings) if v.live]
         result.findings += spark_audit.check_silver_gold(spark, settings, live, sample)
+    return record(settings, spark, result, sorted(wanted))
+
+
+def record(settings: Settings, spark: SparkSession, result: Run, checks: list[str]) -> Run:
+    """Put a run on record: its findings in `gold.audit_runs` (what an automatic
+    rollout's integrity gate reads), published to Trino, and its verdict for the
+    metrics and `regauge status`."""
     spark_audit.record(spark, settings, result)
     catalog.publish(spark_audit.AUDIT_RUNS, settings)
-    remember(settings, result, sorted(wanted))
+    remember(settings, result, checks)
     return result
 
 
