@@ -8,6 +8,7 @@ Trino, while ingest keeps taking new events (docs/contract.md §4-§5).
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import ipaddress
 import itertools
 import json
@@ -476,7 +477,7 @@ def _roll_out_by_itself(
 ) -> None:
     """Issue 69, through regauge_autorollout: a rollout the serving gate rolls back,
     three stopped, one the freshness and one the integrity gate rolls back, then one
-    that completes, with a
+    that completes although Airflow's scheduler is killed mid-step, with a
     user pinned to the current version never moved. `followed`: whether the subscriber
     follows its user's route now."""
     # The integrity gate reads the audit's own record: one run of its routing check.
@@ -510,12 +511,19 @@ def _roll_out_by_itself(
     _a_stopped_stream_rolled_back(settings, airflow, followed)
     _a_tampered_event_rolled_back(settings, spark, followed)
 
-    # All gates holding: 50 %, then 100 %, and every decision on record.
-    run_id = airflow.run(
-        "regauge_autorollout", {"view": VIEW, "version": 2, "steps": [50, 100], "hold_s": 3}
-    )
+    # All gates holding: 50 %, then 100 %, and every decision on record; on the way,
+    # Airflow's scheduler killed with the tasks it runs, the rollout's driver among
+    # them, while the first step holds. The run's next try resumes it from its row.
+    conf = {"view": VIEW, "version": 2, "steps": [50, 100], "hold_s": 15}
+    run_id = airflow.trigger("regauge_autorollout", conf)
+    assert wait_until(lambda: getattr(rollouts.running(settings, VIEW), "step", -1) == 0, 120)
+    holding = rollouts.running(settings, VIEW)
+    assert holding is not None and holding.request_id == run_id
+    killed = _scheduler_killed_with_its_tasks(settings, SCHEDULER_DOWN_S)
+    assert any(" autorollout " in f" {cmd} " for cmd in killed), killed
+    assert airflow.wait("regauge_autorollout", run_id, 600) == "success"
     (done, *_) = rollouts.history(settings, VIEW)
-    assert (done.state, done.request_id, done.step) == ("completed", run_id, 1)
+    assert (done.id, done.state, done.request_id, done.step) == (holding.id, "completed", run_id, 1)
     assert [
         (v.version, v.status, v.rollout_percent) for v in versions.versions(settings, VIEW)
     ] == [
@@ -676,6 +684,45 @@ def _a_tampered_event_rolled_back(
     assert (v2.status, v2.rollout_percent) == ("ready", 0)
     assert wait_until(followed, 60)
     assert audit.run(settings, spark, checks=["routing"]).passed
+
+
+# Longer than Airflow's scheduler_health_check_threshold (30 s): a scheduler that
+# starts after that takes the dead one's running tasks for orphans and resets them
+# (adopt_or_reset_orphaned_tasks; the LocalExecutor cannot adopt a task). One that
+# came back sooner would leave them to the task heartbeat timeout, five minutes.
+SCHEDULER_DOWN_S = 35.0
+
+
+def _scheduler_killed_with_its_tasks(settings: Settings, down_s: float) -> list[str]:
+    """kill -9 of Airflow's scheduler and every process under it (the LocalExecutor's
+    workers and the tasks they run), kept down `down_s` (supervisord would start it
+    again at once), then started again. The killed processes' command lines."""
+    from warehouse.ops.stack.supervisor import Supervisor
+
+    supervisor = Supervisor.of_state(settings.state_dir)
+    pid = supervisor.pid("airflow-scheduler")
+    assert pid is not None, "Airflow's scheduler is not running"
+    children: dict[int, list[int]] = {}
+    for stat in process.proc_stats():
+        children.setdefault(stat.ppid, []).append(stat.pid)
+    tree: list[int] = []
+    todo = [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo.extend(children.get(tree[-1], []))
+    killed = []
+    for member in tree:
+        with contextlib.suppress(OSError):
+            cmdline = Path(f"/proc/{member}/cmdline").read_bytes()
+            os.kill(member, signal.SIGKILL)
+            killed.append(cmdline.replace(b"\0", b" ").decode())
+    supervisor.stop("airflow-scheduler")
+    # Nothing moves while it is down: the routing stays where the step put it.
+    time.sleep(down_s)
+    v2 = versions.get(settings, VIEW, 2)
+    assert (v2.status, v2.rollout_percent) == ("ready", 50)
+    supervisor.rpc().supervisor.startProcess("airflow-scheduler", False)
+    return killed
 
 
 def _stopped_where_it_is(
