@@ -38,7 +38,7 @@ from warehouse.base.registry import (
 )
 from warehouse.base.registry import SILVER_QUARANTINE as QUARANTINE
 from warehouse.base.settings import REPO_ROOT, Settings
-from warehouse.ops import airflow_client, pipeline
+from warehouse.ops import airflow_client, autorollout, pipeline
 from warehouse.ops.stack import cluster
 from warehouse.ops.stack.process import wait_until
 from warehouse.sql import catalog, trino_client, versions
@@ -115,6 +115,12 @@ def test_ingest_and_an_analysts_query_on_the_cluster(cluster_settings: Settings)
     # stack's tests do not (its empty tables on s3a took 10 s of this test).
     assert "silver.shop_events" in regauge("ingest-once", "--source", "shop").stdout
     _judge(s, run)
+    # An automatic rollout's freshness gate (and the rollout page) reads silver's
+    # newest version from its Delta log with delta-rs, here on the object store:
+    # the version Trino's history of the table names newest.
+    history = f'{SILVER_EVENTS.schema}."{SILVER_EVENTS.name}$history"'
+    (newest,) = trino_client.query(s, f"SELECT max(version) FROM lakehouse.{history}").rows[0]
+    assert autorollout.silver_newest(s, "shop") == newest > 0
 
     # The analyst logs in with their own password, over HTTPS; their rules apply.
     # Silver is theirs to read (docs/contract.md §7): the run's winners, as sent.

@@ -193,6 +193,23 @@ class Settings:
         abfss://, ...): the local Trino and Spark Connect's clients need one."""
         return "://" not in self.lake_root
 
+    def delta_rs(self, path: str) -> tuple[str, dict[str, str]]:
+        """A lake table's location and storage options for delta-rs (the `deltalake`
+        package), which reads a Delta log without Spark. What Hadoop calls s3a://,
+        delta-rs calls s3://, and it takes the object store and keys as options."""
+        if not path.startswith("s3a://"):
+            return path, {}
+        options = {"AWS_REGION": self.s3_region}
+        if self.s3_endpoint:
+            options["AWS_ENDPOINT_URL"] = self.s3_endpoint
+            # delta-rs refuses plain HTTP unless told (S3Proxy on the one-box cluster).
+            if self.s3_endpoint.startswith("http://"):
+                options["AWS_ALLOW_HTTP"] = "true"
+        if self.s3_access_key and self.s3_secret_key:
+            options["AWS_ACCESS_KEY_ID"] = self.s3_access_key
+            options["AWS_SECRET_ACCESS_KEY"] = self.s3_secret_key
+        return "s3://" + path.removeprefix("s3a://"), options
+
     def postgres_dsn(self, db: str | None = None, *, password: bool = True) -> str:
         """The DSN to connect with; `password=False` for one to show (a status line,
         a log), which must not print the secret."""

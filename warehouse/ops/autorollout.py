@@ -174,9 +174,12 @@ def _agreement(
 
 
 def silver_newest(settings: Settings, source: str) -> int:
+    """The newest version of the source's silver table, from its Delta log (delta-rs:
+    no Spark), on a local lake or an object store."""
     from deltalake import DeltaTable
 
-    return int(DeltaTable(registry.source_tables(source).silver.path(settings)).version())
+    where, options = settings.delta_rs(registry.source_tables(source).silver.path(settings))
+    return int(DeltaTable(where, storage_options=options or None).version())
 
 
 def lag(settings: Settings, view: str, version: int) -> dict[str, object]:

@@ -142,3 +142,32 @@ def test_local_kafka_clients_log_in_by_scram_with_a_kept_password(tmp_path):
     )
     cluster = load({**CLUSTER_ENV, "REGAUGE_STATE_DIR": str(state)})
     assert cluster.kafka_security_protocol == "PLAINTEXT" and cluster.kafka_sasl_mechanism is None
+
+
+def test_delta_rs_reads_an_s3a_lake_as_s3_with_the_object_store_s_keys():
+    local = load({})
+    path = f"{local.lake_root}/silver/shop_events"
+    assert local.delta_rs(path) == (path, {})
+    cluster = load(
+        {
+            **CLUSTER_ENV,
+            "REGAUGE_S3_ENDPOINT": "http://127.0.0.1:9000",
+            "REGAUGE_S3_ACCESS_KEY": "regauge",
+            "REGAUGE_S3_SECRET_KEY": "s3cret",
+        }
+    )
+    assert cluster.delta_rs("s3a://lake/regauge/silver/shop_events") == (
+        "s3://lake/regauge/silver/shop_events",
+        {
+            "AWS_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_ACCESS_KEY_ID": "regauge",
+            "AWS_SECRET_ACCESS_KEY": "s3cret",
+        },
+    )
+    # AWS's own endpoint, over HTTPS, with the keys of the environment (delta-rs's own).
+    assert load(CLUSTER_ENV).delta_rs("s3a://lake/x") == (
+        "s3://lake/x",
+        {"AWS_REGION": "us-east-1"},
+    )
