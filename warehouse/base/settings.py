@@ -195,8 +195,8 @@ class Settings:
 
     def delta_rs(self, path: str) -> tuple[str, dict[str, str]]:
         """A lake table's location and storage options for delta-rs (the `deltalake`
-        package), which reads a Delta log without Spark. What Hadoop calls s3a://,
-        delta-rs calls s3://, and it takes the object store and keys as options."""
+        package), which reads a Delta log without Spark. It reads s3a:// as S3, but
+        none of Hadoop's fs.s3a settings: the object store and keys go as options."""
         if not path.startswith("s3a://"):
             return path, {}
         options = {"AWS_REGION": self.s3_region}
@@ -208,7 +208,7 @@ class Settings:
         if self.s3_access_key and self.s3_secret_key:
             options["AWS_ACCESS_KEY_ID"] = self.s3_access_key
             options["AWS_SECRET_ACCESS_KEY"] = self.s3_secret_key
-        return "s3://" + path.removeprefix("s3a://"), options
+        return path, options
 
     def postgres_dsn(self, db: str | None = None, *, password: bool = True) -> str:
         """The DSN to connect with; `password=False` for one to show (a status line,

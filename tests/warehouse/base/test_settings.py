@@ -144,7 +144,7 @@ def test_local_kafka_clients_log_in_by_scram_with_a_kept_password(tmp_path):
     assert cluster.kafka_security_protocol == "PLAINTEXT" and cluster.kafka_sasl_mechanism is None
 
 
-def test_delta_rs_reads_an_s3a_lake_as_s3_with_the_object_store_s_keys():
+def test_delta_rs_reads_an_s3a_lake_with_the_object_store_s_endpoint_and_keys():
     local = load({})
     path = f"{local.lake_root}/silver/shop_events"
     assert local.delta_rs(path) == (path, {})
@@ -157,7 +157,7 @@ def test_delta_rs_reads_an_s3a_lake_as_s3_with_the_object_store_s_keys():
         }
     )
     assert cluster.delta_rs("s3a://lake/regauge/silver/shop_events") == (
-        "s3://lake/regauge/silver/shop_events",
+        "s3a://lake/regauge/silver/shop_events",
         {
             "AWS_REGION": "us-east-1",
             "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
@@ -168,6 +168,6 @@ def test_delta_rs_reads_an_s3a_lake_as_s3_with_the_object_store_s_keys():
     )
     # AWS's own endpoint, over HTTPS, with the keys of the environment (delta-rs's own).
     assert load(CLUSTER_ENV).delta_rs("s3a://lake/x") == (
-        "s3://lake/x",
+        "s3a://lake/x",
         {"AWS_REGION": "us-east-1"},
     )
