@@ -1,7 +1,8 @@
 """regauge_autorollout(view, version, steps, hold_s, thresholds): roll a ready
 candidate out by itself.
 
-Step by step (default 1, 5, 25, 50, 100 % of analysts), each step held for
+Step by step (default 1, 5, 25, 50, 100 % of analysts, taken lowest first
+whatever the order given), each step held for
 `hold_s` seconds and then judged on four gates measured from the real systems:
 agreement with the current version (net of restatements), the candidate's
 freshness, the latest audit, and analysts' failed queries on the serving view.
@@ -44,9 +45,11 @@ with DAG(
             minItems=1,
             maxItems=100,
             uniqueItems=True,
-            # Rising order is checked by the command, before anyone moves.
+            # Taken lowest first (the task sorts them): every list the schema lets
+            # through is a plan the command accepts, so none is refused after a run
+            # exists. JSON Schema cannot say "rising".
             contains={"const": 100},
-            description="rising percents of analysts, the last 100",
+            description="percents of analysts to pass through, one of them 100; taken lowest first",
         ),
         "hold_s": Param(
             300, type="number", minimum=0, maximum=86_400, description="seconds each step holds"
@@ -64,7 +67,7 @@ with DAG(
         '--failed-queries "$FAILED_QUERIES" --by airflow --request-id "$RUN_ID"',
         VIEW="{{ params.view }}",
         VERSION="{{ params.version }}",
-        STEPS="{{ params.steps | join(',') }}",
+        STEPS="{{ params.steps | sort | join(',') }}",
         HOLD_S="{{ params.hold_s }}",
         UNEXPLAINED_KEYS="{{ params.unexplained_keys }}",
         LAG_VERSIONS="{{ params.lag_versions }}",

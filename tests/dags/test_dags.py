@@ -224,6 +224,19 @@ def test_param_schemas_refuse_bad_values(loaded, dag_id, param, good, bad):
             jsonschema.validate(value, schema)
 
 
+def test_autorollout_takes_its_steps_lowest_first(loaded):
+    """Any steps its schema lets through make a plan the command accepts: the schema
+    cannot say "rising", so the task sorts them, and no run exists to be refused."""
+    import jinja2
+
+    from warehouse.base.autorollout import parse_steps
+
+    task = loaded["dags"]["regauge_autorollout"]["tasks"]["autorollout"]
+    template = jinja2.Environment().from_string(task["env"]["STEPS"])
+    for given, taken in [([50, 1, 100], (1, 50, 100)), ([100, 25], (25, 100)), ([100], (100,))]:
+        assert parse_steps(template.render(params={"steps": given})) == taken
+
+
 def test_tasks_call_the_cli_and_take_params_only_from_the_environment(loaded):
     for dag in loaded["dags"].values():
         for task in dag["tasks"].values():
