@@ -14,7 +14,7 @@ command -v "$PYTHON" >/dev/null || die "$PYTHON not found: install Python 3.11 o
 pyver=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 [ "$pyver" = "3.11" ] || die "Python 3.11 is required, $PYTHON is $pyver: set PYTHON=/path/to/python3.11"
 
-# -- Debian packages: Java 17 (a JDK) for Spark and Kafka, PostgreSQL, Maven, openssl, Chromium
+# -- Debian packages: Java 17 (a JDK) for Spark and Kafka, PostgreSQL, Maven, openssl, Chromium, nftables
 need=()
 # The JDK, not only its runtime: javac compiles infra/jvm/localfs/ (spark_jobs/engine/local_fs.py).
 compgen -G "/usr/lib/jvm/java-17-openjdk-*/bin/javac" >/dev/null || need+=(openjdk-17-jdk-headless)
@@ -25,6 +25,11 @@ command -v openssl >/dev/null || need+=(openssl)
 # The rollout page's browser test: headless Chromium and its driver, from Debian
 # (Playwright's and Selenium's own browser downloads cannot reach their hosts).
 [ -x /usr/bin/chromedriver ] || need+=(chromium chromium-driver)
+# nft loads the guard that lets only this account open Trino's local port
+# (warehouse/ops/stack/guard.py). Only root can load it, so only root needs it.
+if [ "$(id -u)" -eq 0 ]; then
+  PATH="$PATH:/usr/sbin:/sbin" command -v nft >/dev/null || need+=(nftables)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || die "missing Debian packages ${need[*]}: run 'sudo apt-get install -y ${need[*]}' and retry"
   say "installing Debian packages: ${need[*]}"

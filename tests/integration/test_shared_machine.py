@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pwd
 import subprocess
+import sys
 from pathlib import Path
 
 import psycopg
@@ -169,3 +170,47 @@ def test_kafka_refuses_a_client_that_has_not_logged_in(stack, settings):
             deleted.result(timeout=15)
     after = ours.list_topics(topic, timeout=10).topics[topic]
     assert after.error is None and len(after.partitions) == len(before.partitions)
+
+
+# What another account would send to take regauge's name: a statement posted as the
+# pipeline's user, over Trino's HTTP protocol, with the standard library only.
+_AS_REGAUGE = """
+import sys, urllib.request
+req = urllib.request.Request(
+    sys.argv[1], data=b"SELECT current_user", headers={"X-Trino-User": "regauge"}
+)
+try:
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        print("answered", resp.status)
+except OSError as exc:
+    print("refused", type(exc).__name__, exc)
+    sys.exit(3)
+"""
+
+
+def test_trino_takes_no_connection_from_another_account(stack, settings, probe):
+    """Issue 68, A.4: on the local profile Trino's user name is a header (docs/contract.md
+    §7), so another account must not reach its port at all, or it could claim to be
+    `regauge` and write to the lake or reroute analysts. The guard's nftables table
+    resets its connections; the project's own account sends the same request and is
+    answered, as `regauge`."""
+    from warehouse.ops.stack import guard
+    from warehouse.sql import trino_client
+
+    url = f"{settings.trino_url}/v1/statement"
+    # The system's Python: another account cannot read this checkout's virtualenv.
+    theirs = _as(probe, "/usr/bin/python3", "-c", _AS_REGAUGE, url)
+    assert theirs.returncode == 3 and theirs.stdout.startswith("refused"), (
+        theirs.stdout + theirs.stderr
+    )
+    said = theirs.stdout
+    assert "Connection reset" in said or "Connection refused" in said, said
+    assert guard.holds(settings.trino_port)
+    trino = _by_name(stack)["trino"]
+    assert "only this account may connect" in trino.status().note
+
+    ours = subprocess.run(
+        [sys.executable, "-c", _AS_REGAUGE, url], capture_output=True, text=True, timeout=30
+    )
+    assert ours.returncode == 0 and ours.stdout.strip() == "answered 200", ours.stdout + ours.stderr
+    assert trino_client.scalar(settings, "SELECT current_user") == "regauge"

@@ -388,6 +388,9 @@ class TrinoNode(Trino):
             return [TRINO_HTTPS_PORT, TRINO_HTTP_PORT]
         return [TRINO_WORKER_PORT]
 
+    def guarded_ports(self) -> Sequence[int]:
+        return []  # users log in with passwords over HTTPS
+
     def prepare(self) -> None:
         s = self.settings
         src = INFRA / "cluster" / "trino"

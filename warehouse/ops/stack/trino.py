@@ -15,6 +15,7 @@ import trino.exceptions
 
 from warehouse.base import jvm
 from warehouse.base.settings import Settings
+from warehouse.ops.stack import guard
 from warehouse.ops.stack.base import INFRA, Service, _render
 from warehouse.ops.stack.process import Proc, ServiceError
 
@@ -29,6 +30,12 @@ class Trino(Service):
     health_timeout = 180.0
 
     def ports(self) -> Sequence[int]:
+        return [self.settings.trino_port]
+
+    def guarded_ports(self) -> Sequence[int]:
+        """The ports only the project's own account may open (`guard`): the local
+        profile's one, where the user name is a header anyone could send. The
+        cluster's nodes log users in with passwords and need none."""
         return [self.settings.trino_port]
 
     def _server_home(self) -> Path:
@@ -95,6 +102,26 @@ class Trino(Service):
         config = etc / "config.properties"
         node = (etc / "node.properties").read_text()
         config.write_text(config.read_text() + "\n" + node)
+        self.close_to_others()
+
+    def close_to_others(self) -> None:
+        """Close the port to other local accounts before Trino starts, so that no
+        moment is left open; say so in one line where that cannot be done."""
+        for port in self.guarded_ports():
+            why = guard.close(port)
+            if why is not None:
+                log.warning(
+                    "trino: port %d is open to every local account, which can claim any "
+                    "user name, regauge's too: %s (docs/operators.md, 'Another local account')",
+                    port,
+                    why,
+                )
+
+    def stop(self) -> bool:
+        stopped = super().stop()
+        for port in self.guarded_ports():
+            guard.lift(port)
+        return stopped
 
     @property
     def info_url(self) -> str:
@@ -121,7 +148,13 @@ class Trino(Service):
         return active_nodes(self.settings) > 0
 
     def note(self) -> str:
-        return f"{self.settings.trino_url} (user name is the X-Trino-User header)"
+        port = self.settings.trino_port
+        who = (
+            "only this account may connect"
+            if guard.holds(port)
+            else "no guard: any local account may connect"
+        )
+        return f"{self.settings.trino_url} (user name is the X-Trino-User header; {who})"
 
 
 def active_nodes(settings: Settings, *, workers_only: bool = False) -> int:
