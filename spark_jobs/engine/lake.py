@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
+import deltalake
+import pyarrow as pa
 from delta.exceptions import (
     ConcurrentAppendException,
     ConcurrentDeleteDeleteException,
@@ -29,6 +31,7 @@ from delta.exceptions import (
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.sql.types import StructType
 
@@ -623,24 +626,73 @@ def at_positions(table: DataFrame, positions: list[tuple[int, int]]) -> DataFram
     return table.where(F.expr(positions_condition(positions)) & exact)
 
 
-def positions_condition(positions: list[tuple[int, int]], alias: str = "") -> str:
+def positions_condition(
+    positions: list[tuple[int, int]], alias: str = "", *, quote: str = "`"
+) -> str:
     """SQL that holds for every one of these positions and few others (`at_positions`):
     per partition, at most MAX_RANGES ranges of offsets. In a MERGE's condition, on
-    the target (`alias`), Delta skips the target's files outside them too."""
+    the target (`alias`), Delta skips the target's files outside them too. `quote`:
+    how the dialect quotes a name (Spark's backtick, DataFusion's double quote)."""
     if not positions:
         return "false"
     # Quoted: both are SQL keywords, parsed as names only while Spark does not
     # enforce reserved words.
     prefix = f"{alias}." if alias else ""
+    partition_col, offset_col = (
+        f"{prefix}{quote}{name}{quote}" for name in ("partition", "offset")
+    )
     return " OR ".join(
-        f"({prefix}`partition` = {int(partition)} AND ("
+        f"({partition_col} = {int(partition)} AND ("
         + " OR ".join(
-            f"{prefix}`offset` BETWEEN {int(lo)} AND {int(hi)}"
+            f"{offset_col} BETWEEN {int(lo)} AND {int(hi)}"
             for lo, hi in offset_ranges(offsets, MAX_RANGES)
         )
         + "))"
         for partition, offsets in _by_partition(positions).items()
     )
+
+
+def read_at_positions(
+    spark: SparkSession,
+    where: str,
+    options: dict[str, str],
+    positions: list[tuple[int, int]],
+    schema: StructType,
+) -> DataFrame:
+    """`at_positions` read by delta-rs instead of Spark, for a few rows of a table that
+    commits every batch (the ledger): Spark would rebuild the table's snapshot state
+    for each new version to skip its files, about 1.8 CPU-s and 8 jobs a batch on a
+    2-core machine; delta-rs reads the log and skips files by the same statistics in a
+    few hundredths (docs/BENCHMARKS.md, issue 67). `where` and `options`:
+    `Settings.delta_rs`. The rows come back as a local DataFrame of `schema`'s columns."""
+    if not positions:
+        return spark.createDataFrame([], schema)
+    return spark.createDataFrame(arrow_at_positions(where, options, positions, schema), schema)
+
+
+def arrow_at_positions(
+    where: str,
+    options: dict[str, str],
+    positions: list[tuple[int, int]],
+    schema: StructType,
+) -> pa.Table:
+    """`read_at_positions`'s rows as Arrow, read by delta-rs (DataFusion), no Spark."""
+    names = ", ".join(f'"{f.name}"' for f in schema.fields)
+    exact = " OR ".join(
+        f'("partition" = {int(partition)} AND "offset" IN ({", ".join(map(str, offsets))}))'
+        for partition, offsets in _by_partition(positions).items()
+    )
+    # The ranges are what DataFusion prunes files by (their statistics in the log);
+    # the IN lists pick the rows.
+    ranges = positions_condition(positions, quote='"') if positions else "false"
+    table = deltalake.DeltaTable(where, storage_options=options or None)
+    reader = (
+        deltalake.QueryBuilder()
+        .register("t", table)
+        .execute(f"SELECT {names} FROM t WHERE ({ranges}) AND ({exact or 'false'})")
+    )
+    # DataFusion answers in view types (Utf8View), which Spark's Arrow reader lacks.
+    return pa.table(reader).cast(to_arrow_schema(schema))
 
 
 def _by_partition(positions: list[tuple[int, int]]) -> dict[int, list[int]]:

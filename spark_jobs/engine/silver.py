@@ -514,15 +514,18 @@ def _history(
     """Every accepted record ever seen of the batch's event ids, `in_batch` or not:
     what `classify` decides them from. The ledger holds the batch's own by now.
     `keys`: the accepted records' (`_tally`), given with `index`."""
-    ledger = spark.read.format("delta").load(plan.tables.ledger.path(settings))
+    ledger_path = plan.tables.ledger.path(settings)
     touched = accepted.select("event_id").distinct()
     if index is not None and keys is not None:
         index.follow(spark, (f"{app_id}/ledger", batch_id), keys)
         earlier = index.earlier(keys)
         if len(earlier) <= MAX_POSITIONS:
             columns = [f.name for f in LEDGER_SCHEMA.fields]
+            # By delta-rs: the ledger commits every batch, and Spark would rebuild its
+            # snapshot state each time to find these few rows (issue 67, P6).
+            where, options = settings.delta_rs(ledger_path)
             return (
-                lake.at_positions(ledger, earlier)
+                lake.read_at_positions(spark, where, options, earlier, LEDGER_SCHEMA)
                 .join(F.broadcast(touched), "event_id", "left_semi")
                 .select(*columns, F.lit(False).alias("in_batch"))
                 .unionByName(accepted.select(*columns, F.lit(True).alias("in_batch")))
@@ -532,6 +535,7 @@ def _history(
             batch_id,
             len(earlier),
         )
+    ledger = spark.read.format("delta").load(ledger_path)
     in_batch = accepted.select("partition", "offset", F.lit(True).alias("in_batch"))
     return (
         ledger.join(F.broadcast(touched), "event_id", "left_semi")

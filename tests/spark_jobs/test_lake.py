@@ -129,6 +129,7 @@ def test_offset_ranges_split_at_the_largest_gaps():
 
 
 def test_at_positions_reads_only_the_files_that_can_hold_them(spark, tmp_path):
+    """Spark's `at_positions` and delta-rs's `read_at_positions` alike."""
     path = tmp_path / "t"
     files = []
     for first in (0, 100, 200):  # three appends: three files of narrow offset ranges
@@ -147,8 +148,15 @@ def test_at_positions_reads_only_the_files_that_can_hold_them(spark, tmp_path):
         (1, 40),
     ]
     assert lake.at_positions(table, []).count() == 0
+    # delta-rs skips by the same statistics (the ledger's read in `silver._history`).
+    schema = table.schema
+    read = lake.read_at_positions(spark, str(path), {}, [(0, 3), (1, 7), (0, 220)], schema)
+    assert sorted(tuple(r) for r in read.collect()) == [(0, 3), (0, 220), (1, 7)]
+    assert read.schema == schema
+    assert lake.read_at_positions(spark, str(path), {}, [], schema).count() == 0
     files[1].with_suffix(".away").rename(files[1])
     assert lake.at_positions(table, [(1, 120)]).count() == 1
+    assert lake.read_at_positions(spark, str(path), {}, [(1, 120), (1, 999)], schema).count() == 1
 
 
 def test_a_stop_waits_for_the_running_batch_and_no_batch_begins_during_it(spark, tmp_path):
