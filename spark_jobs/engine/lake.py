@@ -664,7 +664,8 @@ def read_at_positions(
     for each new version to skip its files, about 1.8 CPU-s and 8 jobs a batch on a
     2-core machine; delta-rs reads the log and skips files by the same statistics in a
     few hundredths (docs/BENCHMARKS.md, issue 67). `where` and `options`:
-    `Settings.delta_rs`. The rows come back as a local DataFrame of `schema`'s columns."""
+    `Settings.delta_rs`. The rows come back as a local DataFrame of `schema`'s columns
+    (a subset of the table's is fine)."""
     if not positions:
         return spark.createDataFrame([], schema)
     return spark.createDataFrame(arrow_at_positions(where, options, positions, schema), schema)
@@ -692,7 +693,8 @@ def arrow_at_positions(
         .execute(f"SELECT {names} FROM t WHERE ({ranges}) AND ({exact or 'false'})")
     )
     # DataFusion answers in view types (Utf8View), which Spark's Arrow reader lacks.
-    return pa.table(reader).cast(to_arrow_schema(schema))
+    # Timestamps as instants in UTC, as Delta stores them.
+    return pa.table(reader).cast(to_arrow_schema(schema, timezone="UTC"))
 
 
 def _by_partition(positions: list[tuple[int, int]]) -> dict[int, list[int]]:

@@ -59,6 +59,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from spark_jobs.engine import bronze as bronze_mod
 from spark_jobs.engine import contract, faults, lake, ledger_index
 from warehouse.base import metrics, registry
 from warehouse.base.settings import Settings
@@ -739,25 +740,31 @@ MAX_POSITIONS = 2_000
 
 def named_positions(rows: DataFrame) -> list[tuple[int, int]] | None:
     """The distinct (partition, offset) of `rows` on the driver, to name as literals
-    (`lake.at_positions`, `lake.positions_condition`); None past MAX_POSITIONS."""
-    found = rows.select("partition", "offset").distinct().limit(MAX_POSITIONS + 1).collect()
-    if len(found) > MAX_POSITIONS:
+    (`lake.at_positions`, `lake.positions_condition`); None past MAX_POSITIONS rows.
+    The rows are records (a position each), so they are counted as they come: a
+    `distinct` first added a shuffle, and with AQE a job (docs/BENCHMARKS.md, issue 67)."""
+    found = rows.select("partition", "offset").limit(MAX_POSITIONS + 1).toArrow()
+    if found.num_rows > MAX_POSITIONS:
         return None
-    return [(r["partition"], r["offset"]) for r in found]
+    partitions, offsets = (found.column(c).to_pylist() for c in ("partition", "offset"))
+    return sorted(set(zip(partitions, offsets, strict=True)))
 
 
 def bronze_at(
     spark: SparkSession, settings: Settings, positions: DataFrame, plan: contract.Plan
 ) -> DataFrame:
-    """Bronze's records at `positions` (partition, offset). A few are named as literals
-    (`lake.at_positions`), so Delta reads only the files whose offsets can hold them,
-    not all of history; more are joined."""
+    """Bronze's records at `positions` (partition, offset). A few are named and read by
+    delta-rs (`lake.read_at_positions`: bronze commits every batch, and Spark would
+    rebuild its snapshot state to skip its files), so only the files whose offsets
+    can hold them are read, not all of history; more are joined by Spark."""
     key = ["partition", "offset"]
-    bronze = spark.read.format("delta").load(plan.tables.bronze.path(settings))
+    path = plan.tables.bronze.path(settings)
     wanted = named_positions(positions)
     if wanted is None:
+        bronze = spark.read.format("delta").load(path)
         return bronze.join(positions.select(*key).distinct(), key, "left_semi")
-    return lake.at_positions(bronze, wanted)
+    where, options = settings.delta_rs(path)
+    return lake.read_at_positions(spark, where, options, wanted, bronze_mod.BRONZE_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -888,17 +895,20 @@ def _conflict_changes(
     the record it lost to, and a record earlier in log order may have replaced that
     one since (the audit re-derives the detail from bronze and would name it)."""
     key = ["partition", "offset"]
-    conflicts = (
-        spark.read.format("delta")
-        .load(plan.tables.quarantine.path(settings))
-        .where(F.col("reason") == CONFLICT)
-    )
+    quarantine = plan.tables.quarantine.path(settings)
     # What may have to leave the quarantine is a conflict of an earlier record (its
-    # winner changed): read at their positions only, if few. A batch's own conflicts
-    # already there (a retry) need no look: the MERGE is keyed by position.
+    # winner changed): read at their positions only, if few, by delta-rs (the
+    # quarantine commits most batches: Spark would rebuild its snapshot state). A
+    # batch's own conflicts already there (a retry) need no look: the MERGE is keyed
+    # by position.
     named = named_positions(state.where(~F.col("in_batch"))) if narrow else None
     if named is not None:
-        conflicts = lake.at_positions(conflicts, named)
+        where, options = settings.delta_rs(quarantine)
+        needed = StructType([QUARANTINE_SCHEMA[c] for c in (*key, "detail", "event_id", "reason")])
+        conflicts = lake.read_at_positions(spark, where, options, named, needed)
+    else:
+        conflicts = spark.read.format("delta").load(quarantine)
+    conflicts = conflicts.where(F.col("reason") == CONFLICT)
     # Materialised: the quarantine is read once.
     present = (
         conflicts.join(F.broadcast(touched), "event_id", "left_semi")

@@ -476,6 +476,29 @@ def test_a_batch_with_keyed_conflicts_stays_within_its_spark_jobs(spark, lake):
     assert jobs <= 17, f"a batch with keyed conflicts ran {jobs} Spark jobs"
 
 
+def test_a_batch_that_replaces_a_winner_stays_within_its_spark_jobs(spark, lake):
+    """As the test above, for a batch whose record comes before its id's winner in
+    log order, on another partition: it replaces the winner in silver, and the
+    winner becomes a conflict, read back from bronze. Bronze and the quarantine,
+    which commit every batch, were read through Spark's snapshots of them: 72 jobs
+    here. By delta-rs (`silver.bronze_at`, `_conflict_changes`), 62."""
+    index = ledger_index.LedgerIndex(silver.LEDGER.path(lake))
+    first = [(1, o, _event(f"e{o}")) for o in range(3)]
+    silver.process_batch(spark, lake, _batch(spark, lake, first), 0, "app", index)
+    earlier = [(0, 0, _event("e1", quantity=9)), (0, 1, _event("e7"))]
+    batch = _batch(spark, lake, earlier)
+    before = _jobs_so_far(spark)
+    result = silver.process_batch(spark, lake, batch, 1, "app", index)
+    jobs = _jobs_so_far(spark) - before
+    assert (result.accepted, result.replaced_winners) == (2, 1)
+    events, quarantine, _ = _tables(spark, lake)
+    assert ("e1", 0, 0) in {(r.event_id, r.partition, r.offset) for r in events.collect()}
+    assert [(r.partition, r.offset, r.reason) for r in quarantine.collect()] == [
+        (1, 1, silver.CONFLICT)
+    ]
+    assert jobs <= 62, f"a batch that replaces a winner ran {jobs} Spark jobs"
+
+
 def test_the_ledger_index_rebuilds_after_another_writer(spark, lake):
     """A ledger row the index did not add (here: appended by hand) is found: any commit
     but ingest's own appends and data-free ones (OPTIMIZE) rebuilds the index."""
