@@ -44,6 +44,7 @@ from datetime import date
 from functools import reduce
 from typing import Any
 
+import numpy as np
 import pyarrow.compute as pc
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -453,18 +454,21 @@ def process_batch(
             )
             faults.maybe_crash("silver_after_ledger", batch_id)
             history = _history(spark, settings, accepted, batch_id, app_id, index, keys, plan)
-            _settle(
-                spark,
-                settings,
-                checked,
-                accepted,
-                history,
-                rejected,
-                batch_id,
-                app_id,
-                result,
-                plan,
-            )
+            if history is None:
+                _settle_new(settings, checked, accepted, rejected, batch_id, app_id, result, plan)
+            else:
+                _settle(
+                    spark,
+                    settings,
+                    checked,
+                    accepted,
+                    history,
+                    rejected,
+                    batch_id,
+                    app_id,
+                    result,
+                    plan,
+                )
         elif rejected is not None:
             _quarantine_once(settings, rejected, batch_id, app_id, plan)
     finally:
@@ -511,20 +515,25 @@ def _history(
     index: ledger_index.LedgerIndex | None,
     keys: ledger_index.Keys | None,
     plan: contract.Plan,
-) -> DataFrame:
+) -> DataFrame | None:
     """Every accepted record ever seen of the batch's event ids, `in_batch` or not:
     what `classify` decides them from. The ledger holds the batch's own by now.
-    `keys`: the accepted records' (`_tally`), given with `index`."""
-    ledger_path = plan.tables.ledger.path(settings)
-    touched = accepted.select("event_id").distinct()
+    `keys`: the accepted records' (`_tally`), given with `index`.
+
+    None when the index tells that every accepted record is the first of a new id
+    (no earlier record of their ids, and no two share an id hash, so no two an id):
+    all are fresh winners, with nothing to classify (`_settle_new`)."""
     if index is not None and keys is not None:
         index.follow(spark, (f"{app_id}/ledger", batch_id), keys)
         earlier = index.earlier(keys)
+        if not earlier and len(np.unique(keys.hashes)) == len(keys.hashes):
+            return None
         if len(earlier) <= MAX_POSITIONS:
             columns = [f.name for f in LEDGER_SCHEMA.fields]
             # By delta-rs: the ledger commits every batch, and Spark would rebuild its
             # snapshot state each time to find these few rows (issue 67, P6).
-            where, options = settings.delta_rs(ledger_path)
+            where, options = settings.delta_rs(plan.tables.ledger.path(settings))
+            touched = accepted.select("event_id").distinct()
             return (
                 lake.read_at_positions(spark, where, options, earlier, LEDGER_SCHEMA)
                 .join(F.broadcast(touched), "event_id", "left_semi")
@@ -536,13 +545,59 @@ def _history(
             batch_id,
             len(earlier),
         )
-    ledger = spark.read.format("delta").load(ledger_path)
+    return _joined_history(spark, settings, accepted, plan)
+
+
+def _joined_history(
+    spark: SparkSession, settings: Settings, accepted: DataFrame, plan: contract.Plan
+) -> DataFrame:
+    """`_history` by joining the whole ledger: recovery, re-admission, one-off batches."""
+    touched = accepted.select("event_id").distinct()
+    ledger = spark.read.format("delta").load(plan.tables.ledger.path(settings))
     in_batch = accepted.select("partition", "offset", F.lit(True).alias("in_batch"))
     return (
         ledger.join(F.broadcast(touched), "event_id", "left_semi")
         .join(F.broadcast(in_batch), ["partition", "offset"], "left")
         .fillna(False, ["in_batch"])
     )
+
+
+# Up to this many new ids, `_settle_new` writes silver's rows in one task.
+SMALL_BATCH = 50_000
+
+
+def _settle_new(
+    settings: Settings,
+    checked: DataFrame,
+    accepted: DataFrame,
+    rejected: DataFrame | None,
+    batch_id: int,
+    app_id: str,
+    result: BatchResult,
+    plan: contract.Plan,
+) -> None:
+    """`_settle` for a batch whose accepted records are all new ids' first (`_history`
+    returned None): each is a fresh winner, so silver gains them all and the quarantine
+    the rejected only, in the same commits under the same transaction ids as
+    `_settle` makes. Without the classification's shuffle and tally: 4 to 6 Spark
+    jobs of a clean batch (docs/BENCHMARKS.md, issue 67)."""
+    result.accepted = result.rows_in - sum(result.rejected.values())
+    rows = to_silver_rows(accepted, plan)
+    # One file per silver partition a batch touches, as `_settle`'s shuffle made them
+    # (many small files slow every reader): a small batch in one task, a large one
+    # laid out by silver's partitions.
+    if result.accepted <= SMALL_BATCH:
+        rows = rows.coalesce(1)
+    else:
+        rows = rows.repartition(*SILVER_PARTITIONS)
+    lake.append_once(
+        rows,
+        plan.tables.silver.path(settings),
+        f"{app_id}/silver-new",
+        batch_id,
+    )
+    if rejected is not None:
+        _quarantine_once(settings, rejected, batch_id, app_id, plan)
 
 
 def _settle(
@@ -710,8 +765,7 @@ def admitted_state(
     under (`app_id`/ledger, `batch_id`), with every other accepted record of their
     ids. Materialised: the caller unpersists it."""
     accepted = checked.where(F.col("reject_reason").isNull())
-    history = _history(spark, settings, accepted, batch_id, app_id, None, None, plan)
-    return classify(history).localCheckpoint(eager=True)
+    return classify(_joined_history(spark, settings, accepted, plan)).localCheckpoint(eager=True)
 
 
 def finish_admitted(
@@ -728,7 +782,7 @@ def finish_admitted(
     `app_id`'s transaction ids, as a micro-batch's."""
     result = BatchResult(batch_id)
     accepted = checked.where(F.col("reject_reason").isNull())
-    history = _history(spark, settings, accepted, batch_id, app_id, None, None, plan)
+    history = _joined_history(spark, settings, accepted, plan)
     _settle(spark, settings, checked, accepted, history, None, batch_id, app_id, result, plan, True)
     return result
 

@@ -114,11 +114,15 @@ def run(spark, lake, monkeypatch):
     history = silver._history
 
     def both(spark, settings, accepted, batch_id, app_id, index, keys, plan):
-        if index is None:  # from records, re-admission: the join alone
+        if index is None:  # one-off batches: the join alone
             return history(spark, settings, accepted, batch_id, app_id, None, None, plan)
         # The joined one first: `follow` moves the index on.
         joined = history(spark, settings, accepted, batch_id, app_id, None, None, plan)
         indexed = history(spark, settings, accepted, batch_id, app_id, index, keys, plan)
+        if indexed is None:  # all new ids (`silver._settle_new`): so the ledger says too
+            assert joined.where(~F.col("in_batch")).isEmpty(), f"batch {batch_id}: earlier ids"
+            assert joined.count() == joined.select("event_id").distinct().count()
+            return None
         columns = sorted(joined.columns)
         assert sorted(indexed.columns) == columns
 
@@ -455,6 +459,26 @@ def _jobs_so_far(spark) -> int:
     """The newest Spark job id of the session (-1 before any)."""
     ids = spark.sparkContext.statusTracker().getJobIdsForGroup(None)
     return max(ids, default=-1)
+
+
+def test_a_batch_of_new_ids_stays_within_its_spark_jobs(spark, lake):
+    """The live path's most common batch: every id new, one record malformed. The
+    index tells that none has an earlier record, so nothing is classified
+    (`silver._settle_new`): 14 jobs here before, 5 now: the validation, the tally,
+    and the ledger's, silver's and the quarantine's appends, a job each."""
+    index = ledger_index.LedgerIndex(silver.LEDGER.path(lake))
+    first = [(0, o, _event(f"e{o}")) for o in range(3)]
+    silver.process_batch(spark, lake, _batch(spark, lake, first), 0, "app", index)
+    new = [(0, 3, _event("e3")), (1, 0, _event("e4")), (1, 1, b"{not json")]
+    batch = _batch(spark, lake, new)
+    before = _jobs_so_far(spark)
+    result = silver.process_batch(spark, lake, batch, 1, "app", index)
+    jobs = _jobs_so_far(spark) - before
+    assert (result.rows_in, result.accepted, result.duplicates, result.conflicts) == (3, 2, 0, 0)
+    events, quarantine, _ = _tables(spark, lake)
+    assert sorted(r.event_id for r in events.collect()) == ["e0", "e1", "e2", "e3", "e4"]
+    assert [(r.partition, r.offset) for r in quarantine.collect()] == [(1, 1)]
+    assert jobs <= 5, f"a batch of new ids ran {jobs} Spark jobs"
 
 
 def test_a_batch_with_keyed_conflicts_stays_within_its_spark_jobs(spark, lake):
