@@ -117,7 +117,7 @@ def run(spark, lake, monkeypatch):
         if index is None:  # one-off batches: the join alone
             return history(spark, settings, accepted, batch_id, app_id, None, None, plan)
         # The joined one first: `follow` moves the index on.
-        joined = history(spark, settings, accepted, batch_id, app_id, None, None, plan)
+        joined = silver._joined_history(spark, settings, accepted, plan)
         indexed = history(spark, settings, accepted, batch_id, app_id, index, keys, plan)
         if indexed is None:  # all new ids (`silver._settle_new`): so the ledger says too
             assert joined.where(~F.col("in_batch")).isEmpty(), f"batch {batch_id}: earlier ids"
