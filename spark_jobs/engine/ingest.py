@@ -307,28 +307,30 @@ def process_batch(
     if span is not None and bronze.holds_batch(spark, settings, txn_app, batch_id, src):
         # A retry after bronze's append: settle what bronze holds of the batch,
         # not what Kafka still holds (its retention may have passed meanwhile).
-        rows = bronze.between(spark, settings, *span, src).localCheckpoint(eager=True)
+        rows = bronze.between(spark, settings, *span, src)
         log.info("batch %d is in bronze already: settling it from there", batch_id)
     else:
-        # Materialised once: bronze's append and silver's validation both read it,
-        # and Kafka would otherwise be read twice.
         rows = bronze.ignoring_forgotten(bronze.to_bronze_rows(records), forgotten)
-        rows = rows.localCheckpoint(eager=True)
-    try:
-        # A live batch's plans are evaluated without generated code, as the view
-        # queries' are (session.INTERPRETED_CONF); a catch-up's keep it. Both the
-        # query's session and the batch's (Spark's clone of it) plan this batch.
-        # The size is taken from the batch's offset range, which costs no Spark
-        # job; counting the rows costs two, so only where the range cannot say.
-        size = None if span is None else span_size(*span)
-        if size is None:
-            size = rows.count()
-        small = {} if size >= INTERPRETED_BELOW else session_mod.INTERPRETED_CONF
-        with lake.session_conf(spark, small), lake.session_conf(rows.sparkSession, small):
-            bronze.append(rows, settings, txn_app, batch_id, src)  # skipped on a retry
-            return silver.process_batch(spark, settings, rows, batch_id, txn_app, index, plan)
-    finally:
-        rows.unpersist()
+    # A live batch's plans are evaluated without generated code, as the view
+    # queries' are (session.INTERPRETED_CONF); a catch-up's keep it. Both the
+    # query's session and the batch's (Spark's clone of it) plan this batch.
+    # The size is taken from the batch's offset range, which costs no Spark job;
+    # counting the rows costs two and a read, so only where the range cannot say.
+    size = None if span is None else span_size(*span)
+    if size is None:
+        size = rows.count()
+    small = {} if size >= INTERPRETED_BELOW else session_mod.INTERPRETED_CONF
+    with lake.session_conf(spark, small), lake.session_conf(rows.sparkSession, small):
+        # Validated and materialised once: bronze's append takes its own columns of
+        # the same rows, so Kafka is read once and the batch is held once (one job
+        # and a copy fewer than bronze's rows and silver's validation apart).
+        checked = contract.validate(rows, plan).localCheckpoint(eager=True)
+        try:
+            landed = checked.select(*[f.name for f in bronze.BRONZE_SCHEMA.fields])
+            bronze.append(landed, settings, txn_app, batch_id, src)  # skipped on a retry
+            return silver.process_checked(spark, settings, checked, batch_id, txn_app, index, plan)
+        finally:
+            checked.unpersist()
 
 
 def _retire_two_query_checkpoints(spark: SparkSession, settings: Settings) -> None:

@@ -434,45 +434,59 @@ def process_batch(
     batch's ids are read from the ledger at the positions the index names;
     without, the ledger is joined whole (recovery, one-off batches). `plan`: the
     contract the lake runs (`deployed_plan`)."""
-    started = time.monotonic()
-    result = BatchResult(batch_id)
     # Materialised once with its lineage cut: the validation plan is large, and
     # every later action would otherwise analyse and optimise it again.
     checked = contract.validate(batch, plan).localCheckpoint(eager=True)
     try:
-        keys = _tally(checked, result, keyed=index is not None)
-        accepted = checked.where(F.col("reject_reason").isNull())
-        rejected = None
-        if result.rejected:
-            rejected = to_quarantine_rows(checked.where(F.col("reject_reason").isNotNull()))
-        if result.rows_in > sum(result.rejected.values()):
-            lake.append_once(
-                accepted.select(*[f.name for f in LEDGER_SCHEMA.fields]),
-                plan.tables.ledger.path(settings),
-                f"{app_id}/ledger",
-                batch_id,
-            )
-            faults.maybe_crash("silver_after_ledger", batch_id)
-            history = _history(spark, settings, accepted, batch_id, app_id, index, keys, plan)
-            if history is None:
-                _settle_new(settings, checked, accepted, rejected, batch_id, app_id, result, plan)
-            else:
-                _settle(
-                    spark,
-                    settings,
-                    checked,
-                    accepted,
-                    history,
-                    rejected,
-                    batch_id,
-                    app_id,
-                    result,
-                    plan,
-                )
-        elif rejected is not None:
-            _quarantine_once(settings, rejected, batch_id, app_id, plan)
+        return process_checked(spark, settings, checked, batch_id, app_id, index, plan)
     finally:
         checked.unpersist()
+
+
+def process_checked(
+    spark: SparkSession,
+    settings: Settings,
+    checked: DataFrame,
+    batch_id: int,
+    app_id: str,
+    index: ledger_index.LedgerIndex | None = None,
+    plan: contract.Plan = contract.PLAN,
+) -> BatchResult:
+    """`process_batch` for a batch `contract.validate`d and materialised by the caller,
+    who unpersists it: ingest's, whose bronze append reads the same rows."""
+    started = time.monotonic()
+    result = BatchResult(batch_id)
+    keys = _tally(checked, result, keyed=index is not None)
+    accepted = checked.where(F.col("reject_reason").isNull())
+    rejected = None
+    if result.rejected:
+        rejected = to_quarantine_rows(checked.where(F.col("reject_reason").isNotNull()))
+    if result.rows_in > sum(result.rejected.values()):
+        lake.append_once(
+            accepted.select(*[f.name for f in LEDGER_SCHEMA.fields]),
+            plan.tables.ledger.path(settings),
+            f"{app_id}/ledger",
+            batch_id,
+        )
+        faults.maybe_crash("silver_after_ledger", batch_id)
+        history = _history(spark, settings, accepted, batch_id, app_id, index, keys, plan)
+        if history is None:
+            _settle_new(settings, checked, accepted, rejected, batch_id, app_id, result, plan)
+        else:
+            _settle(
+                spark,
+                settings,
+                checked,
+                accepted,
+                history,
+                rejected,
+                batch_id,
+                app_id,
+                result,
+                plan,
+            )
+    elif rejected is not None:
+        _quarantine_once(settings, rejected, batch_id, app_id, plan)
     result.seconds = time.monotonic() - started
     return result
 

@@ -188,8 +188,17 @@ def wait_until_settled(
         versions = _newest_commits(spark, settings)
         if now is None or versions != read_at:
             # Silver's totals (a count of distinct ids over all of it) once, at the end.
-            now, read_at = reader.read(totals=False), versions
-            settled = sum(now.bronze.values()) >= run.summary.produced and now.settled >= want
+            now = reader.read(totals=False)
+            # The read spans three tables, one after another: a batch that commits
+            # meanwhile (its MERGE into silver, then its quarantine append) can show
+            # silver before it and the quarantine after, a state no batch left, and
+            # look settled. So only a read that no commit overlapped may settle.
+            read_at = versions if _newest_commits(spark, settings) == versions else None
+            settled = (
+                read_at is not None
+                and sum(now.bronze.values()) >= run.summary.produced
+                and now.settled >= want
+            )
         # Out of time, the caller's score says what is missing.
         if settled or time.monotonic() > deadline:
             rows, ids = _silver_totals(spark, settings)

@@ -11,7 +11,7 @@ from datetime import datetime
 import pytest
 from pyspark.sql import functions as F
 
-from spark_jobs.engine import bronze, contract, ingest, lake, silver
+from spark_jobs.engine import bronze, contract, ingest, lake, ledger_index, silver
 from tests.frames import assert_df_equality
 from warehouse.base import registry
 
@@ -101,6 +101,36 @@ def test_a_batch_lands_in_bronze_and_silver_once_even_when_retried(spark, lake_s
     assert _positions(_read(spark, registry.SILVER_EVENTS, s)) == [(0, 0), (0, 1)]
     assert _positions(_read(spark, registry.SILVER_QUARANTINE, s)) == [(1, 1), (1, 2)]
     assert _positions(_read(spark, registry.SILVER_LEDGER, s)) == [(0, 0), (0, 1), (1, 1)]
+
+
+def test_a_live_batch_of_new_ids_is_five_spark_jobs_and_three_commits(spark, lake_settings):
+    """Issue 67's target for a clean ingest batch, held: at most 5 Spark jobs and 3
+    Delta commits. Batch 1 is measured, after batch 0 built the ledger index as a
+    live query's first batch does. The jobs: the validation's checkpoint, the
+    tally, and bronze's, the ledger's and silver's appends (14 before the fast
+    path for new ids and the one materialisation, stop 91)."""
+    s = lake_settings
+    index = ledger_index.LedgerIndex(registry.SILVER_LEDGER.path(s))
+    # Every partition's start known, as a live query's are: the size is the span.
+    start = json.dumps({registry.TOPIC: {"0": 0, "1": 0}})
+    checkpoint = _checkpoint(spark, s, start, {0: 2, 1: 0}, {0: 2, 1: 2})
+    ingest.process_batch(spark, s, _kafka(spark, RECORDS[:2]), 0, "app", None, checkpoint, index)
+    tables = (
+        registry.BRONZE_EVENTS,
+        registry.SILVER_LEDGER,
+        registry.SILVER_EVENTS,
+        registry.SILVER_QUARANTINE,
+    )
+    versions = _versions(spark, s, tables)
+    batch = _kafka(spark, [(1, 0, _event("e3")), (1, 1, _event("e4"))])
+    tracker = spark.sparkContext.statusTracker()
+    before = max(tracker.getJobIdsForGroup(None), default=-1)
+    result = ingest.process_batch(spark, s, batch, 1, "app", None, checkpoint, index)
+    jobs = max(tracker.getJobIdsForGroup(None), default=-1) - before
+    assert (result.rows_in, result.accepted) == (2, 2)
+    assert _versions(spark, s, tables) == [v + 1 for v in versions[:3]] + versions[3:]
+    assert _positions(_read(spark, registry.SILVER_EVENTS, s)) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert jobs <= 5, f"a clean live batch ran {jobs} Spark jobs"
 
 
 def test_without_a_checkpoint_what_bronze_holds_is_settled_first(spark, lake_settings):
