@@ -401,16 +401,17 @@ def _faulty_v3_rolled_back(
     settings: Settings, airflow: airflow_client.Client, hour: datetime | None
 ) -> bool:
     """A deliberately wrong v3 (spark_jobs/testing/faulty_view.py): equal to v2 on all
-    history when built, so its own validation passes; orders after that count twice.
+    history when built, so its own validation passes; orders past the topic's end
+    offsets then count twice.
     Its automatic rollout must be rolled back by the agreement gate, by itself."""
     from spark_jobs.testing import faulty_view
-    from warehouse.ops import autorollout
+    from warehouse.ops import autorollout, lag
 
-    cut = datetime.now(UTC)
-    with faulty_view.added(cut):
+    ends = {p: high for p, (_, high) in lag.kafka_watermarks(settings).items()}
+    with faulty_view.added(ends):
         _step(
             f"a faulty {VIEW} v3 ({faulty_view.VIEW_FILE.name}, added for this part of the "
-            f"demo): orders reaching Kafka after {cut:%H:%M:%S} count twice. "
+            f"demo): orders reaching Kafka from now on (past offsets {ends}) count twice. "
             "Airflow: regauge_reprocess v3"
         )
         airflow.run("regauge_reprocess", {"view": VIEW, "version": 3})
