@@ -87,6 +87,13 @@ def gold_rows(view: View, silver: DataFrame) -> DataFrame:
 MAX_NEAR_CHANGES = 20_000
 
 
+# Up to this many scopes, a batch collects its scopes with their time bounds in one
+# Spark job and picks them out of silver and gold by value (`scoping.Listed`). A
+# broadcast join of them runs a job of its own to broadcast them, in each of the two
+# plans that use them. Past it (a catch-up), they are materialised and joined.
+MAX_LISTED_SCOPES = 1_000
+
+
 # A batch's changes to gold are read off the MERGE's source (one Spark job, which
 # also gives the hours the MERGE may touch) when they are at most this many rows:
 # they then go to the view's topic from the driver (`changes.Staged`). A larger
@@ -168,25 +175,39 @@ def apply_changes(
         if links is not None:
             taken = links.follow(changed, silver)
             of_silver = scoping.of_on_days(view, silver, links.of_days(taken.linked_hashes))
-        scopes = scoping.scopes_of(view, changed, of_silver).localCheckpoint(eager=True)
+        scopes = scoping.scopes_of(view, changed, of_silver)
+        # A live batch's few scopes, collected with their time bounds in one job and
+        # then picked out by value; a catch-up's many, materialised and joined.
+        listing = scoping.listing(view, scopes).coalesce(1).limit(MAX_LISTED_SCOPES + 1).collect()
+        listed = (
+            scoping.listed(view, scopes, listing) if len(listing) <= MAX_LISTED_SCOPES else None
+        )
+        if listed is None:
+            scopes = scopes.localCheckpoint(eager=True)
+            of_bounds = scoping.time_bounds(view, scopes)
+            bounds = None if of_bounds is None else [(r[0], r[1]) for r in of_bounds.collect()]
+        else:
+            bounds = listed.bounds
         # Where the scopes bound their events' time (an hour), read only those days of
         # silver: the work then follows the change, not the size of history. (One row
-        # of bounds per scope, so the same Spark job counts them.)
-        bounds = scoping.time_bounds(view, scopes)
+        # of bounds per scope, so they count the scopes too.)
         if bounds is None:
-            n_scopes = scopes.count()
+            n_scopes = len(listed.keys) if listed is not None else scopes.count()
         else:
-            rows = bounds.collect()
-            n_scopes = len(rows)
-            if rows and view.scope.within and view.scope.within[0] == view.window[0]:
+            n_scopes = len(bounds)
+            if bounds and view.scope.within and view.scope.within[0] == view.window[0]:
                 target = scoping.starting_in(
-                    view, target, min(r[0] for r in rows), max(r[0] for r in rows)
+                    view, target, min(r[0] for r in bounds), max(r[0] for r in bounds)
                 )
-            ranges = scoping.merged_ranges((r[0], r[1]) for r in rows)
+            ranges = scoping.merged_ranges(bounds)
             linked_days = None if links is None else links.linked_days(ranges)
             silver = scoping.narrowed(view, silver, ranges, linked_days)
-        deciding = scoping.restrict(view, silver, scopes)
-        replaced = target.join(F.broadcast(scopes), list(view.scope_columns), "left_semi")
+        deciding = scoping.restrict(view, silver, scopes, listed)
+        replaced = (
+            target.join(F.broadcast(scopes), list(view.scope_columns), "left_semi")
+            if listed is None
+            else target.where(listed.picks())
+        )
     if not n_scopes:
         return Applied(0, silver)
     # Materialised first: the rows are used twice (what differs from gold, and
@@ -227,8 +248,11 @@ def _merge(
     )
     update_when = f"s._op = 'upsert' AND ({differs})" if differs else "false"
     commit = before + 1
+    # In one partition before the limit: a limit's collect over several partitions
+    # reads the first, finds it short, and runs a second job for the rest.
     written: list[Row] = (
         source.select(*changes.staged_columns(view, commit), _hour_micros(view).alias("hour"))
+        .coalesce(1)
         .limit(MAX_STAGED_ROWS + 1)
         .collect()
     )
@@ -290,6 +314,7 @@ def fold_changes(
     # One small job over the materialised batch: the rows it touches, and their hours.
     touched = (
         sums.select(F.unix_micros(view.window[0]).alias("start"), moved.alias("moved"))
+        .coalesce(1)  # one job, as in `_merge`
         .limit(MAX_STAGED_ROWS + 1)
         .collect()
     )

@@ -13,9 +13,11 @@ import operator
 from collections.abc import Iterable, Sequence
 from datetime import date, timedelta
 from functools import reduce
+from typing import NamedTuple
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, Row, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType
 
 from spark_jobs.views.base import View
 
@@ -120,17 +122,21 @@ def scopes_of(view: View, changed: DataFrame, silver: DataFrame) -> DataFrame:
     return scopes.distinct()
 
 
-def restrict(view: View, silver: DataFrame, scopes: DataFrame) -> DataFrame:
+def restrict(
+    view: View, silver: DataFrame, scopes: DataFrame, listed: Listed | None = None
+) -> DataFrame:
     """(all of silver, scopes) -> the silver rows that decide those scopes' gold rows:
-    the `of` events in them and every linked event that shares `linked_by` with one."""
+    the `of` events in them and every linked event that shares `linked_by` with one.
+    With `listed` (the same scopes, collected: `listed`), picked out by value, not
+    joined."""
     names = [_TMP + c for c in view.scope_columns]
-    wanted = scopes.select(*[F.col(c).alias(_TMP + c) for c in view.scope_columns])
-    of = (
-        _of(view, silver)
-        .select("*", *_scope_values(view, _TMP))
-        .join(F.broadcast(wanted), names, "left_semi")
-        .drop(*names)
-    )
+    of = _of(view, silver).select("*", *_scope_values(view, _TMP))
+    if listed is None:
+        wanted = scopes.select(*[F.col(c).alias(_TMP + c) for c in view.scope_columns])
+        of = of.join(F.broadcast(wanted), names, "left_semi")
+    else:
+        of = of.where(listed.picks(_TMP))
+    of = of.drop(*names)
     if not view.scope.linked:
         return of
     assert view.scope.linked_by is not None
@@ -138,6 +144,52 @@ def restrict(view: View, silver: DataFrame, scopes: DataFrame) -> DataFrame:
         of.select(view.scope.linked_by).distinct(), view.scope.linked_by, "left_semi"
     )
     return of.unionByName(theirs)
+
+
+class Listed(NamedTuple):
+    """A batch's scopes, collected: each as one string of its scope columns (`key`),
+    and their time bounds where the scope declares them (as `time_bounds`)."""
+
+    view: View
+    keys: list[str]
+    bounds: list[tuple[int, int]] | None
+    types: dict[str, DataType]
+
+    def picks(self, prefix: str = "") -> Column:
+        """Whether a row's scope columns (named `prefix` + the column) are one of these."""
+        return _key(self.view, self.types, prefix).isin(self.keys)
+
+
+def _key(view: View, types: dict[str, DataType], prefix: str = "") -> Column:
+    # Cast to the scopes' own types first, so that gold's columns give the same
+    # strings as silver's expressions; a null as a character no string holds.
+    return F.concat_ws(
+        "\x1f",
+        *[
+            F.coalesce(F.col(prefix + c).cast(types[c]).cast("string"), F.lit("\x00"))
+            for c in view.scope_columns
+        ],
+    )
+
+
+def listing(view: View, scopes: DataFrame) -> DataFrame:
+    """(scopes) -> a row per scope to collect for `listed`: its key, and its time
+    bounds where the scope declares them."""
+    columns = [_key(view, _types(scopes)).alias("key")]
+    if view.scope.within is not None:
+        start, end = view.scope.within
+        columns += [F.unix_micros(start).alias("start"), F.unix_micros(end).alias("end")]
+    return scopes.select(*columns)
+
+
+def listed(view: View, scopes: DataFrame, rows: Sequence[Row]) -> Listed:
+    """(scopes, the rows of their `listing`, collected) -> them as a `Listed`."""
+    bounds = None if view.scope.within is None else [(r["start"], r["end"]) for r in rows]
+    return Listed(view, [r["key"] for r in rows], bounds, _types(scopes))
+
+
+def _types(scopes: DataFrame) -> dict[str, DataType]:
+    return {f.name: f.dataType for f in scopes.schema.fields}
 
 
 def time_bounds(view: View, scopes: DataFrame) -> DataFrame | None:

@@ -144,3 +144,49 @@ def test_replay_progress_follows_the_jobs_tasks(spark, caplog):
         assert progress.share_done() == 1.0
     assert progress.summary().startswith("1,000 events in ")
     assert any("replay t_v1: ~" in r.getMessage() for r in caplog.records)
+
+
+def _jobs_so_far(spark) -> int:
+    """The newest Spark job id of the session's application (-1: none yet)."""
+    return max(spark.sparkContext.statusTracker().getJobIdsForGroup(None), default=-1)
+
+
+@pytest.mark.parametrize("name,version", [("revenue_hourly", 1), ("revenue_hourly", 2)])
+def test_a_batchs_scopes_picked_by_value_or_joined_past_the_limit_give_one_answer(
+    spark, tmp_path, silver_df, monkeypatch, name, version
+):
+    """Hourly views: a live batch collects its few scopes and picks them out of silver
+    and gold by value (`scoping.Listed`), one Spark job where materialising them,
+    counting them and two broadcasts took four; past MAX_LISTED_SCOPES (a catch-up)
+    they are joined as before. Both ways leave gold the view of the log, and the
+    micro-batch picked by value is at least three jobs fewer (issue 67)."""
+    view = views.get(name, version)
+    live = runner.live_session(spark)
+    log_df = log_of(silver_df, view)
+    rows = log_df.collect()
+    expected = view.compute(log_df).localCheckpoint()
+    jobs = {}
+    most = gold_writes.MAX_LISTED_SCOPES
+    for limit in (most, 0):
+        monkeypatch.setattr(gold_writes, "MAX_LISTED_SCOPES", limit)
+        path = str(tmp_path / f"gold-{limit}")
+        gold_writes.ensure_gold(live, path, view)
+        first = live.createDataFrame(rows[1::2], log_df.schema)
+        gold_writes.apply_changes(live, path, view, first, first)
+        changed = live.createDataFrame(rows[::2], log_df.schema)
+        silver = live.createDataFrame(rows, log_df.schema)
+        links = LinkIndex(view) if view.scope.linked else None
+        before = _jobs_so_far(spark)
+        applied = gold_writes.apply_changes(live, path, view, changed, silver, links)
+        jobs[limit] = _jobs_so_far(spark) - before
+        assert applied.scopes > 1
+        assert_df_equality(
+            live.read.format("delta").load(path),
+            expected,
+            ignore_row_order=True,
+            ignore_nullable=True,
+            ignore_column_order=True,
+        )
+    picked, joined = jobs[most], jobs[0]
+    print(f"{name} v{version}: a batch's jobs picked by value {picked}, joined {joined}")
+    assert picked <= joined - 3, jobs
