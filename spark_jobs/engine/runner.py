@@ -23,7 +23,7 @@ import time
 from datetime import datetime
 from functools import reduce
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
@@ -259,9 +259,8 @@ def stream(
 
     def each_batch(changes: DataFrame, batch_id: int) -> None:
         nonlocal through
-        mine = changes.where(relevant).localCheckpoint(eager=True)
         version = F.col("_commit_version")
-        stats = mine.agg(
+        summary = [
             *[
                 agg(F.when(of_source[src], version))
                 for src in view.sources
@@ -276,14 +275,24 @@ def stream(
                 )
             ),
             *restatements.Landed.columns(view),
-        ).first()
+        ]
+        # The summary is observed while the batch is materialised: one Spark job
+        # where an aggregate over the materialised rows ran a second.
+        observed = Observation()
+        mine = (
+            changes.where(relevant)
+            .observe(observed, *[c.alias(f"s{i}") for i, c in enumerate(summary)])
+            .localCheckpoint(eager=True)
+        )
+        got = observed.get
+        stats = [got[f"s{i}"] for i in range(len(summary))]
         n = len(view.sources)
         ranges = {
             src: (int(stats[2 * i]), int(stats[2 * i + 1]))
             for i, src in enumerate(view.sources)
-            if stats is not None and stats[2 * i + 1] is not None
+            if stats[2 * i + 1] is not None
         }
-        if stats is None or not ranges:
+        if not ranges:
             return
         oldest = stats[2 * n]
         landed = restatements.Landed(*stats[2 * n + 1 :])
