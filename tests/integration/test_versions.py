@@ -718,7 +718,15 @@ def _scheduler_killed_with_its_tasks(settings: Settings, down_s: float) -> list[
             cmdline = Path(f"/proc/{member}/cmdline").read_bytes()
             os.kill(member, signal.SIGKILL)
             killed.append(cmdline.replace(b"\0", b" ").decode())
-    supervisor.stop("airflow-scheduler")
+    # supervisord may see the death and restart it (autorestart) before or after a
+    # stop lands: a stop of an EXITED program is refused (NOT_RUNNING), and the
+    # restart follows. Stop until supervisord itself says STOPPED, which it does
+    # not restart from.
+    deadline = time.monotonic() + 60
+    while supervisor.state("airflow-scheduler") != "STOPPED":
+        assert time.monotonic() < deadline, supervisor.state("airflow-scheduler")
+        supervisor.stop("airflow-scheduler")
+        time.sleep(0.2)
     # Nothing moves while it is down: the routing stays where the step put it.
     time.sleep(down_s)
     v2 = versions.get(settings, VIEW, 2)
