@@ -129,13 +129,16 @@ def apply_changes(
     silver: DataFrame,
     links: LinkIndex | None = None,
     txn: tuple[str, int] | None = None,
+    span: tuple[int, int | None, int | None] | None = None,
 ) -> Applied:
     """Recompute the scopes `changed` touches from `silver`; replace them in gold at `path`.
 
     With `links` (a view with linked events, run batch after batch by a live
     stream), linked events and the `of` events they link to are read from the
     days of silver the index names, not from all of history. With `txn` (a live
-    stream's txnAppId and batch id) the commit records it, for `fold_changes`."""
+    stream's txnAppId and batch id) the commit records it, for `fold_changes`.
+    With `span` (`span_columns` of `changed`, already read: a live batch observes
+    them as it materialises its rows), a view of sessions does not read them again."""
     gold = DeltaTable.forPath(spark, path)
     # The commit the MERGE below makes is this one's successor, unless another
     # writer commits in between (then the change feed publishes both).
@@ -145,11 +148,7 @@ def apply_changes(
     # small enough to follow change by change. One job counts and bounds them.
     times: tuple[int, int] | None = None
     if view.scope.gap is not None:
-        size, first, last = changed.agg(
-            F.count(F.lit(1)),
-            F.min(F.unix_micros("event_time")),
-            F.max(F.unix_micros("event_time")),
-        ).first() or (0, None, None)
+        size, first, last = span or changed.agg(*span_columns()).first() or (0, None, None)
         if first is not None and last is not None and size <= MAX_NEAR_CHANGES:
             times = (first, last)
     if times is not None:
@@ -220,6 +219,16 @@ def apply_changes(
     what = f"{view.table_name}: replacing {n_scopes} scopes"
     staged = _merge(spark, gold, view, source, before, txn, retry_as=what)
     return Applied(n_scopes, silver, fresh, staged)
+
+
+def span_columns() -> list[Column]:
+    """How many changed rows, and their first and last event time (UTC microseconds):
+    what a view of sessions follows a small change by (`apply_changes`' `span`)."""
+    return [
+        F.count(F.lit(1)),
+        F.min(F.unix_micros("event_time")),
+        F.max(F.unix_micros("event_time")),
+    ]
 
 
 def _merge(

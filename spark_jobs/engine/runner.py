@@ -275,6 +275,8 @@ def stream(
                 )
             ),
             *restatements.Landed.columns(view),
+            # A view of sessions follows a small change by its span (`apply_changes`).
+            *(gold_writes.span_columns() if view.scope.gap is not None else []),
         ]
         # The summary is observed while the batch is materialised: one Spark job
         # where an aggregate over the materialised rows ran a second.
@@ -295,7 +297,10 @@ def stream(
         if not ranges:
             return
         oldest = stats[2 * n]
-        landed = restatements.Landed(*stats[2 * n + 1 :])
+        landed_at = 2 * n + 1
+        span_at = landed_at + len(restatements.Landed._fields)
+        landed = restatements.Landed(*stats[landed_at:span_at])
+        span = (stats[span_at], stats[span_at + 1], stats[span_at + 2]) if stats[span_at:] else None
         # The input as of the batch's last commit of each source, and as it stood
         # before the batch (what its restatements compare against).
         at = through.after({src: last for src, (_, last) in ranges.items()})
@@ -320,7 +325,16 @@ def stream(
                 # winner may leave a scope it was in.
                 silver = read_input(spark, settings, view, at)
                 changed = mine.drop(*lake.CDF_COLUMNS)
-                applied = gold_writes.apply_changes(spark, path, view, changed, silver, links, txn)
+                applied = gold_writes.apply_changes(
+                    spark,
+                    path,
+                    view,
+                    changed,
+                    silver,
+                    links,
+                    txn,
+                    span,
+                )
             if applied.scopes:
                 restated = restatements.record(
                     spark,
