@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import reduce
 from typing import NamedTuple
 
@@ -130,6 +130,8 @@ def apply_changes(
     links: LinkIndex | None = None,
     txn: tuple[str, int] | None = None,
     span: tuple[int, int | None, int | None] | None = None,
+    pick: Callable[[str], DataFrame] | None = None,
+    pick_gold: Callable[[int, str], DataFrame] | None = None,
 ) -> Applied:
     """Recompute the scopes `changed` touches from `silver`; replace them in gold at `path`.
 
@@ -138,7 +140,12 @@ def apply_changes(
     days of silver the index names, not from all of history. With `txn` (a live
     stream's txnAppId and batch id) the commit records it, for `fold_changes`.
     With `span` (`span_columns` of `changed`, already read: a live batch observes
-    them as it materialises its rows), a view of sessions does not read them again."""
+    them as it materialises its rows), a view of sessions does not read them again.
+    With `pick` (a live batch: the rows of the same snapshot of silver that meet a
+    SQL condition, read by delta-rs, `inputs.read_where`), the rows of silver a
+    batch of few scopes needs are read that way, not by Spark's scans of silver;
+    with `pick_gold` (the same of gold: a version and a condition), gold's rows in
+    their windows too."""
     gold = DeltaTable.forPath(spark, path)
     # The commit the MERGE below makes is this one's successor, unless another
     # writer commits in between (then the change feed publishes both).
@@ -173,7 +180,14 @@ def apply_changes(
         of_silver = silver
         if links is not None:
             taken = links.follow(changed, silver)
-            of_silver = scoping.of_on_days(view, silver, links.of_days(taken.linked_hashes))
+            days = links.of_days(taken.linked_hashes)
+            of_silver = scoping.of_on_days(
+                view,
+                silver
+                if pick is None
+                else pick(scoping.of_on_days_sql(view, days, taken.linked_keys)),
+                days,
+            )
         scopes = scoping.scopes_of(view, changed, of_silver)
         # A live batch's few scopes, collected with their time bounds in one job and
         # then picked out by value; a catch-up's many, materialised and joined.
@@ -195,11 +209,17 @@ def apply_changes(
         else:
             n_scopes = len(bounds)
             if bounds and view.scope.within and view.scope.within[0] == view.window[0]:
-                target = scoping.starting_in(
-                    view, target, min(r[0] for r in bounds), max(r[0] for r in bounds)
-                )
+                lo, hi = min(r[0] for r in bounds), max(r[0] for r in bounds)
+                if pick_gold is not None and listed is not None:
+                    target = pick_gold(before, scoping.starting_in_sql(view, lo, hi)).select(
+                        *target.columns
+                    )
+                target = scoping.starting_in(view, target, lo, hi)
             ranges = scoping.merged_ranges(bounds)
             linked_days = None if links is None else links.linked_days(ranges)
+            condition = scoping.narrowed_sql(view, ranges, linked_days)
+            if pick is not None and condition is not None and listed is not None:
+                silver = pick(condition)
             silver = scoping.narrowed(view, silver, ranges, linked_days)
         deciding = scoping.restrict(view, silver, scopes, listed)
         replaced = (

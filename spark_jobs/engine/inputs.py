@@ -193,6 +193,21 @@ def newest(spark: SparkSession, settings: Settings, view: View) -> Position:
     )
 
 
+def read_where(
+    spark: SparkSession, settings: Settings, view: View, at: Position, condition: str
+) -> DataFrame:
+    """The view's input as of `at`, the rows that meet `condition` (SQL) only, read by
+    delta-rs into a local DataFrame (`lake.read_where`): a live batch's few rows."""
+    return union(
+        [
+            lake.read_where(
+                spark, *settings.delta_rs(silver_table(s).path(settings)), at[s], condition
+            )
+            for s in view.sources
+        ]
+    )
+
+
 def read(spark: SparkSession, settings: Settings, view: View, at: Position | None) -> DataFrame:
     """The view's input, as of `at` (None: each silver's newest)."""
     frames = [

@@ -678,7 +678,6 @@ def arrow_at_positions(
     schema: StructType,
 ) -> pa.Table:
     """`read_at_positions`'s rows as Arrow, read by delta-rs (DataFusion), no Spark."""
-    names = ", ".join(f'"{f.name}"' for f in schema.fields)
     exact = " OR ".join(
         f'("partition" = {int(partition)} AND "offset" IN ({", ".join(map(str, offsets))}))'
         for partition, offsets in _by_partition(positions).items()
@@ -687,14 +686,41 @@ def arrow_at_positions(
     # the IN lists pick the rows.
     ranges = positions_condition(positions, quote='"') if positions else "false"
     table = deltalake.DeltaTable(where, storage_options=options or None)
+    return _arrow_where(table, schema, f"({ranges}) AND ({exact or 'false'})")
+
+
+def _arrow_where(delta: deltalake.DeltaTable, schema: StructType, condition: str) -> pa.Table:
+    """`schema`'s columns of the rows of `table` that meet `condition` (DataFusion
+    SQL), which prunes partitions and files by it."""
+    names = ", ".join(f'"{f.name}"' for f in schema.fields)
     reader = (
         deltalake.QueryBuilder()
-        .register("t", table)
-        .execute(f"SELECT {names} FROM t WHERE ({ranges}) AND ({exact or 'false'})")
+        .register("t", delta)
+        .execute(f"SELECT {names} FROM t WHERE {condition}")
     )
     # DataFusion answers in view types (Utf8View), which Spark's Arrow reader lacks.
     # Timestamps as instants in UTC, as Delta stores them.
-    return pa.table(reader).cast(to_arrow_schema(schema, timezone="UTC"))
+    arrow = to_arrow_schema(schema, timezone="UTC")
+    table = pa.table(reader).cast(arrow)
+    # No rows come back as columns of no chunks, which Spark's reader refuses.
+    return table if table.num_rows else arrow.empty_table()
+
+
+def read_where(
+    spark: SparkSession, where: str, options: dict[str, str], version: int, condition: str
+) -> DataFrame:
+    """The rows of a table as of `version` that meet `condition` (DataFusion SQL), read
+    by delta-rs into a local DataFrame of the table's own schema: for the few rows a
+    live batch names in a table that commits every batch (silver). Spark would build
+    the snapshot of a version that is no longer the newest (its state, from the log)
+    and run a job to pick its files, for each scan of it (docs/design/
+    issue-67-delta-scan-study.md); delta-rs reads the log and prunes by partition and
+    statistics in about 10 ms. `where` and `options`: `Settings.delta_rs`."""
+    table = deltalake.DeltaTable(where, version=version, storage_options=options or None)
+    # Delta keeps the schema as Spark's own JSON: the same types and nullability as
+    # Spark's read of the table.
+    schema = StructType.fromJson(json.loads(table.schema().to_json()))
+    return spark.createDataFrame(_arrow_where(table, schema, condition), schema)
 
 
 def _by_partition(positions: list[tuple[int, int]]) -> dict[int, list[int]]:

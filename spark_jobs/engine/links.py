@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -53,10 +54,13 @@ class Rows:
     hashes: np.ndarray
     times: np.ndarray
     days: np.ndarray
+    # The linked events' `linked_by` values (null for `of` events): what a live
+    # batch names the `of` events it reads by (`linked_keys`). Not kept in the index.
+    linked: pa.ChunkedArray
 
     @classmethod
     def of(cls, view: View, rows: DataFrame) -> Rows:
-        """Collected through Arrow: 21 bytes a row."""
+        """Collected through Arrow: 25 bytes a row, and a linked event's key."""
         assert view.scope.linked_by is not None, f"{view.table_name}: no linked events"
         table = (
             rows.where(F.col("event_type").isin(*view.event_types))
@@ -65,6 +69,9 @@ class Rows:
                 F.xxhash64(view.scope.linked_by).alias("hash"),
                 F.unix_micros("event_time").alias("time"),
                 F.unix_date("event_date").alias("day"),
+                F.when(
+                    ~F.col("event_type").isin(*view.scope.of), F.col(view.scope.linked_by)
+                ).alias("linked"),
             )
             .toArrow()
         )
@@ -73,11 +80,20 @@ class Rows:
             table.column("hash").to_numpy(),
             table.column("time").to_numpy(),
             table.column("day").to_numpy(),
+            table.column("linked"),
         )
 
     @property
     def linked_hashes(self) -> np.ndarray:
         return self.hashes[~self.is_of]
+
+    @property
+    def linked_keys(self) -> list[str] | None:
+        """The linked events' distinct `linked_by` values, where they are strings (None
+        otherwise: SQL and Spark may spell other types differently)."""
+        if not pa.types.is_string(self.linked.type) and not pa.types.is_null(self.linked.type):
+            return None
+        return sorted({k for k in self.linked.to_pylist() if k is not None})
 
 
 class LinkIndex:

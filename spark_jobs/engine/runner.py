@@ -21,7 +21,7 @@ import logging
 import operator
 import time
 from datetime import datetime
-from functools import reduce
+from functools import partial, reduce
 
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -334,6 +334,8 @@ def stream(
                     links,
                     txn,
                     span,
+                    partial(inputs.read_where, spark, settings, view, at),
+                    partial(lake.read_where, spark, *settings.delta_rs(path)),
                 )
             if applied.scopes:
                 restated = restatements.record(

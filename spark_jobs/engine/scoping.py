@@ -232,6 +232,88 @@ def of_on_days(view: View, silver: DataFrame, days: Iterable[int]) -> DataFrame:
     return _of(view, silver).where(day_filter(days))
 
 
+# -- the same filters as SQL, for a read by delta-rs (lake.read_where) ---------
+# A live batch reads these rows of silver without Spark's scan, then filters them
+# again with the functions above: each of these keeps at least the rows its
+# namesake does (a superset is still exact), and they are held equal by tests.
+_DAY_MICROS = 86_400_000_000
+
+
+def _sql_date(day: int) -> str:
+    return f"DATE '{(_EPOCH + timedelta(days=day)).isoformat()}'"
+
+
+def _sql_micros(value: int) -> str:
+    return f"arrow_cast({int(value)}, 'Timestamp(Microsecond, Some(\"UTC\"))')"
+
+
+def _sql_types(types: Iterable[str]) -> str:
+    quoted = ", ".join("'" + t.replace("'", "''") + "'" for t in types)
+    return f'"event_type" IN ({quoted})'
+
+
+def _sql_any(terms: Sequence[str]) -> str:
+    return "(" + " OR ".join(terms) + ")" if terms else "false"
+
+
+def days_sql(days: Iterable[int]) -> str:
+    """`day_filter` as SQL."""
+    return _sql_any(
+        [
+            f'"event_date" BETWEEN {_sql_date(a)} AND {_sql_date(b - 1)}'
+            for a, b in merged_ranges((d, d + 1) for d in days)
+        ]
+    )
+
+
+def _time_sql(ranges: Sequence[tuple[int, int]]) -> tuple[str, str]:
+    """`time_filter` as SQL."""
+    days = [
+        f'"event_date" BETWEEN {_sql_date(a // _DAY_MICROS)} AND '
+        f"{_sql_date((b - 1) // _DAY_MICROS)}"
+        for a, b in ranges
+    ]
+    times = [
+        f'"event_time" >= {_sql_micros(a)} AND "event_time" < {_sql_micros(b)}' for a, b in ranges
+    ]
+    return _sql_any(days), _sql_any([f"({t})" for t in times])
+
+
+def narrowed_sql(
+    view: View, ranges: Sequence[tuple[int, int]], linked_days: Iterable[int] | None
+) -> str | None:
+    """`narrowed` as SQL; None where it keeps every linked event (no `linked_days`),
+    which no read of a few rows can serve."""
+    if not ranges:
+        return None
+    days, times = _time_sql(ranges)
+    of = _sql_types(view.scope.of)
+    if not view.scope.linked:
+        return f"{of} AND {days} AND {times}"
+    if linked_days is None:
+        return None
+    other = _sql_types(view.scope.linked)
+    return (
+        f"(({other} AND {days_sql(linked_days)}) OR ({of} AND {days})) "
+        f"AND ({other} OR ({of} AND {times}))"
+    )
+
+
+def starting_in_sql(view: View, lo: int, hi: int) -> str:
+    """`starting_in` as SQL."""
+    return f'"{view.window[0]}" BETWEEN {_sql_micros(lo)} AND {_sql_micros(hi)}'
+
+
+def of_on_days_sql(view: View, days: Iterable[int], keys: Sequence[str] | None = None) -> str:
+    """`of_on_days` as SQL; given `keys` (string values of `linked_by`), only the `of`
+    events of those keys, all that `scopes_of` then reads of it."""
+    sql = f"{_sql_types(view.scope.of)} AND {days_sql(days)}"
+    if keys is None:
+        return sql
+    quoted = ", ".join("'" + k.replace("'", "''") + "'" for k in keys)
+    return f'{sql} AND "{view.scope.linked_by}" IN ({quoted})' if keys else "false"
+
+
 # -- sums (a view whose rows add up) -------------------------------------------
 def summed(view: View, rows: DataFrame, sign: Column) -> DataFrame:
     """(silver rows, each one's `sign`: 1 for a row put in silver, -1 for one taken

@@ -3,14 +3,17 @@ cancel, from the days of silver its link index names, not from all of history.""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import pytest
+from pyspark.sql import functions as F
 
-from spark_jobs.engine import gold_writes
+from spark_jobs.engine import gold_writes, lake, scoping
 from spark_jobs.engine import silver as silver_mod
 from spark_jobs.engine.links import LinkIndex
-from spark_jobs.views import revenue_hourly_v2
+from spark_jobs.views import revenue_hourly_v1, revenue_hourly_v2
 from tests.frames import assert_df_equality
 from tests.spark_jobs.conftest import at, cancel, order
 
@@ -49,9 +52,22 @@ def _rows(silver_df, rows: list[dict], first: int):
     )
 
 
-def test_a_live_batch_reads_only_the_days_its_links_are_on(spark, silver_df, tmp_path):
+@pytest.mark.parametrize("by_delta_rs", [False, True], ids=["spark", "delta-rs"])
+def test_a_live_batch_reads_only_the_days_its_links_are_on(spark, silver_df, tmp_path, by_delta_rs):
+    """Both ways a batch reads silver's rows: Spark's scans, or (as a live stream
+    does) delta-rs's read of the rows the batch names (`pick`)."""
     silver_path, gold = tmp_path / "silver", str(tmp_path / "gold")
     read = spark.read.format("delta").load
+
+    def picker():
+        if not by_delta_rs:
+            return {}
+        version = lake.newest_version(spark, str(silver_path))
+        return {
+            "pick": partial(lake.read_where, spark, str(silver_path), {}, version),
+            "pick_gold": partial(lake.read_where, spark, gold, {}),
+        }
+
     history = _rows(silver_df, HISTORY, 0)
     _append(silver_path, history)
     gold_writes.gold_rows(VIEW, history).write.format("delta").save(gold)
@@ -61,7 +77,7 @@ def test_a_live_batch_reads_only_the_days_its_links_are_on(spark, silver_df, tmp
 
     first = _rows(silver_df, FIRST, 10)
     _append(silver_path, first)
-    gold_writes.apply_changes(spark, gold, VIEW, first, read(str(silver_path)), links)
+    gold_writes.apply_changes(spark, gold, VIEW, first, read(str(silver_path)), links, **picker())
 
     second = _rows(silver_df, SECOND, 20)
     _append(silver_path, second)
@@ -75,7 +91,7 @@ def test_a_live_batch_reads_only_the_days_its_links_are_on(spark, silver_df, tmp
         with pytest.raises(Exception, match=r"FileNotFound|does not exist|FAILED_READ_FILE"):
             # Without the index, every cancellation in history is read.
             gold_writes.apply_changes(spark, unindexed, VIEW, second, silver)
-        applied = gold_writes.apply_changes(spark, gold, VIEW, second, silver, links)
+        applied = gold_writes.apply_changes(spark, gold, VIEW, second, silver, links, **picker())
     finally:
         for part in UNNEEDED:
             (silver_path / (part.replace("/", "-") + ".away")).rename(silver_path / part)
@@ -89,3 +105,79 @@ def test_a_live_batch_reads_only_the_days_its_links_are_on(spark, silver_df, tmp
     )
     o3_hour = read(gold).where(f"window_start = '{at(hours=48)}'").first()
     assert (o3_hour.orders_placed, o3_hour.orders_cancelled) == (2, 2)
+
+
+def _micros(when: datetime) -> int:
+    return (when.replace(tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(
+        microseconds=1
+    )
+
+
+def _day(when: datetime) -> int:
+    return (when.date() - datetime(1970, 1, 1).date()).days
+
+
+_US = timedelta(microseconds=1)
+# Rows on the edges the filters draw: an hour's first and last microsecond, the one
+# after it, and the last microsecond of a day with the first of the next.
+EDGES = [
+    order("h0", at(hours=49), "1.00"),
+    order("h1", at(hours=50) - _US, "1.00"),
+    order("h2", at(hours=50), "1.00"),
+    order("d0", at(hours=62) - _US, "1.00"),  # 01-03 23:59:59.999999
+    order("d1", at(hours=62), "1.00"),  # 01-04 00:00
+    cancel("h0", at(hours=63)),
+    cancel("d1", at(hours=64)),
+]
+
+
+def test_the_sql_a_live_batch_reads_by_keeps_what_spark_s_filters_keep(spark, silver_df, tmp_path):
+    """`scoping.narrowed_sql` and `of_on_days_sql`, read by delta-rs, keep the rows
+    `narrowed` and `of_on_days` keep, edges of hours and days included: a live batch
+    reads silver's rows that way and then filters them again with Spark's."""
+    path = str(tmp_path / "silver")
+    _append(tmp_path / "silver", _rows(silver_df, [*HISTORY, *FIRST, *SECOND, *EDGES], 0))
+    read = partial(lake.read_where, spark, path, {}, lake.newest_version(spark, path))
+    silver = spark.read.format("delta").load(path)
+
+    def ids(rows) -> set[str]:
+        return {r.event_id for r in rows.select("event_id").collect()}
+
+    hour = (_micros(at(hours=49)), _micros(at(hours=50)))
+    midnight = (_micros(at(hours=61)), _micros(at(hours=63)))
+    cases = [
+        (revenue_hourly_v2.VIEW, [hour], [_day(at(hours=63))]),
+        (revenue_hourly_v2.VIEW, [hour, midnight], [_day(at(hours=72)), _day(at(hours=63))]),
+        (revenue_hourly_v2.VIEW, [midnight], []),
+        (revenue_hourly_v1.VIEW, [hour], None),
+        (revenue_hourly_v1.VIEW, [hour, midnight], None),
+    ]
+    for view, ranges, linked_days in cases:
+        sql = scoping.narrowed_sql(view, ranges, linked_days)
+        assert sql is not None
+        kept = ids(scoping.narrowed(view, silver, ranges, linked_days))
+        assert kept and ids(read(sql)) == kept, (view.table_name, ranges, linked_days)
+    # Without the days of its linked events, a linked view must read them all.
+    assert scoping.narrowed_sql(revenue_hourly_v2.VIEW, [hour], None) is None
+    assert scoping.narrowed_sql(revenue_hourly_v1.VIEW, [], None) is None
+
+    days = [_day(at(hours=48)), _day(at(hours=62))]
+    on_days = scoping.of_on_days(VIEW, silver, days)
+    assert ids(read(scoping.of_on_days_sql(VIEW, days))) == ids(on_days)
+    keys = ["o3", "d1", "o'x"]
+    assert (
+        ids(read(scoping.of_on_days_sql(VIEW, days, keys)))
+        == ids(on_days.where(F.col("order_id").isin(keys)))
+        == {"e2", "e13"}
+    )
+    assert ids(read(scoping.of_on_days_sql(VIEW, days, []))) == set()
+
+    # Gold's rows by when their windows start, both bounds taken.
+    gold = str(tmp_path / "gold")
+    gold_writes.gold_rows(VIEW, silver).write.format("delta").save(gold)
+    windows = partial(lake.read_where, spark, gold, {}, lake.newest_version(spark, gold))
+    lo, hi = _micros(at(hours=48)), _micros(at(hours=61))
+    starting = scoping.starting_in(VIEW, spark.read.format("delta").load(gold), lo, hi)
+    picked = windows(scoping.starting_in_sql(VIEW, lo, hi))
+    assert sorted(picked.collect()) == sorted(starting.collect())
+    assert {r.window_start for r in picked.collect()} == {at(hours=h) for h in (48, 49, 50, 61)}
