@@ -162,18 +162,26 @@ def apply_changes(
         # Sessions: only the rows within the gap of a change can move, and gold
         # says where they are. Read the events in their spans, from the days the
         # spans cover: the work then follows the change, not the customer's history.
-        near = scoping.near(view, changed, scoping.around(view, target, *times)).localCheckpoint(
+        around = (
+            target if pick_gold is None else pick_gold(before, scoping.around_sql(view, *times))
+        )
+        near = scoping.near(view, changed, scoping.around(view, around, *times)).localCheckpoint(
             eager=True
         )
         spans = near.collect()
         n_scopes = len({tuple(r[c] for c in view.scope_columns) for r in spans})
+        # Only the customers near a change: the spans' times alone hold everyone's.
+        theirs = scoping.scopes_sql(view, spans)
         if spans:
-            target = scoping.starting_in(
-                view, target, min(r["lo"] for r in spans), max(r["hi"] for r in spans)
-            )
-        silver = scoping.narrowed(
-            view, silver, scoping.merged_ranges((r["lo"], r["hi"] + 1) for r in spans)
-        )
+            lo, hi = min(r["lo"] for r in spans), max(r["hi"] for r in spans)
+            if pick_gold is not None and theirs is not None:
+                target = pick_gold(before, f"{scoping.starting_in_sql(view, lo, hi)} AND {theirs}")
+            target = scoping.starting_in(view, target, lo, hi)
+        ranges = scoping.merged_ranges((r["lo"], r["hi"] + 1) for r in spans)
+        condition = scoping.narrowed_sql(view, ranges, None)
+        if pick is not None and condition is not None and theirs is not None:
+            silver = pick(f"({condition}) AND {theirs}")
+        silver = scoping.narrowed(view, silver, ranges)
         deciding = scoping.restrict_near(view, silver, near)
         replaced = scoping.rows_near(view, target, near)
     else:
@@ -211,9 +219,7 @@ def apply_changes(
             if bounds and view.scope.within and view.scope.within[0] == view.window[0]:
                 lo, hi = min(r[0] for r in bounds), max(r[0] for r in bounds)
                 if pick_gold is not None and listed is not None:
-                    target = pick_gold(before, scoping.starting_in_sql(view, lo, hi)).select(
-                        *target.columns
-                    )
+                    target = pick_gold(before, scoping.starting_in_sql(view, lo, hi))
                 target = scoping.starting_in(view, target, lo, hi)
             ranges = scoping.merged_ranges(bounds)
             linked_days = None if links is None else links.linked_days(ranges)

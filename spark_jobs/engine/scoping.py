@@ -299,6 +299,28 @@ def narrowed_sql(
     )
 
 
+def scopes_sql(view: View, rows: Sequence[Row]) -> str | None:
+    """The silver rows whose scope columns hold a value of `rows`' (each column on its
+    own: a superset of the scopes), where every scope column is a silver column of
+    strings; None otherwise (a computed scope, or values SQL may spell otherwise)."""
+    terms = []
+    for column, expression in view.scope.columns.items():
+        values = {r[column] for r in rows}
+        if expression != column or not all(isinstance(v, str) for v in values):
+            return None
+        quoted = ", ".join("'" + v.replace("'", "''") + "'" for v in sorted(values))
+        terms.append(f'"{column}" IN ({quoted})' if values else "false")
+    return " AND ".join(terms) or None
+
+
+def around_sql(view: View, lo: int, hi: int) -> str:
+    """`around` as SQL."""
+    assert view.scope.gap is not None, f"{view.table_name}: its scope has no gap"
+    start, end = view.window
+    reach = hi + _micros_of(view.scope.gap)
+    return f'"{start}" <= {_sql_micros(reach)} AND "{end}" >= {_sql_micros(lo)}'
+
+
 def starting_in_sql(view: View, lo: int, hi: int) -> str:
     """`starting_in` as SQL."""
     return f'"{view.window[0]}" BETWEEN {_sql_micros(lo)} AND {_sql_micros(hi)}'

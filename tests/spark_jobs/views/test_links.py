@@ -8,14 +8,15 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+from pyspark.sql import Row
 from pyspark.sql import functions as F
 
 from spark_jobs.engine import gold_writes, lake, scoping
 from spark_jobs.engine import silver as silver_mod
 from spark_jobs.engine.links import LinkIndex
-from spark_jobs.views import revenue_hourly_v1, revenue_hourly_v2
+from spark_jobs.views import cart_sessions_v1, revenue_hourly_v1, revenue_hourly_v2
 from tests.frames import assert_df_equality
-from tests.spark_jobs.conftest import at, cancel, order
+from tests.spark_jobs.conftest import at, cancel, cart, order
 
 VIEW = revenue_hourly_v2.VIEW
 
@@ -181,3 +182,41 @@ def test_the_sql_a_live_batch_reads_by_keeps_what_spark_s_filters_keep(spark, si
     picked = windows(scoping.starting_in_sql(VIEW, lo, hi))
     assert sorted(picked.collect()) == sorted(starting.collect())
     assert {r.window_start for r in picked.collect()} == {at(hours=h) for h in (48, 49, 50, 61)}
+
+
+def test_the_customers_near_a_change_narrow_a_sessions_read_and_computed_scopes_do_not():
+    """`scoping.scopes_sql`: a scope of plain string columns (a customer) names its
+    values, quoted; a computed scope (an hour) or a value that is not a string, none."""
+    spans = [Row(customer_id="c'1", lo=1, hi=2), Row(customer_id="c2", lo=3, hi=4)]
+    assert scoping.scopes_sql(cart_sessions_v1.VIEW, spans) == "\"customer_id\" IN ('c''1', 'c2')"
+    assert scoping.scopes_sql(cart_sessions_v1.VIEW, []) == "false"
+    assert scoping.scopes_sql(cart_sessions_v1.VIEW, [Row(customer_id=None, lo=1, hi=2)]) is None
+    assert scoping.scopes_sql(VIEW, [Row(window_start=at(), currency="EUR")]) is None
+
+
+def test_a_sessions_gold_read_by_delta_rs_keeps_what_spark_s_filters_keep(
+    spark, silver_df, tmp_path
+):
+    """`scoping.around_sql` keeps the rows `around` keeps, sessions that end exactly
+    where it starts looking or start exactly a gap past its end included."""
+    view = cart_sessions_v1.VIEW
+    gap = view.scope.gap
+    assert gap is not None
+    events = [
+        cart("c1", at()),  # a session ending at 10:00 + gap
+        cart("c2", at(hours=2)),
+        cart("c3", at(hours=4)),
+        cart("c3", at(hours=4, minutes=10)),
+    ]
+    gold = str(tmp_path / "gold")
+    gold_writes.gold_rows(view, silver_df(events, view)).write.format("delta").save(gold)
+    read = partial(lake.read_where, spark, gold, {}, lake.newest_version(spark, gold))
+    rows = spark.read.format("delta").load(gold)
+    cases = [
+        (_micros(at() + gap), _micros(at(hours=2)) - (gap // _US)),
+        (_micros(at(hours=1)), _micros(at(hours=1, minutes=30))),
+        (_micros(at(hours=4, minutes=5)), _micros(at(hours=5))),
+    ]
+    for lo, hi in cases:
+        kept = sorted(scoping.around(view, rows, lo, hi).collect())
+        assert kept and sorted(read(scoping.around_sql(view, lo, hi)).collect()) == kept, (lo, hi)
