@@ -165,10 +165,11 @@ def apply_changes(
         around = (
             target if pick_gold is None else pick_gold(before, scoping.around_sql(view, *times))
         )
-        near = scoping.near(view, changed, scoping.around(view, around, *times)).localCheckpoint(
-            eager=True
-        )
-        spans = near.collect()
+        found = scoping.near(view, changed, scoping.around(view, around, *times))
+        spans = found.collect()
+        # On the driver, the spans are used again as a local relation: Spark broadcasts
+        # one into a join without a job, where a checkpoint's rows took one each time.
+        near = spark.createDataFrame(spans, found.schema)
         n_scopes = len({tuple(r[c] for c in view.scope_columns) for r in spans})
         # Only the customers near a change: the spans' times alone hold everyone's.
         theirs = scoping.scopes_sql(view, spans)
