@@ -94,6 +94,17 @@ MAX_NEAR_CHANGES = 20_000
 MAX_LISTED_SCOPES = 1_000
 
 
+# A live batch reads the rows of silver and gold it names by delta-rs, onto the
+# driver (`apply_changes`' `pick`, `pick_gold`), while they span at most this much
+# event time and their linked keys are listed; past it (a catch-up, a late event
+# days old), Spark's scans read them across its tasks, as before.
+MAX_PICKED_MICROS = 24 * 3600 * 1_000_000
+
+
+def _few(ranges: Iterable[tuple[int, int]]) -> bool:
+    return sum(b - a for a, b in ranges) <= MAX_PICKED_MICROS
+
+
 # A batch's changes to gold are read off the MERGE's source (one Spark job, which
 # also gives the hours the MERGE may touch) when they are at most this many rows:
 # they then go to the view's topic from the driver (`changes.Staged`). A larger
@@ -163,7 +174,9 @@ def apply_changes(
         # says where they are. Read the events in their spans, from the days the
         # spans cover: the work then follows the change, not the customer's history.
         around = (
-            target if pick_gold is None else pick_gold(before, scoping.around_sql(view, *times))
+            pick_gold(before, scoping.around_sql(view, *times))
+            if pick_gold is not None and _few([times])
+            else target
         )
         found = scoping.near(view, changed, scoping.around(view, around, *times))
         spans = found.collect()
@@ -175,12 +188,12 @@ def apply_changes(
         theirs = scoping.scopes_sql(view, spans)
         if spans:
             lo, hi = min(r["lo"] for r in spans), max(r["hi"] for r in spans)
-            if pick_gold is not None and theirs is not None:
+            if pick_gold is not None and theirs is not None and _few([(lo, hi)]):
                 target = pick_gold(before, f"{scoping.starting_in_sql(view, lo, hi)} AND {theirs}")
             target = scoping.starting_in(view, target, lo, hi)
         ranges = scoping.merged_ranges((r["lo"], r["hi"] + 1) for r in spans)
         condition = scoping.narrowed_sql(view, ranges, None)
-        if pick is not None and condition is not None and theirs is not None:
+        if pick is not None and condition is not None and theirs is not None and _few(ranges):
             silver = pick(f"({condition}) AND {theirs}")
         silver = scoping.narrowed(view, silver, ranges)
         deciding = scoping.restrict_near(view, silver, near)
@@ -190,13 +203,11 @@ def apply_changes(
         if links is not None:
             taken = links.follow(changed, silver)
             days = links.of_days(taken.linked_hashes)
-            of_silver = scoping.of_on_days(
-                view,
-                silver
-                if pick is None
-                else pick(scoping.of_on_days_sql(view, days, taken.linked_keys)),
-                days,
-            )
+            keys = taken.linked_keys
+            if pick is not None and keys is not None and len(keys) <= MAX_LISTED_SCOPES:
+                # Only the `of` events of the batch's linked keys, on their days.
+                of_silver = pick(scoping.of_on_days_sql(view, days, keys))
+            of_silver = scoping.of_on_days(view, of_silver, days)
         scopes = scoping.scopes_of(view, changed, of_silver)
         # A live batch's few scopes, collected with their time bounds in one job and
         # then picked out by value; a catch-up's many, materialised and joined.
@@ -219,13 +230,13 @@ def apply_changes(
             n_scopes = len(bounds)
             if bounds and view.scope.within and view.scope.within[0] == view.window[0]:
                 lo, hi = min(r[0] for r in bounds), max(r[0] for r in bounds)
-                if pick_gold is not None and listed is not None:
+                if pick_gold is not None and listed is not None and _few([(lo, hi)]):
                     target = pick_gold(before, scoping.starting_in_sql(view, lo, hi))
                 target = scoping.starting_in(view, target, lo, hi)
             ranges = scoping.merged_ranges(bounds)
             linked_days = None if links is None else links.linked_days(ranges)
             condition = scoping.narrowed_sql(view, ranges, linked_days)
-            if pick is not None and condition is not None and listed is not None:
+            if pick is not None and condition is not None and listed is not None and _few(ranges):
                 silver = pick(condition)
             silver = scoping.narrowed(view, silver, ranges, linked_days)
         deciding = scoping.restrict(view, silver, scopes, listed)

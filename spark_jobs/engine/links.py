@@ -91,7 +91,10 @@ class Rows:
     def linked_keys(self) -> list[str] | None:
         """The linked events' distinct `linked_by` values, where they are strings (None
         otherwise: SQL and Spark may spell other types differently)."""
-        if not pa.types.is_string(self.linked.type) and not pa.types.is_null(self.linked.type):
+        kind = self.linked.type
+        if not any(
+            f(kind) for f in (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
+        ):
             return None
         return sorted({k for k in self.linked.to_pylist() if k is not None})
 

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.engine import gold_writes, lake, scoping
 from spark_jobs.engine import silver as silver_mod
-from spark_jobs.engine.links import LinkIndex
+from spark_jobs.engine.links import LinkIndex, Rows
 from spark_jobs.views import cart_sessions_v1, revenue_hourly_v1, revenue_hourly_v2
 from tests.frames import assert_df_equality
 from tests.spark_jobs.conftest import at, cancel, cart, order
@@ -53,21 +53,34 @@ def _rows(silver_df, rows: list[dict], first: int):
     )
 
 
-@pytest.mark.parametrize("by_delta_rs", [False, True], ids=["spark", "delta-rs"])
-def test_a_live_batch_reads_only_the_days_its_links_are_on(spark, silver_df, tmp_path, by_delta_rs):
-    """Both ways a batch reads silver's rows: Spark's scans, or (as a live stream
-    does) delta-rs's read of the rows the batch names (`pick`)."""
+@pytest.mark.parametrize("reads", ["spark", "delta-rs", "past-the-limit"])
+def test_a_live_batch_reads_only_the_days_its_links_are_on(
+    spark, silver_df, tmp_path, reads, monkeypatch
+):
+    """Every way a batch reads silver's rows: Spark's scans; delta-rs's read of the
+    rows the batch names (`pick`, as a live stream does); and, past the event time
+    a batch reads that way (`MAX_PICKED_MICROS`, here none at all), Spark's scans
+    again but for the `of` events of its linked keys."""
     silver_path, gold = tmp_path / "silver", str(tmp_path / "gold")
     read = spark.read.format("delta").load
+    asked: list[str] = []
+    if reads == "past-the-limit":
+        monkeypatch.setattr(gold_writes, "MAX_PICKED_MICROS", -1)
 
     def picker():
-        if not by_delta_rs:
+        if reads == "spark":
             return {}
         version = lake.newest_version(spark, str(silver_path))
-        return {
-            "pick": partial(lake.read_where, spark, str(silver_path), {}, version),
-            "pick_gold": partial(lake.read_where, spark, gold, {}),
-        }
+
+        def pick(condition):
+            asked.append(condition)
+            return lake.read_where(spark, str(silver_path), {}, version, condition)
+
+        def pick_gold(at, condition):
+            asked.append(condition)
+            return lake.read_where(spark, gold, {}, at, condition)
+
+        return {"pick": pick, "pick_gold": pick_gold}
 
     history = _rows(silver_df, HISTORY, 0)
     _append(silver_path, history)
@@ -97,6 +110,14 @@ def test_a_live_batch_reads_only_the_days_its_links_are_on(spark, silver_df, tmp
         for part in UNNEEDED:
             (silver_path / (part.replace("/", "-") + ".away")).rename(silver_path / part)
     assert applied.scopes == 2
+    if reads == "past-the-limit":
+        # ("false": a batch without linked events asks for none.)
+        assert asked and all('"order_id" IN' in c or c == "false" for c in asked), asked
+    elif reads == "spark":
+        assert not asked
+    else:  # silver's `of` events by key, gold by window, silver by time
+        for each in ('"order_id" IN', '"window_start" BETWEEN', '"event_time" >='):
+            assert any(each in c for c in asked), (each, asked)
 
     assert_df_equality(
         read(gold),
@@ -172,6 +193,19 @@ def test_the_sql_a_live_batch_reads_by_keeps_what_spark_s_filters_keep(spark, si
         == {"e2", "e13"}
     )
     assert ids(read(scoping.of_on_days_sql(VIEW, days, []))) == set()
+    # The keys come from the batch's linked events, as the link index reads them.
+    assert Rows.of(VIEW, silver).linked_keys == ["d1", "h0", "o1", "o2", "o3", "o4"]
+
+    # A lower bound a few microseconds under a file's only row keeps it, though
+    # Delta's statistics hold that row's time in milliseconds, cut down.
+    one = str(tmp_path / "one")
+    _append(tmp_path / "one", _rows(silver_df, [order("u1", at(ms=7) + 500 * _US, "1.00")], 0))
+    first = (_micros(at(ms=7)) + 400, _micros(at(hours=1)))
+    sql = scoping.narrowed_sql(revenue_hourly_v1.VIEW, [first], None)
+    assert sql is not None
+    edge = scoping.narrowed(revenue_hourly_v1.VIEW, spark.read.format("delta").load(one), [first])
+    edge_picked = lake.read_where(spark, one, {}, lake.newest_version(spark, one), sql)
+    assert ids(edge_picked) == ids(edge) == {"e0"}
 
     # Gold's rows by when their windows start, both bounds taken.
     gold = str(tmp_path / "gold")
