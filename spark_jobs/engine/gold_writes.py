@@ -16,6 +16,7 @@ commit keeps a retried batch from counting twice.
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 from collections.abc import Callable, Iterable
@@ -43,7 +44,12 @@ log = logging.getLogger(__name__)
 # it touches rather than adding one per commit, and maintenance lays the table
 # out again daily.
 AUTO_COMPACT = "delta.autoOptimize.autoCompact"
-GOLD_PROPERTIES = {changes.CDF_PROPERTY: "true", AUTO_COMPACT: "false"}
+# A live stream's commits on a local lake are delta-rs's (`lake.Committer`), which
+# writes a checkpoint every delta.checkpointInterval commits, 100 where the table
+# does not say; Spark's default is 10. Said, so that readers of gold (Spark, Trino)
+# replay at most 10 commits of log whichever wrote them.
+CHECKPOINT_INTERVAL = "delta.checkpointInterval"
+GOLD_PROPERTIES = {changes.CDF_PROPERTY: "true", AUTO_COMPACT: "false", CHECKPOINT_INTERVAL: "10"}
 
 
 # Gold's files are laid out by time: a replay writes them sorted by the window
@@ -143,6 +149,7 @@ def apply_changes(
     span: tuple[int, int | None, int | None] | None = None,
     pick: Callable[[str], DataFrame] | None = None,
     pick_gold: Callable[[int, str], DataFrame] | None = None,
+    writer: lake.Committer | None = None,
 ) -> Applied:
     """Recompute the scopes `changed` touches from `silver`; replace them in gold at `path`.
 
@@ -156,12 +163,20 @@ def apply_changes(
     SQL condition, read by delta-rs, `inputs.read_where`), the rows of silver a
     batch of few scopes needs are read that way, not by Spark's scans of silver;
     with `pick_gold` (the same of gold: a version and a condition), gold's rows in
-    their windows too."""
-    gold = DeltaTable.forPath(spark, path)
+    their windows too. With `writer` (a live stream's on a local lake), gold's newest
+    version is read by delta-rs and a small MERGE committed by it (`_merge`): then
+    a batch whose rows `pick_gold` reads touches gold through Spark not at all."""
+    gold = _spark_table(spark, path)
     # The commit the MERGE below makes is this one's successor, unless another
     # writer commits in between (then the change feed publishes both).
-    before = lake.newest_version(spark, path)
-    target = gold.toDF()
+    before = writer.version() if writer is not None else lake.newest_version(spark, path)
+    # Gold in Spark, only where a batch reads it so: after delta-rs's commits, which
+    # write no checksum, Spark runs a job to read the table's schema from the log.
+    target: DataFrame | None = None
+
+    def current() -> DataFrame:
+        return target if target is not None else gold().toDF()
+
     # The changed rows' times (UTC microseconds), for sessions when the batch is
     # small enough to follow change by change. One job counts and bounds them.
     times: tuple[int, int] | None = None
@@ -176,7 +191,7 @@ def apply_changes(
         around = (
             pick_gold(before, scoping.around_sql(view, *times))
             if pick_gold is not None and _few([times])
-            else target
+            else current()
         )
         found = scoping.near(view, changed, scoping.around(view, around, *times))
         spans = found.collect()
@@ -190,14 +205,14 @@ def apply_changes(
             lo, hi = min(r["lo"] for r in spans), max(r["hi"] for r in spans)
             if pick_gold is not None and theirs is not None and _few([(lo, hi)]):
                 target = pick_gold(before, f"{scoping.starting_in_sql(view, lo, hi)} AND {theirs}")
-            target = scoping.starting_in(view, target, lo, hi)
+            target = scoping.starting_in(view, current(), lo, hi)
         ranges = scoping.merged_ranges((r["lo"], r["hi"] + 1) for r in spans)
         condition = scoping.narrowed_sql(view, ranges, None)
         if pick is not None and condition is not None and theirs is not None and _few(ranges):
             silver = pick(f"({condition}) AND {theirs}")
         silver = scoping.narrowed(view, silver, ranges)
         deciding = scoping.restrict_near(view, silver, near)
-        replaced = scoping.rows_near(view, target, near)
+        replaced = scoping.rows_near(view, current(), near)
     else:
         of_silver = silver
         if links is not None:
@@ -232,7 +247,7 @@ def apply_changes(
                 lo, hi = min(r[0] for r in bounds), max(r[0] for r in bounds)
                 if pick_gold is not None and listed is not None and _few([(lo, hi)]):
                     target = pick_gold(before, scoping.starting_in_sql(view, lo, hi))
-                target = scoping.starting_in(view, target, lo, hi)
+                target = scoping.starting_in(view, current(), lo, hi)
             ranges = scoping.merged_ranges(bounds)
             linked_days = None if links is None else links.linked_days(ranges)
             condition = scoping.narrowed_sql(view, ranges, linked_days)
@@ -241,9 +256,9 @@ def apply_changes(
             silver = scoping.narrowed(view, silver, ranges, linked_days)
         deciding = scoping.restrict(view, silver, scopes, listed)
         replaced = (
-            target.join(F.broadcast(scopes), list(view.scope_columns), "left_semi")
+            current().join(F.broadcast(scopes), list(view.scope_columns), "left_semi")
             if listed is None
-            else target.where(listed.picks())
+            else current().where(listed.picks())
         )
     if not n_scopes:
         return Applied(0, silver)
@@ -251,12 +266,15 @@ def apply_changes(
     # placing the batch's restatements), and Spark would otherwise read silver and
     # recompute for each (profiled: two scans of 3.9 M rows in one cart batch).
     fresh = gold_rows(view, deciding).localCheckpoint(eager=True)
-    # Materialised once: a MERGE reads its source twice (to find the files it
-    # touches, then to write them), and the source reads the gold the MERGE changes.
-    source = differences(view, fresh, replaced).localCheckpoint(eager=True)
+    source = differences(view, fresh, replaced)
     what = f"{view.table_name}: replacing {n_scopes} scopes"
-    staged = _merge(spark, gold, view, source, before, txn, retry_as=what)
+    staged = _merge(spark, gold, view, source, before, txn, retry_as=what, writer=writer)
     return Applied(n_scopes, silver, fresh, staged)
+
+
+def _spark_table(spark: SparkSession, path: str) -> Callable[[], DeltaTable]:
+    """Gold as Spark's DeltaTable, made at the first call only."""
+    return functools.cache(lambda: DeltaTable.forPath(spark, path))
 
 
 def span_columns() -> list[Column]:
@@ -271,29 +289,31 @@ def span_columns() -> list[Column]:
 
 def _merge(
     spark: SparkSession,
-    gold: DeltaTable,
+    gold: Callable[[], DeltaTable],
     view: View,
-    source: DataFrame,
+    changed: DataFrame,
     before: int,
     txn: tuple[str, int] | None,
     *,
     retry_as: str | None,
+    writer: lake.Committer | None = None,
 ) -> changes.Staged | None:
-    """MERGE `source` (materialised: gold's columns and `_op`, see `differences`) into
-    `gold`, whose newest commit was `before`; the commit's records for the view's
-    topic, when read off the source (None: published from the change feed, or no
-    commit). With `retry_as` (what to call it in the log), again after a
-    conflicting commit (safe where `source` replaces whole rows as silver decides
-    them); without, a conflict is raised."""
-    values: dict[str, str | Column] = {f.name: f"s.{f.name}" for f in view.schema.fields}
+    """MERGE `changed` (gold's columns and `_op`, see `differences`) into `gold`, whose
+    newest commit was `before`; the commit's records for the view's topic, when
+    read off the source (None: published from the change feed, or no commit).
+    With `retry_as` (what to call it in the log), again after a conflicting commit
+    (safe where `changed` replaces whole rows as silver decides them); without, a
+    conflict is raised. With `writer` (a live stream's, `txn` its batch), a source
+    of at most MAX_STAGED_ROWS rows is committed by delta-rs (`_merge_rs`)."""
+    if writer is not None and txn is not None:
+        done, staged = _merge_rs(spark, view, changed, before, txn, writer, retry_as)
+        if done:
+            return staged
+    # Materialised once: a MERGE reads its source twice (to find the files it
+    # touches, then to write them), and the source reads the gold the MERGE changes.
+    source = changed.localCheckpoint(eager=True)
     key = list(view.key)
-    # Only rows whose values moved are in the source, so the change feed (and the
-    # published view changes) holds only those. Checked again here, null-safe, in
-    # case a retry after a conflict meets a gold that already has them.
-    differs = " OR ".join(
-        f"NOT (t.`{f.name}` <=> s.`{f.name}`)" for f in view.schema.fields if f.name not in key
-    )
-    update_when = f"s._op = 'upsert' AND ({differs})" if differs else "false"
+    names = [f.name for f in view.schema.fields]
     commit = before + 1
     # In one partition before the limit: a limit's collect over several partitions
     # reads the first, finds it short, and runs a second job for the rest.
@@ -308,17 +328,26 @@ def _merge(
     hour_rows = (
         written if fits else source.select(_hour_micros(view).alias("hour")).distinct().collect()
     )
-    hours = _within_hours(view, [r["hour"] for r in hour_rows])
-    if hours is None:
+    hour_starts = [r["hour"] for r in hour_rows]
+    if not hour_starts:
         # Every recomputed row came out as gold has it (a micro-batch retried after
         # its commit, a change that moves no total): nothing to write. Gold's
         # newest tag names an older silver version, of which gold is the view too.
         return None
-    condition = lake.merge_condition(key) + hours
+    values: dict[str, str | Column] = {c: f"s.{c}" for c in names}
+    # Only rows whose values moved are in the source, so the change feed (and the
+    # published view changes) holds only those. Checked again here, null-safe, in
+    # case a retry after a conflict meets a gold that already has them.
+    differs = " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in names if c not in key)
+    update_when = f"s._op = 'upsert' AND ({differs})" if differs else "false"
+    condition = lake.merge_condition(key) + (
+        _within_hours(view, hour_starts, lambda v: f"timestamp_micros({v})") or ""
+    )
 
     def run() -> DataFrame:
         return (
-            gold.alias("t")
+            gold()
+            .alias("t")
             .merge(source.alias("s"), condition)
             .whenMatchedDelete(condition="s._op = 'delete'")
             .whenMatchedUpdate(condition=update_when, set=values)
@@ -338,8 +367,84 @@ def _merge(
     return None
 
 
+# The columns `_merge_rs` adds to a MERGE's source, read on the driver, not merged.
+_STAGED = ("_staged_key", "_staged_value", "_staged_hour")
+
+
+def _merge_rs(
+    spark: SparkSession,
+    view: View,
+    changed: DataFrame,
+    before: int,
+    txn: tuple[str, int],
+    writer: lake.Committer,
+    retry_as: str | None,
+) -> tuple[bool, changes.Staged | None]:
+    """`_merge` by delta-rs: whether it was done (False: the source has more than
+    MAX_STAGED_ROWS rows, for Spark's MERGE), and its records. The source, its
+    records and its hours come to the driver in one Spark job, and the commit takes
+    none, where Spark's MERGE runs 4 or 5 and builds the new snapshot's state from
+    the log (docs/design/issue-67-design-b-delta-rs.md)."""
+    app_id, batch = txn
+    done = writer.txn_version(app_id)
+    if done is not None and done >= batch:
+        # A batch retried after its commit (a crash before the stream recorded it):
+        # Spark's MERGE skips such a txn by itself, delta-rs does not.
+        log.info("%s: batch %d is in gold already; not merging it again", view.table_name, batch)
+        return True, None
+    commit = before + 1
+    key, value = changes.staged_columns(view, commit)
+    # In one partition before the limit, as in `_merge`.
+    table = (
+        changed.select(
+            *changed.columns,
+            key.alias(_STAGED[0]),
+            value.alias(_STAGED[1]),
+            _hour_micros(view).alias(_STAGED[2]),
+        )
+        .coalesce(1)
+        .limit(MAX_STAGED_ROWS + 1)
+        .toArrow()
+    )
+    if table.num_rows > MAX_STAGED_ROWS:
+        return False, None
+    hours = _within_hours(view, table.column(_STAGED[2]).to_pylist(), scoping.sql_micros)
+    if hours is None:
+        return True, None  # nothing differs: see `_merge`
+    keys, values = table.column(_STAGED[0]).to_pylist(), table.column(_STAGED[1]).to_pylist()
+    records = [(commit, k, v) for k, v in zip(keys, values, strict=True)]
+    rows = table.drop_columns(list(_STAGED))
+    names = [f.name for f in view.schema.fields]
+    # Null-safe, as Spark's `<=>` in `_merge`; parenthesised, since DataFusion's
+    # parser binds IS DISTINCT FROM more loosely than OR.
+    moved = " OR ".join(f"(t.`{c}` IS DISTINCT FROM s.`{c}`)" for c in names if c not in view.key)
+    tag = spark.conf.get(lake.USER_METADATA, None)
+
+    def run() -> int | None:
+        return writer.merge(
+            rows,
+            lake.merge_condition(list(view.key)) + hours,
+            columns=names,
+            delete_when="s._op = 'delete'",
+            update_when=f"s._op = 'upsert' AND ({moved})" if moved else "false",
+            insert_when="s._op = 'upsert'",
+            txn=txn,
+            user_metadata=tag or None,
+        )
+
+    made = run() if retry_as is None else lake.retry_on_conflict(run, retry_as)
+    # Another writer's commit came first (then the change feed publishes both), or
+    # the merge changed no row and made no commit.
+    return True, changes.Staged(commit, records) if made == commit else None
+
+
 def fold_changes(
-    spark: SparkSession, path: str, view: View, feed: DataFrame, txn: tuple[str, int]
+    spark: SparkSession,
+    path: str,
+    view: View,
+    feed: DataFrame,
+    txn: tuple[str, int],
+    writer: lake.Committer | None = None,
 ) -> Applied | None:
     """Fold a micro-batch of silver's change feed (`feed`, with `_change_type`) into
     the gold table at `path` of a view whose rows add up (`View.sums`): each row
@@ -352,7 +457,8 @@ def fold_changes(
     recompute is: so its commit carries the batch's transaction id (`txn`, the
     stream's txnAppId and the batch id), and a batch retried after its commit
     (a crash before the stream recorded it) finds the id in gold and folds
-    nothing."""
+    nothing. With `writer`, gold is read and written by delta-rs, as in
+    `apply_changes`."""
     assert view.sums is not None, f"{view.table_name}: its rows do not add up"
     app_id, batch_id = txn
     sign = F.when(F.col("_change_type").isin(*restatements.REMOVED), -1).otherwise(1)
@@ -371,7 +477,9 @@ def fold_changes(
     if not starts:
         # No event of the view, or its events came and went again within the batch.
         return Applied(len(touched), None, folded=True)
-    done = lake.txn_version(spark, path, app_id)
+    done = (
+        writer.txn_version(app_id) if writer is not None else lake.txn_version(spark, path, app_id)
+    )
     if done is not None and done >= batch_id:
         log.info(
             "%s: batch %d is in gold already (its commit came before a restart); "
@@ -380,14 +488,20 @@ def fold_changes(
             batch_id,
         )
         return Applied(len(touched), None, folded=True)
-    gold = DeltaTable.forPath(spark, path)
+    gold = _spark_table(spark, path)
     # Read before gold's rows: the MERGE's commit follows it unless another writer's
     # comes between (then the change feed publishes both).
-    before = lake.newest_version(spark, path)
-    old = scoping.starting_in(view, gold.toDF(), min(starts), max(starts))
-    source = folded(view, sums.where(moved), old).localCheckpoint(eager=True)
+    before = writer.version() if writer is not None else lake.newest_version(spark, path)
+    lo, hi = min(starts), max(starts)
+    rows = (
+        writer.read_where(spark, before, scoping.starting_in_sql(view, lo, hi))
+        if writer is not None and _few([(lo, hi)])
+        else gold().toDF()
+    )
+    old = scoping.starting_in(view, rows, lo, hi)
+    source = folded(view, sums.where(moved), old)
     try:
-        staged = _merge(spark, gold, view, source, before, txn, retry_as=None)
+        staged = _merge(spark, gold, view, source, before, txn, retry_as=None, writer=writer)
     except lake.CONFLICTS as exc:
         # The rows were read before the other commit: recompute them from silver.
         log.info(
@@ -476,10 +590,11 @@ def _hour_micros(view: View) -> Column:
     return F.unix_micros(F.date_trunc("hour", view.window[0]))
 
 
-def _within_hours(view: View, hours: Iterable[int]) -> str | None:
+def _within_hours(view: View, hours: Iterable[int], micros: Callable[[int], str]) -> str | None:
     """A condition on the MERGE's target (to AND to its key match): its window start
     in `hours` (the hours the source's rows start in, `_hour_micros`, as literals
-    merged into ranges); None if there are none (the source is empty). The key
+    merged into ranges, each written by `micros`: Spark's SQL or DataFusion's); None
+    if there are none (the source is empty). The key
     match implies it, since the window start is part of the key; Delta uses it to
     skip gold's files outside those hours, which gold's layout by time makes most
     of them (GOLD_FILE_ROWS)."""
@@ -494,8 +609,7 @@ def _within_hours(view: View, hours: Iterable[int]) -> str | None:
     return (
         " AND ("
         + " OR ".join(
-            f"({column} >= timestamp_micros({lo}) AND {column} < timestamp_micros({hi}))"
-            for lo, hi in ranges
+            f"({column} >= {micros(lo)} AND {column} < {micros(hi)})" for lo, hi in ranges
         )
         + ")"
     )

@@ -48,6 +48,9 @@ CONFLICTS = (
     ConcurrentTransactionException,
     ConcurrentWriteException,
     DeltaConcurrentModificationException,
+    # delta-rs's, when a commit it retried against newer ones still conflicts
+    # (`Committer`).
+    deltalake.exceptions.CommitFailedError,
 )
 
 
@@ -721,6 +724,82 @@ def read_where(
     # Spark's read of the table.
     schema = StructType.fromJson(json.loads(table.schema().to_json()))
     return spark.createDataFrame(_arrow_where(table, schema, condition), schema)
+
+
+class Committer:
+    """A table a live stream commits small MERGEs to with delta-rs, not Spark: a few
+    rows each batch, where Spark's MERGE costs 4 or 5 jobs and rebuilds the new
+    snapshot's state from the log (docs/design/issue-67-design-b-delta-rs.md).
+    Kept open between batches: each read of the log takes in only the commits
+    since the last one. The table's `.crc` files stop at Spark's last commit, so
+    its newest version and transaction ids are read here too, where Spark would
+    run a job to read them from the log.
+
+    Local tables only: on S3, Spark's log store writes a commit without the
+    conditional put delta-rs relies on, so a Spark commit (maintenance) could
+    overwrite one of delta-rs's. `where` and `options`: `Settings.delta_rs`."""
+
+    def __init__(self, where: str, options: dict[str, str]) -> None:
+        self.where, self.options = where, options
+        self._table: deltalake.DeltaTable | None = None
+
+    def table(self) -> deltalake.DeltaTable:
+        """The table as of its newest commit."""
+        if self._table is None:
+            self._table = deltalake.DeltaTable(self.where, storage_options=self.options or None)
+        else:
+            self._table.update_incremental()
+        return self._table
+
+    def version(self) -> int:
+        return int(self.table().version())
+
+    def txn_version(self, app_id: str) -> int | None:
+        """As `txn_version`: the last version committed under `app_id`, or None."""
+        found = self.table().transaction_version(app_id)
+        return None if found is None else int(found)
+
+    def read_where(self, spark: SparkSession, version: int, condition: str) -> DataFrame:
+        return read_where(spark, self.where, self.options, version, condition)
+
+    def merge(
+        self,
+        source: pa.Table,
+        condition: str,
+        *,
+        columns: list[str],
+        delete_when: str,
+        update_when: str,
+        insert_when: str,
+        txn: tuple[str, int],
+        user_metadata: str | None,
+    ) -> int | None:
+        """MERGE `source` (target `t`, source `s`; DataFusion SQL) as one commit that
+        records `txn` (app id, version) and `user_metadata` as Spark's session
+        setting would (USER_METADATA); the version committed, None if it changed no
+        row (delta-rs then makes no commit, and records no txn)."""
+        table = self.table()
+        before = table.version()
+        values = {c: f"s.`{c}`" for c in columns}
+        table.merge(
+            source,
+            predicate=condition,
+            source_alias="s",
+            target_alias="t",
+            # Materialised source: delta-rs then also narrows gold's files by the
+            # source's own bounds on the key.
+            streamed_exec=False,
+            commit_properties=deltalake.CommitProperties(
+                app_transactions=[deltalake.Transaction(*txn)],
+                custom_metadata=None if user_metadata is None else {"userMetadata": user_metadata},
+            ),
+        ).when_matched_delete(predicate=delete_when).when_matched_update(
+            updates=values, predicate=update_when
+        ).when_not_matched_insert(updates=values, predicate=insert_when).execute()
+        # The merge leaves the table at its own commit (a newer one by another
+        # writer is read at the next call).
+        after = int(table.version())
+        return None if after == before else after
 
 
 def _by_partition(positions: list[tuple[int, int]]) -> dict[int, list[int]]:

@@ -252,7 +252,10 @@ def stream(
     # Built at the first batch with changes of the view's event types, from the
     # whole snapshot of silver it reads; then grown by each later batch's changes.
     links = LinkIndex(view) if view.scope.linked else None
-    publisher = changes.Publisher(spark, settings, view, path) if publish else None
+    # delta-rs commits the batches' small MERGEs on a local lake (`lake.Committer`
+    # says why not on S3), and reads gold's newest version for them and the publisher.
+    committer = lake.Committer(*settings.delta_rs(path)) if settings.lake_is_local else None
+    publisher = changes.Publisher(spark, settings, view, path, committer) if publish else None
     folding = marks.folds(spark, settings, view)
     if publisher is not None:
         _publish(publisher, renew=True)
@@ -318,7 +321,9 @@ def stream(
         spark.conf.set(marks.TAG_CONF, marks.tag(at, "stream"))
         txn = (app_id, batch_id)
         try:
-            applied = gold_writes.fold_changes(spark, path, view, mine, txn) if folding else None
+            applied = None
+            if folding:
+                applied = gold_writes.fold_changes(spark, path, view, mine, txn, committer)
             if applied is None:
                 # One snapshot of silver, the batch's last commit, for the recompute
                 # and for placing restatements. Pre-images matter too: a replaced
@@ -336,6 +341,7 @@ def stream(
                     span,
                     partial(inputs.read_where, spark, settings, view, at),
                     partial(lake.read_where, spark, *settings.delta_rs(path)),
+                    committer,
                 )
             if applied.scopes:
                 restated = restatements.record(

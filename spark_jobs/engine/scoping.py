@@ -243,7 +243,7 @@ def _sql_date(day: int) -> str:
     return f"DATE '{(_EPOCH + timedelta(days=day)).isoformat()}'"
 
 
-def _sql_micros(value: int) -> str:
+def sql_micros(value: int) -> str:
     return f"arrow_cast({int(value)}, 'Timestamp(Microsecond, Some(\"UTC\"))')"
 
 
@@ -253,7 +253,7 @@ def _sql_from(value: int) -> str:
     # them could skip one whose newest row is a few microseconds past the bound.
     # delta-rs 1.6.6 allows for it, as delta-spark does; the Spark filters applied
     # after the read keep this exact whatever the reader does.
-    return _sql_micros(int(value) - int(value) % 1000)
+    return sql_micros(int(value) - int(value) % 1000)
 
 
 def _sql_types(types: Iterable[str]) -> str:
@@ -283,7 +283,7 @@ def _time_sql(ranges: Sequence[tuple[int, int]]) -> tuple[str, str]:
         for a, b in ranges
     ]
     times = [
-        f'"event_time" >= {_sql_from(a)} AND "event_time" < {_sql_micros(b)}' for a, b in ranges
+        f'"event_time" >= {_sql_from(a)} AND "event_time" < {sql_micros(b)}' for a, b in ranges
     ]
     return _sql_any(days), _sql_any([f"({t})" for t in times])
 
@@ -327,12 +327,12 @@ def around_sql(view: View, lo: int, hi: int) -> str:
     assert view.scope.gap is not None, f"{view.table_name}: its scope has no gap"
     start, end = view.window
     reach = hi + _micros_of(view.scope.gap)
-    return f'"{start}" <= {_sql_micros(reach)} AND "{end}" >= {_sql_from(lo)}'
+    return f'"{start}" <= {sql_micros(reach)} AND "{end}" >= {_sql_from(lo)}'
 
 
 def starting_in_sql(view: View, lo: int, hi: int) -> str:
     """`starting_in` as SQL."""
-    return f'"{view.window[0]}" BETWEEN {_sql_from(lo)} AND {_sql_micros(hi)}'
+    return f'"{view.window[0]}" BETWEEN {_sql_from(lo)} AND {sql_micros(hi)}'
 
 
 def of_on_days_sql(view: View, days: Iterable[int], keys: Sequence[str] | None = None) -> str:

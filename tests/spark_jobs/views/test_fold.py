@@ -78,11 +78,16 @@ def _empty_gold(silver_df, tmp_path, name: str, version: int) -> tuple[View, Spa
     return view, spark, path
 
 
+@pytest.mark.parametrize("by", ["spark", "delta-rs"])
 @pytest.mark.parametrize("name,version", SUMMED)
 def test_folded_batches_give_the_views_rows_of_silver_after_them(
-    silver_df, tmp_path, name, version
+    silver_df, tmp_path, name, version, by
 ):
+    """By Spark's MERGE, and by delta-rs's (`lake.Committer`, a live stream's on a local
+    lake): the same gold, the same records published as its change feed gives, and
+    the same transaction ids, which Spark reads from delta-rs's commits too."""
     view, spark, path = _empty_gold(silver_df, tmp_path, name, version)
+    writer = lake.Committer(path, {}) if by == "delta-rs" else None
     silver: dict[str, dict[str, Any]] = {}
     for batch_id, batch in enumerate(BATCHES):
         for kind, row in batch:
@@ -91,7 +96,7 @@ def test_folded_batches_give_the_views_rows_of_silver_after_them(
             else:
                 silver.pop(row["event_id"])
         applied = gold_writes.fold_changes(
-            spark, path, view, _feed(silver_df, batch, batch_id), (APP, batch_id)
+            spark, path, view, _feed(silver_df, batch, batch_id), (APP, batch_id), writer
         )
         assert applied is not None and applied.scopes > 0 and applied.folded
         expected = gold_writes.gold_rows(view, silver_df(list(silver.values())))
@@ -109,7 +114,7 @@ def test_folded_batches_give_the_views_rows_of_silver_after_them(
     # The last batch again (its commit came before a crash): nothing is folded twice.
     newest = lake.newest_version(spark, path)
     again = gold_writes.fold_changes(
-        spark, path, view, _feed(silver_df, BATCHES[-1], 2), (APP, len(BATCHES) - 1)
+        spark, path, view, _feed(silver_df, BATCHES[-1], 2), (APP, len(BATCHES) - 1), writer
     )
     assert again is not None and again.scopes > 0 and again.staged is None
     assert lake.newest_version(spark, path) == newest

@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from spark_jobs import views
-from spark_jobs.engine import gold_writes, scoping
+from spark_jobs.engine import gold_writes, lake, scoping
 from spark_jobs.views import hourly
 from spark_jobs.views.base import Scope, View
 from tests.frames import assert_df_equality
@@ -294,20 +294,32 @@ def test_a_sessions_change_is_decided_by_the_events_near_it(
         kept = gold.join(scoping.rows_near(view, gold, near), list(view.key), "left_anti")
         assert_df_equality(kept.unionByName(fresh), expected, ignore_row_order=True)
 
-    # The runner's own path on a Delta table: the MERGE bounded by the spans'
-    # times, its deletes (a split or merged session's old rows), and the rows
-    # it recomputed, where restatements are placed.
+    # The runner's own path on a Delta table, as a live stream on a local lake takes
+    # it: the MERGE, committed by delta-rs (`lake.Committer`), bounded by the spans'
+    # times, its deletes (a split or merged session's old rows), and the rows it
+    # recomputed, where restatements are placed. (Spark's MERGE, a catch-up's:
+    # `test_a_batch_of_many_changes_recomputes_its_customers_whole`.)
     path = str(tmp_path / "gold")
     shutil.copytree(session_gold, path)  # the gold of `before`, at its versions 0-1
-    applied = gold_writes.apply_changes(spark, path, view, changed, after)
+    writer = lake.Committer(path, {})
+    applied = gold_writes.apply_changes(
+        spark, path, view, changed, after, txn=("t", 1), writer=writer
+    )
     assert_df_equality(
         spark.read.format("delta").load(path), expected, ignore_row_order=True, ignore_nullable=True
     )
     # What the batch publishes, read off its MERGE: the records its commit's change
-    # feed gives, tombstones of the old sessions included.
+    # feed gives (as Spark reads delta-rs's commit), tombstones of the old sessions
+    # included.
     assert_staged_is_the_newest_commit(spark, path, view, applied.staged)
-    # Repeated (a micro-batch retried after its commit): nothing to write or publish.
-    assert gold_writes.apply_changes(spark, path, view, changed, after).staged is None
+    newest = writer.version()
+    # Repeated (a micro-batch retried after its commit): its transaction id is in
+    # gold, so nothing is written or published; and under a new id, nothing differs.
+    for txn in [("t", 1), ("t", 2)]:
+        again = gold_writes.apply_changes(spark, path, view, changed, after, txn=txn, writer=writer)
+        assert again.staged is None
+    assert writer.version() == newest
+    assert lake.txn_version(spark, path, "t") == 1
     assert applied.rows is not None
     assert_df_equality(
         applied.rows,
