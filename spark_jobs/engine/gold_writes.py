@@ -194,10 +194,16 @@ def apply_changes(
             else current()
         )
         found = scoping.near(view, changed, scoping.around(view, around, *times))
+        found = scoping.keyed(view, found)
         spans = found.collect()
-        # On the driver, the spans are used again as a local relation: Spark broadcasts
-        # one into a join without a job, where a checkpoint's rows took one each time.
-        near = spark.createDataFrame(spans, found.schema)
+        # On the driver, the spans are used again: a batch's few pick rows by value.
+        # Past MAX_LISTED_SCOPES, as a DataFrame to join, which classic PySpark makes
+        # an RDD of: broadcasting it runs a job in each plan that joins it.
+        near: DataFrame | scoping.Spans = (
+            scoping.spans(view, found, spans)
+            if len(spans) <= MAX_LISTED_SCOPES
+            else spark.createDataFrame(spans, found.schema)
+        )
         n_scopes = len({tuple(r[c] for c in view.scope_columns) for r in spans})
         # Only the customers near a change: the spans' times alone hold everyone's.
         theirs = scoping.scopes_sql(view, spans)
@@ -420,19 +426,34 @@ def _merge_rs(
     moved = " OR ".join(f"(t.`{c}` IS DISTINCT FROM s.`{c}`)" for c in names if c not in view.key)
     tag = spark.conf.get(lake.USER_METADATA, None)
 
+    # Quoted: DataFusion folds unquoted names to lower case.
+    on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in view.key)
+
     def run() -> int | None:
         return writer.merge(
             rows,
-            lake.merge_condition(list(view.key)) + hours,
+            on + hours,
             columns=names,
             delete_when="s._op = 'delete'",
             update_when=f"s._op = 'upsert' AND ({moved})" if moved else "false",
             insert_when="s._op = 'upsert'",
             txn=txn,
             user_metadata=tag or None,
+            # Without `retry_as` the rows were read from gold as of `before` (a fold):
+            # a gold that moved since is a conflict, as Spark's MERGE would not see.
+            expected=before if retry_as is None else None,
         )
 
-    made = run() if retry_as is None else lake.retry_on_conflict(run, retry_as)
+    try:
+        made = run() if retry_as is None else lake.retry_on_conflict(run, retry_as)
+    except lake.MergeRefused as exc:
+        log.warning(
+            "%s: delta-rs could not merge batch %d (%s); merging it with Spark instead",
+            view.table_name,
+            batch,
+            exc,
+        )
+        return False, None
     # Another writer's commit came first (then the change feed publishes both), or
     # the merge changed no row and made no commit.
     return True, changes.Staged(commit, records) if made == commit else None

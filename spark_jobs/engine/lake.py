@@ -726,6 +726,11 @@ def read_where(
     return spark.createDataFrame(_arrow_where(table, schema, condition), schema)
 
 
+class MergeRefused(Exception):
+    """delta-rs could not make a merge, for a reason other than a conflicting commit
+    (`Committer.merge`): nothing was committed, and Spark's MERGE can do it."""
+
+
 class Committer:
     """A table a live stream commits small MERGEs to with delta-rs, not Spark: a few
     rows each batch, where Spark's MERGE costs 4 or 5 jobs and rebuilds the new
@@ -773,33 +778,63 @@ class Committer:
         insert_when: str,
         txn: tuple[str, int],
         user_metadata: str | None,
+        expected: int | None = None,
     ) -> int | None:
         """MERGE `source` (target `t`, source `s`; DataFusion SQL) as one commit that
         records `txn` (app id, version) and `user_metadata` as Spark's session
         setting would (USER_METADATA); the version committed, None if it changed no
-        row (delta-rs then makes no commit, and records no txn)."""
+        row (delta-rs then makes no commit, and records no txn). With `expected`,
+        a table whose newest version is another is a conflict (CommitFailedError):
+        for a source made from the table as of that version, not safe to apply to
+        a newer one (a fold)."""
         table = self.table()
         before = table.version()
+        if expected is not None and before != expected:
+            raise deltalake.exceptions.CommitFailedError(
+                f"{self.where}: version {before} was committed after version {expected}, "
+                "which the merge's rows were read from"
+            )
         values = {c: f"s.`{c}`" for c in columns}
-        table.merge(
-            source,
-            predicate=condition,
-            source_alias="s",
-            target_alias="t",
-            # Materialised source: delta-rs then also narrows gold's files by the
-            # source's own bounds on the key.
-            streamed_exec=False,
-            commit_properties=deltalake.CommitProperties(
-                app_transactions=[deltalake.Transaction(*txn)],
-                custom_metadata=None if user_metadata is None else {"userMetadata": user_metadata},
-            ),
-        ).when_matched_delete(predicate=delete_when).when_matched_update(
-            updates=values, predicate=update_when
-        ).when_not_matched_insert(updates=values, predicate=insert_when).execute()
+        properties = deltalake.CommitProperties(
+            app_transactions=[deltalake.Transaction(*txn)],
+            custom_metadata=None if user_metadata is None else {"userMetadata": user_metadata},
+        )
+        try:
+            table.merge(
+                source,
+                predicate=condition,
+                source_alias="s",
+                target_alias="t",
+                # Materialised source: delta-rs then also narrows gold's files by the
+                # source's own bounds on the key.
+                streamed_exec=False,
+                commit_properties=properties,
+            ).when_matched_delete(predicate=delete_when).when_matched_update(
+                updates=values, predicate=update_when
+            ).when_not_matched_insert(updates=values, predicate=insert_when).execute()
+        except deltalake.exceptions.CommitFailedError:
+            raise
+        except deltalake.exceptions.DeltaError as exc:
+            raise MergeRefused(str(exc).split("\n", 1)[0] or type(exc).__name__) from exc
         # The merge leaves the table at its own commit (a newer one by another
         # writer is read at the next call).
         after = int(table.version())
+        if after != before:
+            self._checkpoint_checksum_dropped()
         return None if after == before else after
+
+    def _checkpoint_checksum_dropped(self) -> None:
+        """delta-rs rewrites `_last_checkpoint` at each checkpoint it writes, but not
+        the checksum Hadoop's local file system keeps beside it (`_crc`), where
+        Spark wrote the file before: Spark's next read of it would then fail
+        (ChecksumException) and fall back to listing the log after three tries a
+        second apart. Without a checksum, Hadoop reads the file as it is (so dropping
+        one that still matches, Spark's own, costs nothing)."""
+        if "://" in self.where and not self.where.startswith("file:"):
+            return
+        root = Path(urlparse(self.where).path if "://" in self.where else self.where)
+        with contextlib.suppress(FileNotFoundError):
+            _crc(root / "_delta_log" / "_last_checkpoint").unlink()
 
 
 def _by_partition(positions: list[tuple[int, int]]) -> dict[int, list[int]]:

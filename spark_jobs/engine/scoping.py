@@ -161,13 +161,17 @@ class Listed(NamedTuple):
 
 
 def _key(view: View, types: dict[str, DataType], prefix: str = "") -> Column:
+    return _key_of(view, [F.col(prefix + c) for c in view.scope_columns], types)
+
+
+def _key_of(view: View, scope: Sequence[Column], types: dict[str, DataType]) -> Column:
     # Cast to the scopes' own types first, so that gold's columns give the same
     # strings as silver's expressions; a null as a character no string holds.
     return F.concat_ws(
         "\x1f",
         *[
-            F.coalesce(F.col(prefix + c).cast(types[c]).cast("string"), F.lit("\x00"))
-            for c in view.scope_columns
+            F.coalesce(value.cast(types[c]).cast("string"), F.lit("\x00"))
+            for value, c in zip(scope, view.scope_columns, strict=True)
         ],
     )
 
@@ -428,10 +432,64 @@ def starting_in(view: View, gold: DataFrame, lo: int, hi: int) -> DataFrame:
     return gold.where(F.col(view.window[0]).between(_micros(lo), _micros(hi)))
 
 
+class Spans(NamedTuple):
+    """`near`'s spans, collected (`keyed`, then `spans`): up to a few hundred, a
+    batch's rows are picked out of silver and gold by a condition on their values,
+    where a broadcast join of the spans ran a Spark job in each plan that used them."""
+
+    view: View
+    rows: Sequence[Row]
+    types: dict[str, DataType]
+
+    def hold(self, scope: Sequence[Column], time: Column) -> Column:
+        """Whether a row's scope values (`scope`, as the scope columns) and `time` are
+        in one of the spans: its key looked up in a map of each key's spans."""
+        by_key: dict[str, list[tuple[int, int]]] = {}
+        for r in self.rows:
+            by_key.setdefault(r["_key"], []).append((r["lo"], r["hi"]))
+        if not by_key:
+            return F.lit(False)
+        lookup = F.create_map(
+            *[
+                part
+                for key, spans in sorted(by_key.items())
+                for part in (
+                    F.lit(key),
+                    F.array(
+                        *[
+                            F.struct(
+                                F.lit(lo).cast("long").alias("lo"),
+                                F.lit(hi).cast("long").alias("hi"),
+                            )
+                            for lo, hi in spans
+                        ]
+                    ),
+                )
+            ]
+        )
+        at = F.unix_micros(time)
+        # try_: a key with no spans is no match, not an error (ANSI mode).
+        found = F.try_element_at(lookup, _key_of(self.view, scope, self.types))
+        held = F.exists(found, lambda s: (at >= s["lo"]) & (at <= s["hi"]))
+        return F.coalesce(held, F.lit(False))
+
+
+def keyed(view: View, near: DataFrame) -> DataFrame:
+    """`near`'s spans with their scope's key, to collect for `spans`."""
+    return near.withColumn("_key", _key(view, _types(near)))
+
+
+def spans(view: View, near: DataFrame, rows: Sequence[Row]) -> Spans:
+    """(`keyed` spans, their rows collected) -> them as `Spans`."""
+    return Spans(view, rows, _types(near))
+
+
 def _in_spans(
-    view: View, rows: DataFrame, time: Column, scope: list[Column], near: DataFrame
+    view: View, rows: DataFrame, time: Column, scope: list[Column], near: DataFrame | Spans
 ) -> DataFrame:
     """`rows` whose scope values and time fall in one of `near`'s spans."""
+    if isinstance(near, Spans):
+        return rows.where(near.hold(scope, time))
     names = ["_near_" + c for c in view.scope_columns]
     spans = near.select(
         *[F.col(c).alias(n) for c, n in zip(view.scope_columns, names, strict=True)],
@@ -446,7 +504,7 @@ def _in_spans(
     return rows.join(F.broadcast(spans), on, "left_semi")
 
 
-def restrict_near(view: View, silver: DataFrame, near: DataFrame) -> DataFrame:
+def restrict_near(view: View, silver: DataFrame, near: DataFrame | Spans) -> DataFrame:
     """(silver, `near`'s spans) -> the `of` events inside them: what decides every
     row of gold that starts inside them."""
     return _in_spans(
@@ -458,7 +516,7 @@ def restrict_near(view: View, silver: DataFrame, near: DataFrame) -> DataFrame:
     )
 
 
-def rows_near(view: View, gold: DataFrame, near: DataFrame) -> DataFrame:
+def rows_near(view: View, gold: DataFrame, near: DataFrame | Spans) -> DataFrame:
     """(gold, `near`'s spans) -> the rows of gold that start inside them."""
     return _in_spans(
         view, gold, F.col(view.window[0]), [F.col(c) for c in view.scope_columns], near

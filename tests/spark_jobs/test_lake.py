@@ -6,6 +6,7 @@ import json
 import threading
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType, LongType, StringType, StructField, StructType
@@ -352,3 +353,100 @@ def test_a_table_gains_the_columns_a_newer_schema_adds_where_the_schema_puts_the
     table = spark.read.format("delta").load(path)
     assert table.schema == new
     assert [tuple(r) for r in table.collect()] == [("x", None, "y")]
+
+
+def _committed_table(spark, path: str, interval: int) -> None:
+    """A table as gold is made (Spark, the change feed on), holding k=a and k=b."""
+    spark.sql(
+        f"CREATE TABLE delta.`{path}` (k STRING NOT NULL, n BIGINT) USING delta TBLPROPERTIES "
+        f"('delta.enableChangeDataFeed'='true', 'delta.checkpointInterval'='{interval}')"
+    )
+    spark.createDataFrame([("a", 1), ("b", 2)], "k string, n long").write.format("delta").mode(
+        "append"
+    ).save(path)
+
+
+def _merge(
+    committer: lake.Committer,
+    rows: list[tuple[str, int, str]],
+    batch: int,
+    columns: tuple[str, ...] = ("k", "n"),
+    **kw,
+):
+    source = pa.table(
+        {
+            "k": [r[0] for r in rows],
+            "n": pa.array([r[1] for r in rows], pa.int64()),
+            "_op": [r[2] for r in rows],
+        }
+    )
+    return committer.merge(
+        source,
+        "t.`k` = s.`k`",
+        columns=list(columns),
+        delete_when="s._op = 'delete'",
+        update_when="s._op = 'upsert' AND (t.`n` IS DISTINCT FROM s.`n`)",
+        insert_when="s._op = 'upsert'",
+        txn=("app", batch),
+        user_metadata=f"tag {batch}",
+        **kw,
+    )
+
+
+def test_a_merge_by_delta_rs_is_one_commit_spark_reads_with_its_change_feed_txn_and_tag(
+    spark, tmp_path
+):
+    """A live batch's gold commit on a local lake (`lake.Committer`): Spark reads its
+    rows, its change feed (what the publisher sends when it cannot send the
+    batch's own records), the batch's transaction id and its tag (`marks`). A merge
+    that changes nothing makes no commit; one from a version gold has moved past
+    (`expected`) is a conflict and commits nothing, as does one delta-rs refuses.
+    delta-rs's checkpoint (every 2 commits here) leaves no stale Hadoop checksum of
+    `_last_checkpoint` behind, which Spark's next read of it would fail on."""
+    path = str(tmp_path / "gold")
+    _committed_table(spark, path, interval=2)
+    assert lake.write_checkpoint(spark, path) == 1
+    marker = tmp_path / "gold" / "_delta_log" / "._last_checkpoint.crc"
+    assert marker.exists()  # Hadoop's checksum of Spark's checkpoint marker
+    committer = lake.Committer(path, {})
+    made = _merge(committer, [("a", 10, "upsert"), ("b", 0, "delete"), ("c", 3, "upsert")], 7)
+    assert made == 2 == lake.newest_version(spark, path)
+    assert sorted(map(tuple, spark.read.format("delta").load(path).collect())) == [
+        ("a", 10),
+        ("c", 3),
+    ]
+    feed = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 2)
+        .load(path)
+        .select("k", "n", "_change_type")
+    )
+    assert sorted(map(tuple, feed.collect())) == [
+        ("a", 1, "update_preimage"),
+        ("a", 10, "update_postimage"),
+        ("b", 2, "delete"),
+        ("c", 3, "insert"),
+    ]
+    assert lake.txn_version(spark, path, "app") == 7 == committer.txn_version("app")
+    assert lake.commit_metadata(spark, path, 2) == "tag 7"
+    # Nothing differs: no commit, and so no transaction id either.
+    assert _merge(committer, [("a", 10, "upsert")], 8) is None
+    assert committer.txn_version("app") == 7
+    # Gold moved past the version the rows were read from.
+    with pytest.raises(lake.CONFLICTS):
+        _merge(committer, [("a", 11, "upsert")], 9, expected=1)
+    assert committer.version() == 2
+    # An error that is no conflict (a column the source lacks): refused, for Spark's
+    # MERGE to make (`gold_writes._merge_rs`), and nothing committed.
+    with pytest.raises(lake.MergeRefused):
+        _merge(committer, [("a", 11, "upsert")], 9, columns=("k", "n", "gone"))
+    assert committer.version() == 2
+    # Version 3 is a checkpoint's (interval 2): delta-rs writes it and its marker.
+    assert _merge(committer, [("c", 4, "upsert")], 9) == 3
+    assert (
+        json.loads((tmp_path / "gold" / "_delta_log" / "_last_checkpoint").read_text())["version"]
+        == 3
+    )
+    assert not marker.exists()
+    assert dict(map(tuple, spark.read.format("delta").load(path).collect())) == {"a": 10, "c": 4}

@@ -276,9 +276,14 @@ def test_a_sessions_change_is_decided_by_the_events_near_it(
     expected = gold_writes.gold_rows(view, after).localCheckpoint(eager=True)
     t0 = at(0).timestamp()
 
-    for gold in (gold_writes.gold_rows(view, before).localCheckpoint(eager=True), expected):
-        near = scoping.near(view, changed, gold).localCheckpoint(eager=True)
-        found = near.collect()
+    # The rows near the changes picked both ways: by a broadcast join of the spans
+    # (a batch past MAX_LISTED_SCOPES of them), and by value (`scoping.Spans`).
+    before_gold = gold_writes.gold_rows(view, before).localCheckpoint(eager=True)
+    for gold, by_value in ((before_gold, False), (expected, True)):
+        keyed = scoping.keyed(view, scoping.near(view, changed, gold))
+        spans_df = keyed.localCheckpoint(eager=True)
+        found = spans_df.collect()
+        near = scoping.spans(view, spans_df, found) if by_value else spans_df
         spans = sorted(
             (r.customer_id, round((r.lo / 1e6 - t0) / 60), round((r.hi / 1e6 - t0) / 60))
             for r in found
