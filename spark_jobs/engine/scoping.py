@@ -161,17 +161,14 @@ class Listed(NamedTuple):
 
 
 def _key(view: View, types: dict[str, DataType], prefix: str = "") -> Column:
-    return _key_of(view, [F.col(prefix + c) for c in view.scope_columns], types)
-
-
-def _key_of(view: View, scope: Sequence[Column], types: dict[str, DataType]) -> Column:
     # Cast to the scopes' own types first, so that gold's columns give the same
     # strings as silver's expressions; a null as a character no string holds.
+    # (`Spans.hold` writes the same in SQL.)
     return F.concat_ws(
         "\x1f",
         *[
-            F.coalesce(value.cast(types[c]).cast("string"), F.lit("\x00"))
-            for value, c in zip(scope, view.scope_columns, strict=True)
+            F.coalesce(F.col(prefix + c).cast(types[c]).cast("string"), F.lit("\x00"))
+            for c in view.scope_columns
         ],
     )
 
@@ -433,45 +430,54 @@ def starting_in(view: View, gold: DataFrame, lo: int, hi: int) -> DataFrame:
 
 
 class Spans(NamedTuple):
-    """`near`'s spans, collected (`keyed`, then `spans`): up to a few hundred, a
-    batch's rows are picked out of silver and gold by a condition on their values,
-    where a broadcast join of the spans ran a Spark job in each plan that used them."""
+    """`near`'s spans, collected (`keyed`, then `spans`): up to MAX_LISTED_SCOPES of
+    them, a batch's rows are picked out of silver and gold by a condition on their
+    values, where a broadcast join of the spans ran a Spark job in each plan that
+    used them."""
 
     view: View
     rows: Sequence[Row]
     types: dict[str, DataType]
 
-    def hold(self, scope: Sequence[Column], time: Column) -> Column:
-        """Whether a row's scope values (`scope`, as the scope columns) and `time` are
-        in one of the spans: its key looked up in a map of each key's spans."""
+    def hold(self, scope: Sequence[str], time: str) -> str:
+        """Whether a row's scope values (`scope`, SQL for each scope column) and `time`
+        (SQL) are in one of the spans, as Spark SQL: its key among the spans' (a hash
+        lookup), then looked up in a map of each key's spans. SQL text, parsed once
+        in the JVM: the same built of Column calls took about ten Py4J calls a span.
+        A span of a null scope value holds nothing, as the join's equality."""
         by_key: dict[str, list[tuple[int, int]]] = {}
         for r in self.rows:
-            by_key.setdefault(r["_key"], []).append((r["lo"], r["hi"]))
+            if all(r[c] is not None for c in self.view.scope_columns):
+                by_key.setdefault(r["_key"], []).append((int(r["lo"]), int(r["hi"])))
         if not by_key:
-            return F.lit(False)
-        lookup = F.create_map(
-            *[
-                part
-                for key, spans in sorted(by_key.items())
-                for part in (
-                    F.lit(key),
-                    F.array(
-                        *[
-                            F.struct(
-                                F.lit(lo).cast("long").alias("lo"),
-                                F.lit(hi).cast("long").alias("hi"),
-                            )
-                            for lo, hi in spans
-                        ]
-                    ),
-                )
-            ]
+            return "false"
+        # As `_key`: cast to the spans' own types, then to strings, joined.
+        parts = [
+            f"coalesce(CAST(CAST(({value}) AS {self.types[c].simpleString()}) AS STRING), chr(0))"
+            for value, c in zip(scope, self.view.scope_columns, strict=True)
+        ]
+        key = f"concat_ws(chr(31), {', '.join(parts)})"
+        keys = ", ".join(_spark_string(k) for k in sorted(by_key))
+        lookup = (
+            "map("
+            + ", ".join(
+                f"{_spark_string(k)}, array("
+                + ", ".join(f"named_struct('lo', {lo}L, 'hi', {hi}L)" for lo, hi in spans)
+                + ")"
+                for k, spans in sorted(by_key.items())
+            )
+            + ")"
         )
-        at = F.unix_micros(time)
-        # try_: a key with no spans is no match, not an error (ANSI mode).
-        found = F.try_element_at(lookup, _key_of(self.view, scope, self.types))
-        held = F.exists(found, lambda s: (at >= s["lo"]) & (at <= s["hi"]))
-        return F.coalesce(held, F.lit(False))
+        at = f"unix_micros({time})"
+        return (
+            f"({key} IN ({keys}) AND coalesce(exists(try_element_at({lookup}, {key}), "
+            f"s -> {at} >= s.lo AND {at} <= s.hi), false))"
+        )
+
+
+def _spark_string(value: str) -> str:
+    """`value` as a Spark SQL string literal (backslash escapes, Spark's default)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def keyed(view: View, near: DataFrame) -> DataFrame:
@@ -485,21 +491,23 @@ def spans(view: View, near: DataFrame, rows: Sequence[Row]) -> Spans:
 
 
 def _in_spans(
-    view: View, rows: DataFrame, time: Column, scope: list[Column], near: DataFrame | Spans
+    view: View, rows: DataFrame, time: str, scope: list[str], near: DataFrame | Spans
 ) -> DataFrame:
-    """`rows` whose scope values and time fall in one of `near`'s spans."""
+    """`rows` whose scope values and time (SQL of `rows`' columns) fall in one of
+    `near`'s spans."""
     if isinstance(near, Spans):
-        return rows.where(near.hold(scope, time))
+        return rows.where(F.expr(near.hold(scope, time)))
     names = ["_near_" + c for c in view.scope_columns]
     spans = near.select(
         *[F.col(c).alias(n) for c, n in zip(view.scope_columns, names, strict=True)],
         F.col("lo").alias("_near_lo"),
         F.col("hi").alias("_near_hi"),
     )
+    at = F.unix_micros(F.expr(time))
     on = reduce(
         operator.and_,
-        [v == F.col(n) for v, n in zip(scope, names, strict=True)],
-        (F.unix_micros(time) >= F.col("_near_lo")) & (F.unix_micros(time) <= F.col("_near_hi")),
+        [F.expr(v) == F.col(n) for v, n in zip(scope, names, strict=True)],
+        (at >= F.col("_near_lo")) & (at <= F.col("_near_hi")),
     )
     return rows.join(F.broadcast(spans), on, "left_semi")
 
@@ -508,18 +516,14 @@ def restrict_near(view: View, silver: DataFrame, near: DataFrame | Spans) -> Dat
     """(silver, `near`'s spans) -> the `of` events inside them: what decides every
     row of gold that starts inside them."""
     return _in_spans(
-        view,
-        _of(view, silver),
-        F.col("event_time"),
-        [F.expr(e) for e in view.scope.columns.values()],
-        near,
+        view, _of(view, silver), "`event_time`", list(view.scope.columns.values()), near
     )
 
 
 def rows_near(view: View, gold: DataFrame, near: DataFrame | Spans) -> DataFrame:
     """(gold, `near`'s spans) -> the rows of gold that start inside them."""
     return _in_spans(
-        view, gold, F.col(view.window[0]), [F.col(c) for c in view.scope_columns], near
+        view, gold, f"`{view.window[0]}`", [f"`{c}`" for c in view.scope_columns], near
     )
 
 

@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
@@ -263,8 +264,9 @@ def test_a_sessions_change_is_decided_by_the_events_near_it(
     micro-batch retried after its commit); and so is gold after `apply_changes`.
 
     Over 20 s: the spans checked against gold before and after the change (ten Spark
-    actions), then `apply_changes` twice on a real Delta table holding the gold of
-    before (a MERGE, and a repeat that writes nothing) and its change feed read back,
+    actions, each pick by value checked against the join), then `apply_changes`
+    three times on a real Delta table holding the gold of before (a MERGE by
+    delta-rs, and two repeats that write nothing) and its change feed read back,
     since what it proves is the runner's own path, the MERGE and what it publishes
     included. The gold of before is made once for the module (`session_gold`)."""
     view = views.get("cart_sessions", 1)
@@ -276,14 +278,13 @@ def test_a_sessions_change_is_decided_by_the_events_near_it(
     expected = gold_writes.gold_rows(view, after).localCheckpoint(eager=True)
     t0 = at(0).timestamp()
 
-    # The rows near the changes picked both ways: by a broadcast join of the spans
-    # (a batch past MAX_LISTED_SCOPES of them), and by value (`scoping.Spans`).
     before_gold = gold_writes.gold_rows(view, before).localCheckpoint(eager=True)
-    for gold, by_value in ((before_gold, False), (expected, True)):
-        keyed = scoping.keyed(view, scoping.near(view, changed, gold))
-        spans_df = keyed.localCheckpoint(eager=True)
+    for gold in (before_gold, expected):
+        spans_df = scoping.keyed(view, scoping.near(view, changed, gold)).localCheckpoint(
+            eager=True
+        )
         found = spans_df.collect()
-        near = scoping.spans(view, spans_df, found) if by_value else spans_df
+        near = scoping.spans(view, spans_df, found)
         spans = sorted(
             (r.customer_id, round((r.lo / 1e6 - t0) / 60), round((r.hi / 1e6 - t0) / 60))
             for r in found
@@ -293,10 +294,17 @@ def test_a_sessions_change_is_decided_by_the_events_near_it(
             view, after, scoping.merged_ranges((r.lo, r.hi + 1) for r in found)
         )
         deciding = scoping.restrict_near(view, narrow, near)
+        # Picked by value (`scoping.Spans`), the same rows as a broadcast join of the
+        # spans picks (a batch past MAX_LISTED_SCOPES of them), of silver and of gold.
+        assert_df_equality(
+            deciding, scoping.restrict_near(view, narrow, spans_df), ignore_row_order=True
+        )
         # Nothing of the customer's other days is read.
         assert deciding.where(F.col("event_time") >= at(hours=47)).count() == 0
         fresh = gold_writes.gold_rows(view, deciding)
-        kept = gold.join(scoping.rows_near(view, gold, near), list(view.key), "left_anti")
+        replaced = scoping.rows_near(view, gold, near)
+        assert_df_equality(replaced, scoping.rows_near(view, gold, spans_df), ignore_row_order=True)
+        kept = gold.join(replaced, list(view.key), "left_anti")
         assert_df_equality(kept.unionByName(fresh), expected, ignore_row_order=True)
 
     # The runner's own path on a Delta table, as a live stream on a local lake takes
@@ -386,3 +394,21 @@ def test_a_session_gap_needs_a_scope_of_its_own():
             linked=("order_cancelled",),
             gap=timedelta(minutes=30),
         )
+
+
+def test_spans_picked_by_value_hold_no_null_scope_and_quote_their_keys():
+    """`scoping.Spans.hold`'s SQL: a span of a null scope value holds nothing (as the
+    join's equality), a key is quoted as a Spark string literal, and each key's
+    spans are listed under it."""
+    view = views.get("cart_sessions", 1)
+    rows = [
+        Row(customer_id="o'neil\\x", lo=10, hi=20, _key="o'neil\\x"),
+        Row(customer_id="o'neil\\x", lo=30, hi=40, _key="o'neil\\x"),
+        Row(customer_id=None, lo=1, hi=2, _key="\x00"),
+    ]
+    sql = scoping.Spans(view, rows, {"customer_id": StringType()}).hold(["`c`"], "`t`")
+    assert "'o\\'neil\\\\x'" in sql
+    assert "named_struct('lo', 10L, 'hi', 20L), named_struct('lo', 30L, 'hi', 40L)" in sql
+    assert "1L" not in sql and "\x00" not in sql
+    only_null = scoping.Spans(view, rows[2:], {"customer_id": StringType()})
+    assert only_null.hold(["`c`"], "`t`") == "false"
