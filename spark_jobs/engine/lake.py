@@ -727,14 +727,15 @@ def read_where(
 
 
 class MergeRefused(Exception):
-    """delta-rs could not make a merge, for a reason other than a conflicting commit
-    (`Committer.merge`): nothing was committed, and Spark's MERGE can do it."""
+    """delta-rs could not make a merge or an append, for a reason other than a
+    conflicting commit (`Committer`): nothing was committed, and Spark can do it."""
 
 
 class Committer:
-    """A table a live stream commits small MERGEs to with delta-rs, not Spark: a few
-    rows each batch, where Spark's MERGE costs 4 or 5 jobs and rebuilds the new
-    snapshot's state from the log (docs/design/issue-67-design-b-delta-rs.md).
+    """A table a live stream commits small MERGEs (gold) or appends (restatements) to
+    with delta-rs, not Spark: a few rows each batch, where Spark's MERGE costs 4 or 5
+    jobs, and each Spark commit builds the new snapshot's state from the log
+    (docs/design/issue-67-design-b-delta-rs.md).
     Kept open between batches: each read of the log takes in only the commits
     since the last one. The table's `.crc` files stop at Spark's last commit, so
     its newest version and transaction ids are read here too, where Spark would
@@ -822,6 +823,32 @@ class Committer:
         if after != before:
             self._checkpoint_checksum_dropped()
         return None if after == before else after
+
+    def append(
+        self, rows: pa.Table, *, txn: tuple[str, int], user_metadata: str | None
+    ) -> int | None:
+        """Append `rows` as one commit that records `txn` (app id, version) and
+        `user_metadata`, as `append_once` does with Spark: the version committed, or
+        None if `txn` had committed already (nothing is written then). A blind
+        append: delta-rs commits it after another writer's commit too, at the next
+        version. An error of delta-rs's that is no conflict is MergeRefused."""
+        table = self.table()
+        app_id, version = txn
+        done = table.transaction_version(app_id)
+        if done is not None and int(done) >= version:
+            return None
+        properties = deltalake.CommitProperties(
+            app_transactions=[deltalake.Transaction(app_id, version)],
+            custom_metadata=None if user_metadata is None else {"userMetadata": user_metadata},
+        )
+        try:
+            deltalake.write_deltalake(table, rows, mode="append", commit_properties=properties)
+        except deltalake.exceptions.CommitFailedError:
+            raise
+        except deltalake.exceptions.DeltaError as exc:
+            raise MergeRefused(str(exc).split("\n", 1)[0] or type(exc).__name__) from exc
+        self._checkpoint_checksum_dropped()
+        return int(table.version())
 
     def _checkpoint_checksum_dropped(self) -> None:
         """delta-rs rewrites `_last_checkpoint` at each checkpoint it writes, but not

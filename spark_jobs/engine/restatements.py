@@ -130,16 +130,22 @@ def restated(
     landed: DataFrame,
     silver: DataFrame | None,
     gold: DataFrame | None,
-    newest_before: DataFrame,
+    newest_before: DataFrame | Column,
 ) -> DataFrame:
     """The final windows `landed` events restated.
 
     `newest_before` is one row, `newest`: the newest event time the view had
-    seen before these events. A window is final once that minus the allowed
-    lateness (the watermark) has passed its end.
+    seen before these events; or that time as a literal column, which costs no
+    join (a one-row DataFrame is broadcast, a Spark job of its own). A window is
+    final once that minus the allowed lateness (the watermark) has passed its end.
     """
     lateness_s = int(view.allowed_lateness.total_seconds())
-    where = scoping.lands_in(view, landed, silver, gold).crossJoin(newest_before)
+    placed = scoping.lands_in(view, landed, silver, gold)
+    where = (
+        placed.withColumn("newest", newest_before)
+        if isinstance(newest_before, Column)
+        else placed.crossJoin(newest_before)
+    )
     return where.where(
         F.col("newest").isNotNull()
         & (F.unix_micros("window_end") <= F.unix_micros("newest") - lateness_s * 1_000_000)
@@ -157,17 +163,23 @@ def restated(
     )
 
 
-def _name_readmissions(
+# A batch of up to this many silver commits of a source has each one's commit file
+# read for re-admission's tag; past it (a catch-up), a Spark job lists the commits
+# that landed the view's events first.
+MAX_COMMITS_READ = 64
+
+
+def _readmitted(
     spark: SparkSession,
     settings: Settings,
     changes: DataFrame,
-    found: DataFrame,
-    view: View | None = None,
-) -> DataFrame:
-    """`found` with reason READMISSION for the events a re-admission's silver commits
-    landed. Asked only of a batch that restated something: one Spark job for its
-    commit versions, and a read of each one's commit file (of each source the view
-    reads: None, the shop's)."""
+    view: View | None,
+    commits: dict[str, tuple[int, int]] | None,
+) -> Column | None:
+    """Which of the batch's rows a re-admission's silver commits landed, as a
+    condition (None: none did), read from each commit's file (of each source the
+    view reads: None, the shop's). `commits`, each source's first and last commit in
+    the batch, where known; else one Spark job lists the commits."""
     landed = changes.where(F.col("_change_type").isin(*LANDED))
     by_source: dict[str, Column | None] = (
         {registry.SHOP_SOURCE: None}
@@ -178,17 +190,37 @@ def _name_readmissions(
     )
     tagged_rows: list[Column] = []
     for src, of_source in by_source.items():
-        rows = landed if of_source is None else landed.where(of_source)
-        versions = [r[0] for r in rows.select("_commit_version").distinct().collect()]
+        span = None if commits is None else commits.get(src)
+        if commits is not None and span is None:
+            continue  # no row of this source in the batch
+        if span is not None and span[1] - span[0] < MAX_COMMITS_READ:
+            versions = list(range(span[0], span[1] + 1))
+        else:
+            rows = landed if of_source is None else landed.where(of_source)
+            versions = [r[0] for r in rows.select("_commit_version").distinct().collect()]
         path = inputs.silver_table(src).path(settings)
         tagged = [v for v in versions if lake.commit_metadata(spark, path, v) == READMISSION_TAG]
         if tagged:
             on = F.col("_commit_version").isin(*tagged)
             tagged_rows.append(on if of_source is None else on & of_source)
-    if not tagged_rows:
+    return reduce(operator.or_, tagged_rows) if tagged_rows else None
+
+
+def _name_readmissions(
+    spark: SparkSession,
+    settings: Settings,
+    changes: DataFrame,
+    found: DataFrame,
+    view: View | None = None,
+    commits: dict[str, tuple[int, int]] | None = None,
+) -> DataFrame:
+    """`found` with reason READMISSION for the events a re-admission's silver commits
+    landed (`_readmitted`). Asked only of a batch that restated something."""
+    where = _readmitted(spark, settings, changes, view, commits)
+    if where is None:
         return found
     readmitted = (
-        landed.where(reduce(operator.or_, tagged_rows))
+        changes.where(F.col("_change_type").isin(*LANDED) & where)
         .select("event_id", F.lit(True).alias("_readmitted"))
         .distinct()
     )
@@ -200,6 +232,42 @@ def _name_readmissions(
         .select(*RESTATEMENTS_SCHEMA.fieldNames())
         .localCheckpoint(eager=True)
     )
+
+
+def _append_rs(
+    spark: SparkSession,
+    settings: Settings,
+    view: View,
+    changes: DataFrame,
+    found: DataFrame,
+    txn: tuple[str, int],
+    writer: lake.Committer,
+    commits: dict[str, tuple[int, int]] | None,
+) -> int:
+    """`record`'s append by delta-rs, for a batch that replaced no winner: how many
+    restatements it found. Found again by Spark's append if delta-rs refuses."""
+    rows = found.toArrow()
+    if not rows.num_rows:
+        return 0
+    if _readmitted(spark, settings, changes, view, commits) is not None:
+        # Rare (a re-admission's commits in the batch): named by a join, as Spark's path.
+        found = _name_readmissions(spark, settings, changes, found, view, commits)
+        rows = found.toArrow()
+    tag = spark.conf.get(lake.USER_METADATA, None)
+    label = f"restatements of {view.table_name}"
+    try:
+        lake.retry_on_conflict(
+            lambda: writer.append(rows, txn=txn, user_metadata=tag or None), label
+        )
+    except lake.MergeRefused as exc:
+        log.warning("%s: delta-rs could not append them (%s); appending with Spark", label, exc)
+        app_id, batch_id = txn
+        checkpointed = found.localCheckpoint(eager=True)
+        lake.retry_on_conflict(
+            lambda: lake.append_once(checkpointed, RESTATEMENTS.path(settings), app_id, batch_id),
+            label,
+        )
+    return int(rows.num_rows)
 
 
 def ensure_table(spark: SparkSession, settings: Settings) -> None:
@@ -344,6 +412,8 @@ def record(
     watermark: Watermark,
     txn: tuple[str, int],
     summary: Landed,
+    writer: lake.Committer | None = None,
+    commits: dict[str, tuple[int, int]] | None = None,
 ) -> int:
     """Record what a change-feed micro-batch (already limited to the view's event
     types, of the commits after `before`) restated, exactly once.
@@ -363,6 +433,12 @@ def record(
     grown. A batch that replaced a winner (an event id already in silver,
     maybe already restated) inserts only the rows not there yet, with a MERGE.
     A batch that cannot restate anything (`can_restate`) costs no Spark job.
+
+    With `writer` (the table's `lake.Committer`, on a local lake), the append is
+    delta-rs's: the rows come to the driver in one Spark job and are committed
+    with no other, where Spark's append took a materialisation, a count and its
+    commit's jobs. `commits` (each source's first and last silver commit in the
+    batch) saves the job that would list them to look for re-admissions.
     """
     landed = changes.where(F.col("_change_type").isin(*LANDED)).drop(*lake.CDF_COLUMNS)
     if not watermark.known:
@@ -373,25 +449,24 @@ def record(
     micros = watermark.micros
     if micros is None or not can_restate(view, micros, summary):
         return 0
-    # As a literal: no second pass over silver where it is used.
-    newest = spark.range(1).select(F.timestamp_micros(F.lit(micros)).alias("newest"))
+    # As a literal: no second pass over silver where it is used, and no join.
+    newest = F.timestamp_micros(F.lit(micros))
     # A session is placed in the rows as recomputed, not in all of gold (fixed
     # windows, an hour say, are placed from the event alone).
     gold = None if view.fixed_windows else placed
     # One row per key: a cancellation lands once per order it cancels, and two
     # orders may share an id and an hour.
-    found = (
-        restated(view, landed, silver, gold, newest)
-        .dropDuplicates(list(RESTATEMENT_KEY))
-        .localCheckpoint(eager=True)
-    )
+    found = restated(view, landed, silver, gold, newest).dropDuplicates(list(RESTATEMENT_KEY))
+    if writer is not None and not summary.replaced:
+        return _append_rs(spark, settings, view, changes, found, txn, writer, commits)
+    found = found.localCheckpoint(eager=True)
     n, first, last = found.agg(
         F.count(F.lit(1)),
         F.unix_micros(F.min("window_start")),
         F.unix_micros(F.max("window_start")),
     ).first() or (0, None, None)
     if n:
-        found = _name_readmissions(spark, settings, changes, found, view)
+        found = _name_readmissions(spark, settings, changes, found, view, commits)
     if n and not summary.replaced:
         app_id, batch_id = txn
         # A repeat after a conflicting commit is skipped if the first try landed.

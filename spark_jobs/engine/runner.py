@@ -255,6 +255,12 @@ def stream(
     # delta-rs commits the batches' small MERGEs on a local lake (`lake.Committer`
     # says why not on S3), and reads gold's newest version for them and the publisher.
     committer = lake.Committer(*settings.delta_rs(path)) if settings.lake_is_local else None
+    # ...and the batches' appends of restatements.
+    restated_by = (
+        lake.Committer(*settings.delta_rs(restatements.RESTATEMENTS.path(settings)))
+        if settings.lake_is_local
+        else None
+    )
     publisher = changes.Publisher(spark, settings, view, path, committer) if publish else None
     folding = marks.folds(spark, settings, view)
     if publisher is not None:
@@ -355,6 +361,8 @@ def stream(
                     watermark,
                     txn=txn,
                     summary=landed,
+                    writer=restated_by,
+                    commits=ranges,
                 )
         finally:
             spark.conf.unset(marks.TAG_CONF)

@@ -450,3 +450,47 @@ def test_a_merge_by_delta_rs_is_one_commit_spark_reads_with_its_change_feed_txn_
     )
     assert not marker.exists()
     assert dict(map(tuple, spark.read.format("delta").load(path).collect())) == {"a": 10, "c": 4}
+
+
+def test_an_append_by_delta_rs_is_skipped_under_its_txn_and_spark_appends_after_it(spark, tmp_path):
+    """A live batch's restatements on a local lake (`Committer.append`): one commit
+    Spark reads, with the batch's transaction id and its tag; the same id again
+    appends nothing (a batch retried after its commit); Spark's own append under
+    another id works after it, though delta-rs wrote no checksum; and rows delta-rs
+    refuses commit nothing, for Spark's append to make."""
+    from spark_jobs.engine import restatements
+
+    path = str(tmp_path / "restatements")
+    lake.ensure_table(spark, path, restatements.RESTATEMENTS_SCHEMA)
+    created = lake.newest_version(spark, path)
+    at = "timestamp'2001-01-01 00:00:00'"
+    found = spark.sql(
+        f"SELECT 'v' AS view, 2 AS version, {at} AS window_start, "
+        f"{at} + INTERVAL 1 HOUR AS window_end, 'GBP' AS window_key, 'e1' AS event_id, "
+        f"{at} AS event_time, 99L AS lateness, current_timestamp() AS restated_at, "
+        "'late' AS reason"
+    )
+    rows = found.toArrow()
+    committer = lake.Committer(path, {})
+    assert committer.append(rows, txn=("app", 3), user_metadata="tag 3") == created + 1
+    read = spark.read.format("delta").load(path)
+    assert [(r.view, r.version, r.window_key, r.event_id) for r in read.collect()] == [
+        ("v", 2, "GBP", "e1")
+    ]
+    assert read.first().window_start == found.first().window_start
+    assert lake.txn_version(spark, path, "app") == 3 == committer.txn_version("app")
+    assert lake.commit_metadata(spark, path, created + 1) == "tag 3"
+    # The same batch again: nothing appended.
+    assert committer.append(rows, txn=("app", 3), user_metadata="tag 3") is None
+    assert read.count() == 1
+    # Spark's append after delta-rs's commit (no checksum of it: Delta's writer path).
+    lake.append_once(found.localCheckpoint(eager=True), path, "spark", 1)
+    assert read.count() == 2 and lake.txn_version(spark, path, "spark") == 1
+    # A column the table lacks: refused, nothing committed.
+    with pytest.raises(lake.MergeRefused):
+        committer.append(
+            rows.append_column("gone", pa.array([1], pa.int64())),
+            txn=("app", 4),
+            user_metadata=None,
+        )
+    assert committer.version() == created + 2 and read.count() == 2
