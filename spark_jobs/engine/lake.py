@@ -726,6 +726,43 @@ def read_where(
     return spark.createDataFrame(_arrow_where(table, schema, condition), schema)
 
 
+# Commits to one local table, by delta-rs and by Spark, one at a time within this
+# process (the view host runs every live stream). Spark's log store writes a commit
+# on a local file system by checking that its version's file does not exist, then
+# renaming onto it: safe against Spark's other commits in the JVM, which Delta
+# serialises per table, but not against delta-rs's, which could land in between
+# and be replaced. delta-rs never replaces a commit file (its rename refuses an
+# existing one), so it is Spark's commits that must not overlap with it. Spark
+# writers in other processes (maintenance) are not covered: docs/architecture.md.
+_COMMIT_LOCKS: dict[str, threading.Lock] = {}
+_COMMIT_LOCKS_GUARD = threading.Lock()
+
+
+def _table_key(path: str) -> str:
+    if "://" in path and not path.startswith("file:"):
+        return path
+    return os.path.normpath(urlparse(path).path if path.startswith("file:") else path)
+
+
+@contextlib.contextmanager
+def committing(path: str) -> Iterator[None]:
+    """Hold the table's commit lock in this process (see _COMMIT_LOCKS): around a
+    Spark commit to a table delta-rs also commits to, and each of delta-rs's."""
+    key = _table_key(path)
+    with _COMMIT_LOCKS_GUARD:
+        lock = _COMMIT_LOCKS.setdefault(key, threading.Lock())
+    with lock:
+        yield
+
+
+def _no_retry_mends(exc: deltalake.exceptions.CommitFailedError) -> bool:
+    """delta-rs raises CommitFailedError for a conflict, and also for a table it
+    cannot write (a table feature it does not support), which no retry mends: that
+    one is a refusal, for Spark to commit instead."""
+    text = str(exc).lower()
+    return "unsupported" in text or "features" in text
+
+
 class MergeRefused(Exception):
     """delta-rs could not make a merge or an append, for a reason other than a
     conflicting commit (`Committer`): nothing was committed, and Spark can do it."""
@@ -800,28 +837,27 @@ class Committer:
             app_transactions=[deltalake.Transaction(*txn)],
             custom_metadata=None if user_metadata is None else {"userMetadata": user_metadata},
         )
-        try:
-            table.merge(
-                source,
-                predicate=condition,
-                source_alias="s",
-                target_alias="t",
-                # Materialised source: delta-rs then also narrows gold's files by the
-                # source's own bounds on the key.
-                streamed_exec=False,
-                commit_properties=properties,
-            ).when_matched_delete(predicate=delete_when).when_matched_update(
-                updates=values, predicate=update_when
-            ).when_not_matched_insert(updates=values, predicate=insert_when).execute()
-        except deltalake.exceptions.CommitFailedError:
-            raise
-        except deltalake.exceptions.DeltaError as exc:
-            raise MergeRefused(str(exc).split("\n", 1)[0] or type(exc).__name__) from exc
+        self._commit(
+            lambda: (
+                table.merge(
+                    source,
+                    predicate=condition,
+                    source_alias="s",
+                    target_alias="t",
+                    # Materialised source: delta-rs then also narrows gold's files by the
+                    # source's own bounds on the key.
+                    streamed_exec=False,
+                    commit_properties=properties,
+                )
+                .when_matched_delete(predicate=delete_when)
+                .when_matched_update(updates=values, predicate=update_when)
+                .when_not_matched_insert(updates=values, predicate=insert_when)
+                .execute()
+            )
+        )
         # The merge leaves the table at its own commit (a newer one by another
         # writer is read at the next call).
         after = int(table.version())
-        if after != before:
-            self._checkpoint_checksum_dropped()
         return None if after == before else after
 
     def append(
@@ -829,9 +865,11 @@ class Committer:
     ) -> int | None:
         """Append `rows` as one commit that records `txn` (app id, version) and
         `user_metadata`, as `append_once` does with Spark: the version committed, or
-        None if `txn` had committed already (nothing is written then). A blind
-        append: delta-rs commits it after another writer's commit too, at the next
-        version. An error of delta-rs's that is no conflict is MergeRefused."""
+        None if `txn` had committed already (nothing is written then). delta-rs
+        commits it after another writer's append, at the next version; a commit
+        that deleted rows since the table was read is a conflict (CommitFailedError:
+        `retry_on_conflict` reads the table again). An error of delta-rs's that no
+        retry mends is MergeRefused."""
         table = self.table()
         app_id, version = txn
         done = table.transaction_version(app_id)
@@ -841,14 +879,28 @@ class Committer:
             app_transactions=[deltalake.Transaction(app_id, version)],
             custom_metadata=None if user_metadata is None else {"userMetadata": user_metadata},
         )
-        try:
-            deltalake.write_deltalake(table, rows, mode="append", commit_properties=properties)
-        except deltalake.exceptions.CommitFailedError:
-            raise
-        except deltalake.exceptions.DeltaError as exc:
-            raise MergeRefused(str(exc).split("\n", 1)[0] or type(exc).__name__) from exc
-        self._checkpoint_checksum_dropped()
+        self._commit(
+            lambda: deltalake.write_deltalake(
+                table, rows, mode="append", commit_properties=properties
+            )
+        )
         return int(table.version())
+
+    def _commit(self, write: Callable[[], Any]) -> None:
+        """Run delta-rs's `write` under the table's commit lock (`committing`): a
+        conflict raises CommitFailedError, any other error MergeRefused."""
+        with committing(self.where):
+            try:
+                write()
+            except deltalake.exceptions.CommitFailedError as exc:
+                if _no_retry_mends(exc):
+                    raise MergeRefused(str(exc).split("\n", 1)[0]) from exc
+                raise
+            except deltalake.exceptions.DeltaError as exc:
+                raise MergeRefused(str(exc).split("\n", 1)[0] or type(exc).__name__) from exc
+            finally:
+                # Also after an error: the checkpoint after a commit may be what failed.
+                self._checkpoint_checksum_dropped()
 
     def _checkpoint_checksum_dropped(self) -> None:
         """delta-rs rewrites `_last_checkpoint` at each checkpoint it writes, but not

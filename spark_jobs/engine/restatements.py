@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import reduce
@@ -59,6 +60,10 @@ RESTATEMENTS_SCHEMA = StructType(
         StructField("reason", StringType(), True),
     ]
 )
+# Most commits are the live batches' appends by delta-rs, which checkpoints every
+# 100 commits unless the table says otherwise (Spark: 10); readers (Spark, Trino)
+# would replay up to 99 commit files. As gold's (`gold_writes.GOLD_PROPERTIES`).
+RESTATEMENTS_PROPERTIES = {"delta.checkpointInterval": "10"}
 LATE = "late"
 ERASURE = "erasure"
 # An event that re-admission brought back from the quarantine (docs/contract.md §10):
@@ -213,10 +218,12 @@ def _name_readmissions(
     found: DataFrame,
     view: View | None = None,
     commits: dict[str, tuple[int, int]] | None = None,
+    where: Column | None = None,
 ) -> DataFrame:
     """`found` with reason READMISSION for the events a re-admission's silver commits
-    landed (`_readmitted`). Asked only of a batch that restated something."""
-    where = _readmitted(spark, settings, changes, view, commits)
+    landed (`where`, if the caller asked `_readmitted` already). Asked only of a
+    batch that restated something."""
+    where = _readmitted(spark, settings, changes, view, commits) if where is None else where
     if where is None:
         return found
     readmitted = (
@@ -249,9 +256,10 @@ def _append_rs(
     rows = found.toArrow()
     if not rows.num_rows:
         return 0
-    if _readmitted(spark, settings, changes, view, commits) is not None:
+    readmitted = _readmitted(spark, settings, changes, view, commits)
+    if readmitted is not None:
         # Rare (a re-admission's commits in the batch): named by a join, as Spark's path.
-        found = _name_readmissions(spark, settings, changes, found, view, commits)
+        found = _name_readmissions(spark, settings, changes, found, view, where=readmitted)
         rows = found.toArrow()
     tag = spark.conf.get(lake.USER_METADATA, None)
     label = f"restatements of {view.table_name}"
@@ -263,18 +271,35 @@ def _append_rs(
         log.warning("%s: delta-rs could not append them (%s); appending with Spark", label, exc)
         app_id, batch_id = txn
         checkpointed = found.localCheckpoint(eager=True)
+        path = RESTATEMENTS.path(settings)
         lake.retry_on_conflict(
-            lambda: lake.append_once(checkpointed, RESTATEMENTS.path(settings), app_id, batch_id),
+            lambda: _spark_commit(
+                path, lambda: lake.append_once(checkpointed, path, app_id, batch_id)
+            ),
             label,
         )
     return int(rows.num_rows)
+
+
+def _spark_commit(path: str, commit: Callable[[], object]) -> None:
+    """A Spark commit to the table live batches append to with delta-rs: under its
+    commit lock (`lake.committing`), so that it cannot replace one of theirs."""
+    with lake.committing(path):
+        commit()
 
 
 def ensure_table(spark: SparkSession, settings: Settings) -> None:
     """Create the table, or bring one made before erasures existed to this schema:
     a `reason` column (its rows were all late events) and a nullable event."""
     path = RESTATEMENTS.path(settings)
-    lake.ensure_table(spark, path, RESTATEMENTS_SCHEMA)
+    lake.ensure_table(spark, path, RESTATEMENTS_SCHEMA, RESTATEMENTS_PROPERTIES)
+    # Several streams start at once: a concurrent ALTER is a conflict, tried again.
+    lake.retry_on_conflict(
+        lambda: _spark_commit(
+            path, lambda: lake.ensure_properties(spark, path, RESTATEMENTS_PROPERTIES)
+        ),
+        f"{RESTATEMENTS.trino_name}'s properties",
+    )
     if "reason" in spark.read.format("delta").load(path).columns:
         return
     table = f"delta.`{path}`"
@@ -470,8 +495,9 @@ def record(
     if n and not summary.replaced:
         app_id, batch_id = txn
         # A repeat after a conflicting commit is skipped if the first try landed.
+        path = RESTATEMENTS.path(settings)
         lake.retry_on_conflict(
-            lambda: lake.append_once(found, RESTATEMENTS.path(settings), app_id, batch_id),
+            lambda: _spark_commit(path, lambda: lake.append_once(found, path, app_id, batch_id)),
             f"restatements of {view.table_name}",
         )
     elif n:
@@ -485,13 +511,17 @@ def record(
             f" timestamp_micros({first}) AND timestamp_micros({last})"
         )
         with lake.source_checkpointed(spark):
+            path = RESTATEMENTS.path(settings)
             lake.retry_on_conflict(
-                lambda: (
-                    DeltaTable.forPath(spark, RESTATEMENTS.path(settings))
-                    .alias("t")
-                    .merge(found.alias("s"), condition)
-                    .whenNotMatchedInsertAll()
-                    .execute()
+                lambda: _spark_commit(
+                    path,
+                    lambda: (
+                        DeltaTable.forPath(spark, path)
+                        .alias("t")
+                        .merge(found.alias("s"), condition)
+                        .whenNotMatchedInsertAll()
+                        .execute()
+                    ),
                 ),
                 f"restatements of {view.table_name}",
             )

@@ -483,8 +483,13 @@ def test_an_append_by_delta_rs_is_skipped_under_its_txn_and_spark_appends_after_
     # The same batch again: nothing appended.
     assert committer.append(rows, txn=("app", 3), user_metadata="tag 3") is None
     assert read.count() == 1
-    # Spark's append after delta-rs's commit (no checksum of it: Delta's writer path).
-    lake.append_once(found.localCheckpoint(eager=True), path, "spark", 1)
+    # Spark's append after delta-rs's commit (no checksum of it: Delta's writer path)
+    # skips the batch delta-rs committed (the fallback after a refusal) and makes
+    # another.
+    checkpointed = found.localCheckpoint(eager=True)
+    lake.append_once(checkpointed, path, "app", 3)
+    assert read.count() == 1
+    lake.append_once(checkpointed, path, "spark", 1)
     assert read.count() == 2 and lake.txn_version(spark, path, "spark") == 1
     # A column the table lacks: refused, nothing committed.
     with pytest.raises(lake.MergeRefused):
@@ -494,3 +499,21 @@ def test_an_append_by_delta_rs_is_skipped_under_its_txn_and_spark_appends_after_
             user_metadata=None,
         )
     assert committer.version() == created + 2 and read.count() == 2
+
+
+def test_a_table_delta_rs_cannot_write_is_refused_not_retried_as_a_conflict(spark, tmp_path):
+    """delta-rs raises CommitFailedError, its conflict, also for a table feature it
+    does not support (row tracking here): no retry mends that, so the committer
+    refuses (MergeRefused), for Spark's append to make, and commits nothing."""
+    path = str(tmp_path / "tracked")
+    spark.sql(
+        f"CREATE TABLE delta.`{path}` (x BIGINT) USING delta "
+        "TBLPROPERTIES ('delta.enableRowTracking' = 'true')"
+    )
+    committer = lake.Committer(path, {})
+    before = committer.version()
+    with pytest.raises(lake.MergeRefused, match=r"(?i)unsupported|feature"):
+        committer.append(
+            pa.table({"x": pa.array([1], pa.int64())}), txn=("app", 1), user_metadata=None
+        )
+    assert committer.version() == before and committer.txn_version("app") is None

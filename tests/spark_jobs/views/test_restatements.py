@@ -200,6 +200,11 @@ def test_a_batch_run_again_after_a_crash_records_its_restatements_once(spark, la
     info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
     assert info["engineInfo"].startswith("delta-rs"), info
     assert [a["txn"]["version"] for a in actions if "txn" in a] == [0]
+    # Both writers checkpoint every 10 commits (delta-rs's own default is 100).
+    from spark_jobs.engine import lake as lake_mod
+
+    path = restatements.RESTATEMENTS.path(lake)
+    assert lake_mod.table_properties(spark, path)["delta.checkpointInterval"] == "10"
     # The crash: the batch's commits landed, its checkpoint commit did not.
     commits = Path(gold_writes.gold_table(VIEW).checkpoint(lake)) / "commits"
     for name in ("0", ".0.crc"):
