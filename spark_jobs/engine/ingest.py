@@ -297,11 +297,12 @@ def process_batch(
     checkpoint: str,
     index: ledger_index.LedgerIndex | None = None,
     plan: contract.Plan = contract.PLAN,
+    silver_writer: lake.Committer | None = None,
 ) -> silver.BatchResult:
     """One micro-batch of Kafka records into bronze, then into silver, the ledger and
     the quarantine. Retried after a crash, it skips what it committed (txn ids).
     `index`: the query's ledger index; `plan`: the contract the lake runs
-    (`silver.process_batch`)."""
+    (`silver.process_batch`); `silver_writer`: see `silver.process_checked`."""
     src = plan.tables
     span = batch_range(spark, checkpoint, batch_id, src.topic)
     if span is not None and bronze.holds_batch(spark, settings, txn_app, batch_id, src):
@@ -328,7 +329,9 @@ def process_batch(
         try:
             landed = checked.select(*[f.name for f in bronze.BRONZE_SCHEMA.fields])
             bronze.append(landed, settings, txn_app, batch_id, src)  # skipped on a retry
-            return silver.process_checked(spark, settings, checked, batch_id, txn_app, index, plan)
+            return silver.process_checked(
+                spark, settings, checked, batch_id, txn_app, index, plan, silver_writer
+            )
         finally:
             checked.unpersist()
 
@@ -375,6 +378,14 @@ def start(
     # Built now, so the first batch does not wait for it; it follows the ledger from here.
     index = ledger_index.LedgerIndex(src.ledger.path(settings))
     index.rebuild(spark, "ingest starting")
+    # Kept open between batches, as the view streams keep gold's: a batch that
+    # replaces winners merges them into silver with delta-rs on a local lake
+    # (`lake.Committer` says why not on S3).
+    silver_writer = (
+        lake.Committer(*settings.delta_rs(src.silver.path(settings)))
+        if settings.lake_is_local
+        else None
+    )
     if not lake.checkpoint_has_progress(spark, checkpoint):
         # Where batch 0 begins, for its retry (`batch_range`); Spark keeps it in a
         # form of its own.
@@ -382,7 +393,16 @@ def start(
 
     def each_batch(records: DataFrame, batch_id: int) -> None:
         result = process_batch(
-            spark, settings, records, batch_id, txn_app, forgotten, checkpoint, index, plan
+            spark,
+            settings,
+            records,
+            batch_id,
+            txn_app,
+            forgotten,
+            checkpoint,
+            index,
+            plan,
+            silver_writer,
         )
         log.info("%s", result.record().describe())
         faults.maybe_crash("silver_after_commit", batch_id)

@@ -769,9 +769,10 @@ class MergeRefused(Exception):
 
 
 class Committer:
-    """A table a live stream commits small MERGEs (gold) or appends (restatements) to
-    with delta-rs, not Spark: a few rows each batch, where Spark's MERGE costs 4 or 5
-    jobs, and each Spark commit builds the new snapshot's state from the log
+    """A table a live stream commits small MERGEs (gold, silver's replaced winners) or
+    appends (restatements) to with delta-rs, not Spark: a few rows each batch, where
+    Spark's MERGE costs 4 or 5 jobs, and each Spark commit builds the new snapshot's
+    state from the log
     (docs/design/issue-67-design-b-delta-rs.md).
     Kept open between batches: each read of the log takes in only the commits
     since the last one. The table's `.crc` files stop at Spark's last commit, so
@@ -814,14 +815,15 @@ class Committer:
         delete_when: str,
         update_when: str,
         insert_when: str,
-        txn: tuple[str, int],
+        txn: tuple[str, int] | None,
         user_metadata: str | None,
         expected: int | None = None,
     ) -> int | None:
         """MERGE `source` (target `t`, source `s`; DataFusion SQL) as one commit that
-        records `txn` (app id, version) and `user_metadata` as Spark's session
-        setting would (USER_METADATA); the version committed, None if it changed no
-        row (delta-rs then makes no commit, and records no txn). With `expected`,
+        records `txn` (app id, version; None: none, for a merge safe to repeat) and
+        `user_metadata` as Spark's session setting would (USER_METADATA); the version
+        committed, None if it changed no row (delta-rs then makes no commit, and
+        records no txn). With `expected`,
         a table whose newest version is another is a conflict (CommitFailedError):
         for a source made from the table as of that version, not safe to apply to
         a newer one (a fold)."""
@@ -834,7 +836,7 @@ class Committer:
             )
         values = {c: f"s.`{c}`" for c in columns}
         properties = deltalake.CommitProperties(
-            app_transactions=[deltalake.Transaction(*txn)],
+            app_transactions=None if txn is None else [deltalake.Transaction(*txn)],
             custom_metadata=None if user_metadata is None else {"userMetadata": user_metadata},
         )
         self._commit(

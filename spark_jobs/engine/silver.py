@@ -427,18 +427,19 @@ def process_batch(
     app_id: str,
     index: ledger_index.LedgerIndex | None = None,
     plan: contract.Plan = contract.PLAN,
+    writer: lake.Committer | None = None,
 ) -> BatchResult:
     """One micro-batch of bronze rows into silver, the ledger and the quarantine.
 
     With `index` (ingest's, kept across its batches), the earlier records of the
     batch's ids are read from the ledger at the positions the index names;
     without, the ledger is joined whole (recovery, one-off batches). `plan`: the
-    contract the lake runs (`deployed_plan`)."""
+    contract the lake runs (`deployed_plan`); `writer`: see `process_checked`."""
     # Materialised once with its lineage cut: the validation plan is large, and
     # every later action would otherwise analyse and optimise it again.
     checked = contract.validate(batch, plan).localCheckpoint(eager=True)
     try:
-        return process_checked(spark, settings, checked, batch_id, app_id, index, plan)
+        return process_checked(spark, settings, checked, batch_id, app_id, index, plan, writer)
     finally:
         checked.unpersist()
 
@@ -451,9 +452,12 @@ def process_checked(
     app_id: str,
     index: ledger_index.LedgerIndex | None = None,
     plan: contract.Plan = contract.PLAN,
+    writer: lake.Committer | None = None,
 ) -> BatchResult:
     """`process_batch` for a batch `contract.validate`d and materialised by the caller,
-    who unpersists it: ingest's, whose bronze append reads the same rows."""
+    who unpersists it: ingest's, whose bronze append reads the same rows. `writer`:
+    silver's, kept open by ingest on a local lake, to replace winners with delta-rs
+    (`_merge_winners`)."""
     started = time.monotonic()
     result = BatchResult(batch_id)
     keys = _tally(checked, result, keyed=index is not None)
@@ -471,7 +475,9 @@ def process_checked(
         faults.maybe_crash("silver_after_ledger", batch_id)
         history = _history(spark, settings, accepted, batch_id, app_id, index, keys, plan)
         if history is None:
-            _settle_new(settings, checked, accepted, rejected, batch_id, app_id, result, plan)
+            _settle_new(
+                settings, checked, accepted, rejected, batch_id, app_id, result, plan, writer
+            )
         else:
             _settle(
                 spark,
@@ -484,6 +490,7 @@ def process_checked(
                 app_id,
                 result,
                 plan,
+                writer=writer,
             )
     elif rejected is not None:
         _quarantine_once(settings, rejected, batch_id, app_id, plan)
@@ -580,6 +587,45 @@ def _joined_history(
 SMALL_BATCH = 50_000
 
 
+# A live batch's new winners are appended by delta-rs (`_append_winners`) up to this
+# many: they come to the driver first. A catch-up's larger batches are Spark's.
+MAX_APPENDED_BY_DELTA_RS = 20_000
+
+
+def _append_winners(
+    rows: DataFrame,
+    count: int,
+    settings: Settings,
+    batch_id: int,
+    app_id: str,
+    plan: contract.Plan,
+    writer: lake.Committer | None,
+) -> None:
+    """Append a batch's `count` new winners (`rows`, silver's columns) to silver once,
+    under (`app_id`/silver-new, `batch_id`): a retry finds the id and skips it.
+
+    With `writer` (a live batch on a local lake) and at most MAX_APPENDED_BY_DELTA_RS
+    rows, delta-rs commits them, as it does the winners a batch replaces
+    (`_merge_winners`). Either both are delta-rs's or neither: after a commit of
+    delta-rs's, which writes no checksum, Spark's next append would rebuild silver's
+    state from the log to find its transaction ids (`lake.append_once`), 4 Spark jobs
+    and about 1.2 CPU-s of a 1,300-record batch (docs/BENCHMARKS.md, issue 67)."""
+    path = plan.tables.silver.path(settings)
+    txn = (f"{app_id}/silver-new", batch_id)
+    if writer is not None and count <= MAX_APPENDED_BY_DELTA_RS:
+        table = rows.toArrow()
+        tag = rows.sparkSession.conf.get(lake.USER_METADATA, None)
+        what = f"silver batch {batch_id}: new winners"
+        try:
+            lake.retry_on_conflict(
+                lambda: writer.append(table, txn=txn, user_metadata=tag or None), what
+            )
+            return
+        except lake.MergeRefused as exc:
+            log.warning("%s: delta-rs could not append (%s); appending with Spark", what, exc)
+    lake.append_once(rows, path, *txn)
+
+
 def _settle_new(
     settings: Settings,
     checked: DataFrame,
@@ -589,6 +635,7 @@ def _settle_new(
     app_id: str,
     result: BatchResult,
     plan: contract.Plan,
+    writer: lake.Committer | None = None,
 ) -> None:
     """`_settle` for a batch whose accepted records are all new ids' first (`_history`
     returned None): each is a fresh winner, so silver gains them all and the quarantine
@@ -604,12 +651,7 @@ def _settle_new(
         rows = rows.coalesce(1)
     else:
         rows = rows.repartition(*SILVER_PARTITIONS)
-    lake.append_once(
-        rows,
-        plan.tables.silver.path(settings),
-        f"{app_id}/silver-new",
-        batch_id,
-    )
+    _append_winners(rows, result.accepted, settings, batch_id, app_id, plan, writer)
     if rejected is not None:
         _quarantine_once(settings, rejected, batch_id, app_id, plan)
 
@@ -626,10 +668,12 @@ def _settle(
     result: BatchResult,
     plan: contract.Plan,
     own_placed: bool = False,
+    writer: lake.Committer | None = None,
 ) -> None:
     """Bring silver and the conflict quarantine to the ledger's answer for the batch's ids,
     and quarantine the batch's `rejected` rows. `own_placed`: the batch's own conflicts
-    are in the quarantine already (re-admission restates them there in place)."""
+    are in the quarantine already (re-admission restates them there in place).
+    `writer`: see `process_checked`."""
     touched = accepted.select("event_id").distinct()
     state = classify(history).localCheckpoint(eager=True)
     try:
@@ -652,12 +696,16 @@ def _settle(
         silver_path = plan.tables.silver.path(settings)
         # A batch with no new id (all duplicates, conflicts or replacements) has
         # nothing to append: a retry computes the same tally and skips it again.
-        if tally.get((ACCEPTED, True, True), 0):
-            lake.append_once(
+        fresh = tally.get((ACCEPTED, True, True), 0)
+        if fresh:
+            _append_winners(
                 to_silver_rows(winners.where("fresh"), plan),
-                silver_path,
-                f"{app_id}/silver-new",
+                fresh,
+                settings,
                 batch_id,
+                app_id,
+                plan,
+                writer,
             )
         if result.replaced_winners:
             replacing = to_silver_rows(winners.where(~F.col("fresh")), plan)
@@ -670,6 +718,7 @@ def _settle(
                         replacing,
                         f"silver batch {batch_id}: replacing winners",
                         _where_held(spark, settings, state, replacing, plan),
+                        writer,
                     )
                 _settle_replaced(
                     spark,
@@ -892,15 +941,20 @@ def _merge_winners(
     winners: DataFrame,
     what: str,
     held: Held | None = None,
+    writer: lake.Committer | None = None,
 ) -> None:
     """Make these silver's rows for their event ids, replacing another winner if there is one.
 
     `held`: where silver holds a row of those ids, if known (a literal condition
     on the target, so Delta reads only the files that can hold them).
+    `writer`: silver's delta-rs committer (a live batch on a local lake): the MERGE
+    is then delta-rs's, as gold's is (`lake.Committer`), Spark's if it refuses.
 
     Safe to repeat: it writes the ledger's answer, and a conflicting commit
     (maintenance, an operator) aborted the first try whole.
     """
+    if writer is not None and _merge_winners_rs(spark, winners, what, held, writer):
+        return
     condition = "t.event_id = s.event_id"
     if held is not None:
         condition += f" AND {held.condition()}"
@@ -915,6 +969,45 @@ def _merge_winners(
         ),
         what,
     )
+
+
+def _merge_winners_rs(
+    spark: SparkSession,
+    winners: DataFrame,
+    what: str,
+    held: Held | None,
+    writer: lake.Committer,
+) -> bool:
+    """`_merge_winners` by delta-rs: whether it was done (False: delta-rs refused, for
+    Spark's MERGE). The winners, materialised by the caller and a few dozen rows,
+    come to the driver in one Spark job; the commit takes none, where Spark's MERGE
+    ran about 12 jobs and 2 JVM CPU-s of a batch that replaces winners, and built
+    the new snapshot's state from the log (docs/BENCHMARKS.md, issue 67). delta-rs
+    writes the change feed's update pre- and post-images, which the views read."""
+    rows = winners.toArrow()
+    columns = list(rows.column_names)
+    # Quoted: DataFusion folds unquoted names to lower case, and `offset` and
+    # `partition` are keywords.
+    condition = "t.`event_id` = s.`event_id`" + (f" AND {held.condition()}" if held else "")
+    tag = spark.conf.get(lake.USER_METADATA, None)
+    try:
+        lake.retry_on_conflict(
+            lambda: writer.merge(
+                rows,
+                condition,
+                columns=columns,
+                delete_when="false",
+                update_when="t.`partition` <> s.`partition` OR t.`offset` <> s.`offset`",
+                insert_when="true",
+                txn=None,
+                user_metadata=tag or None,
+            ),
+            what,
+        )
+    except lake.MergeRefused as exc:
+        log.warning("%s: delta-rs could not merge (%s); merging with Spark instead", what, exc)
+        return False
+    return True
 
 
 def _settle_conflicts(

@@ -523,6 +523,64 @@ def test_a_batch_that_replaces_a_winner_stays_within_its_spark_jobs(spark, lake)
     assert jobs <= 62, f"a batch that replaces a winner ran {jobs} Spark jobs"
 
 
+def test_a_live_batch_replaces_a_winner_with_delta_rs_and_the_change_feed_shows_it(spark, lake):
+    """Ingest's batches on a local lake pass silver's delta-rs committer: the append of
+    new ids and the MERGE that replaces a winner are then delta-rs's, here one that
+    moves the row to another day's partition. Silver's change feed, as the views
+    read it, holds the old row's pre-image and the new one's post-image; the
+    quarantine gains the old winner. The batch: 51 Spark jobs, against 62 with
+    Spark's MERGE and append (the test above)."""
+    index = ledger_index.LedgerIndex(silver.LEDGER.path(lake))
+    path = silver.SILVER.path(lake)
+    writer = spark_lake.Committer(*lake.delta_rs(path))
+    first = [(1, o, _event(f"e{o}")) for o in range(3)]
+    silver.process_batch(spark, lake, _batch(spark, lake, first), 0, "app", index, writer=writer)
+    settled = writer.version()
+    earlier = [(0, 0, _event("e1", quantity=9, day="2025-12-31")), (0, 1, _event("e7"))]
+    batch = _batch(spark, lake, earlier)
+    before = _jobs_so_far(spark)
+    result = silver.process_batch(spark, lake, batch, 1, "app", index, writer=writer)
+    jobs = _jobs_so_far(spark) - before
+    assert (result.accepted, result.replaced_winners) == (2, 1)
+    events, quarantine, _ = _tables(spark, lake)
+    assert sorted(
+        (r.event_id, r.partition, r.offset, r.quantity, str(r.event_date)) for r in events.collect()
+    ) == [
+        ("e0", 1, 0, 1, "2026-01-01"),
+        ("e1", 0, 0, 9, "2025-12-31"),
+        ("e2", 1, 2, 1, "2026-01-01"),
+        ("e7", 0, 1, 1, "2026-01-01"),
+    ]
+    assert [(r.partition, r.offset, r.reason) for r in quarantine.collect()] == [
+        (1, 1, silver.CONFLICT)
+    ]
+    # Both of the batch's commits to silver are delta-rs's: its new id's append, under
+    # the batch's transaction id, then the MERGE.
+    commits = []
+    for version in range(settled + 1, writer.version() + 1):
+        log_file = Path(path) / "_delta_log" / f"{version:020d}.json"
+        actions = [json.loads(line) for line in log_file.read_text().splitlines()]
+        info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+        assert info["engineInfo"].startswith("delta-rs"), info
+        commits.append((info["operation"], [a["txn"]["appId"] for a in actions if "txn" in a]))
+    assert commits == [("WRITE", ["app/silver-new"]), ("MERGE", [])]
+    feed = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", settled + 1)
+        .load(path)
+    )
+    assert sorted(
+        (r.event_id, r._change_type, r.partition, r.offset, str(r.event_date))
+        for r in feed.collect()
+    ) == [
+        ("e1", "update_postimage", 0, 0, "2025-12-31"),
+        ("e1", "update_preimage", 1, 1, "2026-01-01"),
+        ("e7", "insert", 0, 1, "2026-01-01"),
+    ]
+    assert jobs <= 51, f"a batch that replaces a winner ran {jobs} Spark jobs"
+
+
 def test_the_ledger_index_rebuilds_after_another_writer(spark, lake):
     """A ledger row the index did not add (here: appended by hand) is found: any commit
     but ingest's own appends and data-free ones (OPTIMIZE) rebuilds the index."""
