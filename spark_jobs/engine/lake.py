@@ -898,7 +898,10 @@ class Committer:
                 if _no_retry_mends(exc):
                     raise MergeRefused(str(exc).split("\n", 1)[0]) from exc
                 raise
-            except deltalake.exceptions.DeltaError as exc:
+            # Arrow's and delta-rs's own errors for rows it cannot write (a type it
+            # cannot cast): Spark's path then takes the batch, where raising would stop
+            # ingest on it, retried with the same rows.
+            except (deltalake.exceptions.DeltaError, pa.ArrowException, ValueError) as exc:
                 raise MergeRefused(str(exc).split("\n", 1)[0] or type(exc).__name__) from exc
             finally:
                 # Also after an error: the checkpoint after a commit may be what failed.

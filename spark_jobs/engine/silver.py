@@ -264,21 +264,25 @@ def from_records(records: DataFrame, plan: contract.Plan = contract.PLAN) -> Dat
 
 
 # -- IO ----------------------------------------------------------------------------
+# Views follow silver through its change feed: silver is not append-only, because a
+# winner can be replaced by one earlier in log order. A live batch's commits to it are
+# delta-rs's (`_append_winners`), which checkpoints every 100 commits unless told, where
+# Spark checkpoints every 10: each new snapshot a reader builds would replay up to 99.
+SILVER_PROPERTIES = {"delta.enableChangeDataFeed": "true", "delta.checkpointInterval": "10"}
+
+
 def ensure_tables(
     spark: SparkSession, settings: Settings, source: str = registry.SHOP_SOURCE
 ) -> None:
     """Create `source`'s silver, quarantine and ledger, with silver's columns those of
     its whole declaration."""
     plan = contract.source_plan(source)
-    # Views follow silver through its change feed: silver is not append-only,
-    # because a winner can be replaced by one earlier in log order.
+    path = plan.tables.silver.path(settings)
     lake.ensure_table(
-        spark,
-        plan.tables.silver.path(settings),
-        silver_schema(plan.event_schema),
-        {"delta.enableChangeDataFeed": "true"},
-        partitioned_by=SILVER_PARTITIONS,
+        spark, path, silver_schema(plan.event_schema), SILVER_PROPERTIES, SILVER_PARTITIONS
     )
+    # A lake made before silver's checkpoint interval was set (ingest is not running).
+    lake.ensure_properties(spark, path, SILVER_PROPERTIES)
     evolve(spark, plan.tables.silver.path(settings), contract.newest(plan))
     lake.ensure_table(spark, plan.tables.quarantine.path(settings), QUARANTINE_SCHEMA)
     lake.ensure_table(spark, plan.tables.ledger.path(settings), LEDGER_SCHEMA)
@@ -587,8 +591,9 @@ def _joined_history(
 SMALL_BATCH = 50_000
 
 
-# A live batch's new winners are appended by delta-rs (`_append_winners`) up to this
-# many: they come to the driver first. A catch-up's larger batches are Spark's.
+# A live batch's new winners are appended, and the winners it replaces merged, by
+# delta-rs (`_append_winners`, `_merge_winners`) up to this many each: they come to
+# the driver first. A catch-up's larger batches are Spark's.
 MAX_APPENDED_BY_DELTA_RS = 20_000
 
 
@@ -609,10 +614,14 @@ def _append_winners(
     (`_merge_winners`). Either both are delta-rs's or neither: after a commit of
     delta-rs's, which writes no checksum, Spark's next append would rebuild silver's
     state from the log to find its transaction ids (`lake.append_once`), 4 Spark jobs
-    and about 1.2 CPU-s of a 1,300-record batch (docs/BENCHMARKS.md, issue 67)."""
+    and about 1.2 CPU-s of a 1,300-record batch (docs/BENCHMARKS.md, issue 67). A
+    batch with more rows than that in either commits both by Spark (`_settle`)."""
     path = plan.tables.silver.path(settings)
     txn = (f"{app_id}/silver-new", batch_id)
     if writer is not None and count <= MAX_APPENDED_BY_DELTA_RS:
+        done = writer.txn_version(txn[0])
+        if done is not None and done >= batch_id:
+            return  # a retry: appended already, so no job to bring the rows over
         table = rows.toArrow()
         tag = rows.sparkSession.conf.get(lake.USER_METADATA, None)
         what = f"silver batch {batch_id}: new winners"
@@ -697,6 +706,9 @@ def _settle(
         # A batch with no new id (all duplicates, conflicts or replacements) has
         # nothing to append: a retry computes the same tally and skips it again.
         fresh = tally.get((ACCEPTED, True, True), 0)
+        # Both of the batch's commits to silver by delta-rs, or neither (`_append_winners`).
+        if max(fresh, result.replaced_winners) > MAX_APPENDED_BY_DELTA_RS:
+            writer = None
         if fresh:
             _append_winners(
                 to_silver_rows(winners.where("fresh"), plan),

@@ -579,6 +579,15 @@ def test_a_live_batch_replaces_a_winner_with_delta_rs_and_the_change_feed_shows_
         ("e7", "insert", 0, 1, "2026-01-01"),
     ]
     assert jobs <= 51, f"a batch that replaces a winner ran {jobs} Spark jobs"
+    # Retried (a crash after its commits): delta-rs's append finds its id, the MERGE
+    # finds the winner in place, and silver gains no commit.
+    newest = writer.version()
+    again = silver.process_batch(spark, lake, batch, 1, "app", index, writer=writer)
+    assert again.replaced_winners == 1
+    assert writer.version() == newest
+    assert _tables(spark, lake)[0].count() == 4
+    # delta-rs checkpoints as Spark does (its own default is every 100 commits).
+    assert spark_lake.table_properties(spark, path)["delta.checkpointInterval"] == "10"
 
 
 def test_the_ledger_index_rebuilds_after_another_writer(spark, lake):
