@@ -765,7 +765,10 @@ def _no_retry_mends(exc: deltalake.exceptions.CommitFailedError) -> bool:
 
 class MergeRefused(Exception):
     """delta-rs could not make a merge or an append, for a reason other than a
-    conflicting commit (`Committer`): nothing was committed, and Spark can do it."""
+    conflicting commit (`Committer`): Spark can do it. Mostly nothing was committed;
+    an error in delta-rs's steps after its commit (its checkpoint) comes here too,
+    which each caller's Spark path survives: it skips a transaction id committed
+    already, or repeats a merge that changes nothing the second time."""
 
 
 class Committer:

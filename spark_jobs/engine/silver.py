@@ -460,8 +460,8 @@ def process_checked(
 ) -> BatchResult:
     """`process_batch` for a batch `contract.validate`d and materialised by the caller,
     who unpersists it: ingest's, whose bronze append reads the same rows. `writer`:
-    silver's, kept open by ingest on a local lake, to replace winners with delta-rs
-    (`_merge_winners`)."""
+    silver's, kept open by ingest on a local lake, to append new ids and replace
+    winners with delta-rs (`_append_winners`, `_merge_winners`)."""
     started = time.monotonic()
     result = BatchResult(batch_id)
     keys = _tally(checked, result, keyed=index is not None)
