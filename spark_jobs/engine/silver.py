@@ -45,6 +45,7 @@ from functools import reduce
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -684,24 +685,39 @@ def _settle(
     are in the quarantine already (re-admission restates them there in place).
     `writer`: see `process_checked`."""
     touched = accepted.select("event_id").distinct()
-    state = classify(history).localCheckpoint(eager=True)
+    classified = classify(history)
+    decided = None
+    if writer is not None and result.rows_in <= MAX_APPENDED_BY_DELTA_RS:
+        decided = Decided(classified.toArrow())
+        state = spark.createDataFrame(decided.table, classified.schema)
+    else:
+        state = classified.localCheckpoint(eager=True)
     try:
-        tally = {
-            (r["status"], r["in_batch"], r["fresh"]): r["count"]
-            for r in state.groupBy("status", "in_batch", "fresh").count().collect()
-        }
+        if decided is not None:
+            tally = decided.tally()
+        else:
+            tally = {
+                (r["status"], r["in_batch"], r["fresh"]): r["count"]
+                for r in state.groupBy("status", "in_batch", "fresh").count().collect()
+            }
         result.accepted = sum(n for (s, b, _), n in tally.items() if s == ACCEPTED and b)
         result.duplicates = sum(n for (s, b, _), n in tally.items() if s == DUPLICATE and b)
         result.conflicts = sum(n for (s, b, _), n in tally.items() if s == CONFLICT and b)
         result.replaced_winners = tally.get((ACCEPTED, True, False), 0)
         own_conflicts = 0 if own_placed else result.conflicts
 
-        winners = accepted.join(
-            state.where((F.col("status") == ACCEPTED) & F.col("in_batch")).select(
-                "partition", "offset", "fresh"
-            ),
-            ["partition", "offset"],
-        )
+        if decided is not None:
+            # Named, not joined: a filter of the materialised batch, no shuffle.
+            new_winners = lake.at_positions(accepted, decided.positions(decided.winners(True)))
+            replaced = lake.at_positions(accepted, decided.positions(decided.winners(False)))
+        else:
+            winners = accepted.join(
+                state.where((F.col("status") == ACCEPTED) & F.col("in_batch")).select(
+                    "partition", "offset", "fresh"
+                ),
+                ["partition", "offset"],
+            )
+            new_winners, replaced = winners.where("fresh"), winners.where(~F.col("fresh"))
         silver_path = plan.tables.silver.path(settings)
         # A batch with no new id (all duplicates, conflicts or replacements) has
         # nothing to append: a retry computes the same tally and skips it again.
@@ -711,7 +727,7 @@ def _settle(
             writer = None
         if fresh:
             _append_winners(
-                to_silver_rows(winners.where("fresh"), plan),
+                to_silver_rows(new_winners, plan),
                 fresh,
                 settings,
                 batch_id,
@@ -720,7 +736,7 @@ def _settle(
                 writer,
             )
         if result.replaced_winners:
-            replacing = to_silver_rows(winners.where(~F.col("fresh")), plan)
+            replacing = to_silver_rows(replaced, plan)
             replacing = replacing.localCheckpoint(eager=True)
             try:
                 with lake.source_checkpointed(spark):
@@ -729,7 +745,7 @@ def _settle(
                         silver_path,
                         replacing,
                         f"silver batch {batch_id}: replacing winners",
-                        _where_held(spark, settings, state, replacing, plan),
+                        _where_held(spark, settings, state, replacing, plan, decided),
                         writer,
                     )
                 _settle_replaced(
@@ -744,6 +760,7 @@ def _settle(
                     app_id,
                     own_conflicts,
                     plan,
+                    decided,
                 )
             finally:
                 replacing.unpersist()
@@ -794,6 +811,7 @@ def _settle_replaced(
     app_id: str,
     conflicts: int,
     plan: contract.Plan,
+    decided: Decided | None = None,
 ) -> None:
     """The quarantine, after a batch replaced winners. Only the replaced ids' earlier
     records change status: a new winner makes its former winner a conflict (chaos
@@ -806,15 +824,22 @@ def _settle_replaced(
     A retry of a batch whose append is committed takes the slower way, all the
     touched ids' conflicts by MERGE: the first try may have stopped between its
     append and its MERGE, or before this split existed, with its conflicts not in
-    the append."""
+    the append.
+
+    `decided`: `state` on the driver (a live batch), which names the earlier records'
+    positions without a Spark job."""
     quarantine = plan.tables.quarantine.path(settings)
     # (A version 0 is falsy: `txn_version(...) or -1` took batch 0's retry for a first try.)
     if lake.committed(spark, quarantine, _rejected_txn(app_id), batch_id):
-        _settle_conflicts(spark, settings, checked, touched, state, plan)
+        known = decided.positions(~pc.field("in_batch")) if decided is not None else None
+        _settle_conflicts(spark, settings, checked, touched, state, plan, known=known)
         return
     replaced = replacing.select("event_id")
     earlier = state.where(~F.col("in_batch")).join(replaced, "event_id", "left_semi")
-    with _conflict_changes(spark, settings, checked, replaced, earlier, plan) as changes:
+    known = decided.positions(decided.of_replaced(in_batch=False)) if decided else None
+    with _conflict_changes(
+        spark, settings, checked, replaced, earlier, plan, known=known
+    ) as changes:
         # With conflicts to remove or to restate (their winner changed), the MERGE
         # adds the new ones too; else the append. `added`, materialised, says
         # cheaply whether `adds` (it reads bronze) has rows.
@@ -879,16 +904,69 @@ def named_positions(rows: DataFrame) -> list[tuple[int, int]] | None:
     return sorted(set(zip(partitions, offsets, strict=True)))
 
 
+def _named(rows: DataFrame, known: list[tuple[int, int]] | None) -> list[tuple[int, int]] | None:
+    """`named_positions(rows)`, or without a Spark job the same from `known`, `rows`'
+    positions found by the caller on the driver (`Decided`)."""
+    if known is None:
+        return named_positions(rows)
+    return sorted(set(known)) if len(known) <= MAX_POSITIONS else None
+
+
+@dataclass(frozen=True)
+class Decided:
+    """`classify`'s state of a live batch, brought to the driver in one Spark job (its
+    rows: the batch's accepted records and their ids' earlier ones). Its tally, its
+    winners and the positions a batch that replaces winners names come from it in
+    Python, where each was a Spark action over the state: 51 Spark jobs of a batch
+    that replaces a winner in `test_silver.py`, 33 this way (docs/BENCHMARKS.md,
+    issue 67)."""
+
+    table: pa.Table
+
+    def tally(self) -> dict[tuple[str, bool, bool], int]:
+        """The records by (`status`, `in_batch`, `fresh`), as `_settle`'s groupBy counts."""
+        by = ["status", "in_batch", "fresh"]
+        counts = self.table.group_by(by).aggregate([([], "count_all")])
+        keys = zip(*(counts.column(c).to_pylist() for c in by), strict=True)
+        return dict(zip(keys, counts.column("count_all").to_pylist(), strict=True))
+
+    @staticmethod
+    def winners(fresh: bool) -> pc.Expression:
+        """The batch's winners: of new ids (`fresh`) or replacing an earlier winner."""
+        new = pc.field("fresh") if fresh else ~pc.field("fresh")
+        return (pc.field("status") == ACCEPTED) & pc.field("in_batch") & new
+
+    def of_replaced(self, *, in_batch: bool | None = None) -> pc.Expression:
+        """Every record of the ids whose winner the batch replaces, or of them those
+        `in_batch` or not."""
+        ids = self.table.filter(self.winners(False)).column("event_id")
+        of_ids = pc.field("event_id").isin(ids)
+        if in_batch is None:
+            return of_ids
+        return of_ids & (pc.field("in_batch") if in_batch else ~pc.field("in_batch"))
+
+    def positions(self, where: pc.Expression) -> list[tuple[int, int]]:
+        """The (partition, offset) of the records that meet `where`."""
+        rows = self.table.filter(where)
+        partitions, offsets = (rows.column(c).to_pylist() for c in ("partition", "offset"))
+        return list(zip(partitions, offsets, strict=True))
+
+
 def bronze_at(
-    spark: SparkSession, settings: Settings, positions: DataFrame, plan: contract.Plan
+    spark: SparkSession,
+    settings: Settings,
+    positions: DataFrame,
+    plan: contract.Plan,
+    known: list[tuple[int, int]] | None = None,
 ) -> DataFrame:
     """Bronze's records at `positions` (partition, offset). A few are named and read by
     delta-rs (`lake.read_at_positions`: bronze commits every batch, and Spark would
     rebuild its snapshot state to skip its files), so only the files whose offsets
-    can hold them are read, not all of history; more are joined by Spark."""
+    can hold them are read, not all of history; more are joined by Spark. `known`:
+    the same positions, if the caller has them on the driver (`Decided`)."""
     key = ["partition", "offset"]
     path = plan.tables.bronze.path(settings)
-    wanted = named_positions(positions)
+    wanted = _named(positions, known)
     if wanted is None:
         bronze = spark.read.format("delta").load(path)
         return bronze.join(positions.select(*key).distinct(), key, "left_semi")
@@ -922,18 +1000,25 @@ def _where_held(
     state: DataFrame,
     replacing: DataFrame,
     plan: contract.Plan,
+    decided: Decided | None = None,
 ) -> Held | None:
     """Where silver holds the rows a batch replaces (`Held`): every record ever seen of
     those ids is in `state`, and silver holds one of them (the first in log order,
     or another while recovery has yet to reconcile, or the new winner when the
-    batch is retried after its MERGE). None if there are too many to name."""
+    batch is retried after its MERGE). None if there are too many to name.
+    `decided`: `state` on the driver (a live batch), which names the positions
+    without a Spark job."""
     of_ids = state.join(replacing.select("event_id"), "event_id", "left_semi")
-    positions = named_positions(of_ids)
     before = of_ids.where(~F.col("in_batch"))
+    if decided is not None:
+        positions = _named(of_ids, decided.positions(decided.of_replaced()))
+        earlier = decided.positions(decided.of_replaced(in_batch=False))
+    else:
+        positions, earlier = named_positions(of_ids), None
     # Settled records read the same under the newest contract, whichever admitted them.
     newest = contract.newest(plan)
     old = to_silver_rows(
-        contract.validate(bronze_at(spark, settings, before, plan), newest), newest
+        contract.validate(bronze_at(spark, settings, before, plan, earlier), newest), newest
     )
     found = (
         old.select("event_type", "event_date")
@@ -1030,13 +1115,17 @@ def _settle_conflicts(
     state: DataFrame,
     plan: contract.Plan,
     narrow: bool = True,
+    known: list[tuple[int, int]] | None = None,
 ) -> None:
     """Quarantine exactly the conflicting records of the touched ids, no more, no fewer.
 
     `narrow`: read the quarantine only at the positions of the ids' earlier records
-    (a batch). Recovery reads all of it: a conflict left at a position the ledger no
-    longer holds (an erasure stopped halfway) is there for it to remove."""
-    with _conflict_changes(spark, settings, checked, touched, state, plan, narrow) as changes:
+    (a batch), `known` if the caller has them on the driver. Recovery reads all of
+    it: a conflict left at a position the ledger no longer holds (an erasure stopped
+    halfway) is there for it to remove."""
+    with _conflict_changes(
+        spark, settings, checked, touched, state, plan, narrow, known
+    ) as changes:
         _quarantine_conflicts(spark, settings, changes.adds, changes.to_remove, plan)
 
 
@@ -1059,6 +1148,7 @@ def _conflict_changes(
     state: DataFrame,
     plan: contract.Plan,
     narrow: bool = True,
+    known: list[tuple[int, int]] | None = None,
 ) -> Iterator[ConflictChanges]:
     """The conflicts of the touched ids to add to the quarantine or restate, and those
     to remove from it, materialised while in use (`_settle_conflicts` says what
@@ -1066,7 +1156,10 @@ def _conflict_changes(
 
     A conflict already held is restated when its winner changed: its detail names
     the record it lost to, and a record earlier in log order may have replaced that
-    one since (the audit re-derives the detail from bronze and would name it)."""
+    one since (the audit re-derives the detail from bronze and would name it).
+
+    `known`: the positions of `state`'s earlier records (not `in_batch`), if the
+    caller has them on the driver (`Decided`)."""
     key = ["partition", "offset"]
     quarantine = plan.tables.quarantine.path(settings)
     # What may have to leave the quarantine is a conflict of an earlier record (its
@@ -1074,7 +1167,7 @@ def _conflict_changes(
     # quarantine commits most batches: Spark would rebuild its snapshot state). A
     # batch's own conflicts already there (a retry) need no look: the MERGE is keyed
     # by position.
-    named = named_positions(state.where(~F.col("in_batch"))) if narrow else None
+    named = _named(state.where(~F.col("in_batch")), known) if narrow else None
     if named is not None:
         where, options = settings.delta_rs(quarantine)
         needed = StructType([QUARANTINE_SCHEMA[c] for c in (*key, "detail", "event_id", "reason")])
