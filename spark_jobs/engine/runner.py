@@ -71,25 +71,14 @@ SOURCES = ("bronze", "kafka")
 # where compiled code pays.
 LIVE_SESSION_CONF = session_mod.INTERPRETED_CONF
 
-# Nor, with few shuffle partitions, with adaptive query execution: AQE runs each
-# shuffle stage of a plan as a Spark job of its own and re-plans between them,
-# which pays on large shuffles and not on a batch's few hours or sessions. Issue
-# 67's spike (2026-12-03, a scratch lake, 200 events a round, one live view at a
-# time): jobs per round went 45 -> 28 (cart_sessions), 31 -> 21 (revenue_hourly
-# v1) and 48 -> 33 (v2), JVM CPU 0-15 % less; a recompute of v2's hours alone,
-# 1.8 -> 1.2 CPU-s. Without AQE every shuffle has spark.sql.shuffle.partitions
-# partitions: 4 on one machine; a cluster's 200 want AQE to coalesce them.
-AQE = "spark.sql.adaptive.enabled"
-NO_AQE_UP_TO_PARTITIONS = 8
-
 
 def live_session(spark: SparkSession) -> SparkSession:
     """A new session of the application for one live query, set up for small batches."""
     session = spark.newSession()
     for key, value in LIVE_SESSION_CONF.items():
         session.conf.set(key, value)
-    if int(session.conf.get("spark.sql.shuffle.partitions") or 200) <= NO_AQE_UP_TO_PARTITIONS:
-        session.conf.set(AQE, "false")
+    for key, value in session_mod.few_shuffles_conf(session).items():
+        session.conf.set(key, value)
     return session
 
 

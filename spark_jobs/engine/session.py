@@ -24,6 +24,28 @@ INTERPRETED_CONF = {
 }
 
 
+# A live batch's plans, with few shuffle partitions, run without adaptive query
+# execution: AQE runs each shuffle stage of a plan as a Spark job of its own and
+# re-plans between them, which pays on large shuffles and not on a batch's few
+# hours, sessions or ids. Issue 67's spike (2026-12-03, a scratch lake, 200 events
+# a round, one live view at a time): a live view's jobs per round went 45 -> 28
+# (cart_sessions), 31 -> 21 (revenue_hourly v1) and 48 -> 33 (v2), JVM CPU 0-15 %
+# less; a recompute of v2's hours alone, 1.8 -> 1.2 CPU-s. Without AQE every
+# shuffle has spark.sql.shuffle.partitions partitions: 4 on one machine; a
+# cluster's 200 want AQE to coalesce them.
+AQE = "spark.sql.adaptive.enabled"
+NO_AQE_UP_TO_PARTITIONS = 8
+
+
+def few_shuffles_conf(spark: SparkSession) -> dict[str, str]:
+    """Settings for a live batch's plans in `spark`: AQE off where its shuffles have few
+    partitions (a machine's), as the live views' sessions run (`runner.live_session`)
+    and ingest's classification of a batch (`silver._settle`); none on a cluster."""
+    if int(spark.conf.get("spark.sql.shuffle.partitions") or 200) <= NO_AQE_UP_TO_PARTITIONS:
+        return {AQE: "false"}
+    return {}
+
+
 def build_session(
     app_name: str = "regauge",
     settings: Settings | None = None,

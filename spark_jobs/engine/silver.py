@@ -38,8 +38,8 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from datetime import date
 from functools import reduce
 from typing import Any
@@ -50,6 +50,7 @@ import pyarrow.compute as pc
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
     DateType,
@@ -63,6 +64,7 @@ from pyspark.sql.types import (
 
 from spark_jobs.engine import bronze as bronze_mod
 from spark_jobs.engine import contract, faults, lake, ledger_index
+from spark_jobs.engine import session as session_mod
 from warehouse.base import metrics, registry
 from warehouse.base.settings import Settings
 
@@ -209,16 +211,16 @@ def classify(candidates: DataFrame) -> DataFrame:
     )
 
 
+# The quarantine detail of a conflicting record, by Spark's format_string and by
+# Python's % alike (`Decided.conflicts`): the audit re-derives it from bronze.
+CONFLICT_DETAIL = "event_id %s was first accepted at partition %d offset %d with different content"
+
+
 def conflict_detail(state: DataFrame) -> DataFrame:
     """The quarantine detail of each conflicting record: which record it lost to."""
     return state.withColumn(
         "detail",
-        F.format_string(
-            "event_id %s was first accepted at partition %d offset %d with different content",
-            "event_id",
-            "winner_partition",
-            "winner_offset",
-        ),
+        F.format_string(CONFLICT_DETAIL, "event_id", "winner_partition", "winner_offset"),
     )
 
 
@@ -560,12 +562,14 @@ def _history(
             # snapshot state each time to find these few rows (issue 67, P6).
             where, options = settings.delta_rs(plan.tables.ledger.path(settings))
             touched = accepted.select("event_id").distinct()
-            return (
+            theirs = (
                 lake.read_at_positions(spark, where, options, earlier, LEDGER_SCHEMA)
                 .join(F.broadcast(touched), "event_id", "left_semi")
                 .select(*columns, F.lit(False).alias("in_batch"))
-                .unionByName(accepted.select(*columns, F.lit(True).alias("in_batch")))
             )
+            # The batch's own first: a union plans in its first side's session, here
+            # the batch's (its query's own), whose settings `_settle` changes.
+            return accepted.select(*columns, F.lit(True).alias("in_batch")).unionByName(theirs)
         log.info(
             "silver batch %d: %d earlier records of its ids; joining the whole ledger",
             batch_id,
@@ -688,7 +692,14 @@ def _settle(
     classified = classify(history)
     decided = None
     if writer is not None and result.rows_in <= MAX_APPENDED_BY_DELTA_RS:
-        decided = Decided(classified.toArrow())
+        # A live batch's one shuffle (by id), run as one job, not one per stage (AQE's).
+        # Set in the batch's own session (its query's), where `_history` plans it:
+        # ingest's session is shared by its sources' queries, each in a thread of
+        # its own. (From the whole ledger, `_joined_history`, it plans in ingest's,
+        # and keeps AQE.)
+        own = accepted.sparkSession
+        with lake.session_conf(own, session_mod.few_shuffles_conf(own)):
+            decided = Decided(classified.toArrow())
         state = spark.createDataFrame(decided.table, classified.schema)
     else:
         state = classified.localCheckpoint(eager=True)
@@ -737,7 +748,13 @@ def _settle(
             )
         if result.replaced_winners:
             replacing = to_silver_rows(replaced, plan)
-            replacing = replacing.localCheckpoint(eager=True)
+            if decided is not None:
+                # On the driver once: delta-rs's MERGE takes them as Arrow, and where
+                # silver holds them asks for their partitions.
+                decided = replace(decided, replacing=replacing.toArrow())
+                replacing = spark.createDataFrame(decided.replacing, replacing.schema)
+            else:
+                replacing = replacing.localCheckpoint(eager=True)
             try:
                 with lake.source_checkpointed(spark):
                     _merge_winners(
@@ -747,6 +764,7 @@ def _settle(
                         f"silver batch {batch_id}: replacing winners",
                         _where_held(spark, settings, state, replacing, plan, decided),
                         writer,
+                        decided.replacing if decided is not None else None,
                     )
                 _settle_replaced(
                     spark,
@@ -831,25 +849,26 @@ def _settle_replaced(
     quarantine = plan.tables.quarantine.path(settings)
     # (A version 0 is falsy: `txn_version(...) or -1` took batch 0's retry for a first try.)
     if lake.committed(spark, quarantine, _rejected_txn(app_id), batch_id):
-        known = decided.positions(~pc.field("in_batch")) if decided is not None else None
-        _settle_conflicts(spark, settings, checked, touched, state, plan, known=known)
+        _settle_conflicts(spark, settings, checked, touched, state, plan, decided=decided)
         return
     replaced = replacing.select("event_id")
     earlier = state.where(~F.col("in_batch")).join(replaced, "event_id", "left_semi")
-    known = decided.positions(decided.of_replaced(in_batch=False)) if decided else None
+    earlier_decided = decided.subset(decided.of_replaced(in_batch=False)) if decided else None
     with _conflict_changes(
-        spark, settings, checked, replaced, earlier, plan, known=known
+        spark, settings, checked, replaced, earlier, plan, decided=earlier_decided
     ) as changes:
         # With conflicts to remove or to restate (their winner changed), the MERGE
-        # adds the new ones too; else the append. `added`, materialised, says
-        # cheaply whether `adds` (it reads bronze) has rows.
-        merging = not changes.stale.isEmpty()
-        extra = None if merging or changes.added.isEmpty() else to_conflict_rows(changes.adds)
+        # adds the new ones too; else the append. `any_added` says cheaply whether
+        # `adds` (it reads bronze) has rows.
+        merging = changes.any_stale()
+        extra = to_conflict_rows(changes.adds) if not merging and changes.any_added() else None
         _quarantine_own(
             checked, state, rejected, conflicts, settings, batch_id, app_id, plan, extra
         )
         if merging:
-            _quarantine_conflicts(spark, settings, changes.adds, changes.to_remove, plan)
+            _quarantine_conflicts(
+                spark, settings, changes.adds, changes.to_remove, plan, changes.positions
+            )
 
 
 def admitted_state(
@@ -914,14 +933,18 @@ def _named(rows: DataFrame, known: list[tuple[int, int]] | None) -> list[tuple[i
 
 @dataclass(frozen=True)
 class Decided:
-    """`classify`'s state of a live batch, brought to the driver in one Spark job (its
-    rows: the batch's accepted records and their ids' earlier ones). Its tally, its
-    winners and the positions a batch that replaces winners names come from it in
-    Python, where each was a Spark action over the state: 51 Spark jobs of a batch
-    that replaces a winner in `test_silver.py`, 33 this way (docs/BENCHMARKS.md,
-    issue 67)."""
+    """`classify`'s state of a live batch, brought to the driver by one action (its
+    rows: the batch's accepted records, at most MAX_APPENDED_BY_DELTA_RS, and their
+    ids' earlier ones). Its tally, its winners, the
+    positions a batch that replaces winners names and the quarantine's conflicts
+    (`_decided_changes`) come from it in Python, where each was a Spark action over
+    the state, and most a join: 51 Spark jobs of a batch that replaces a winner in
+    `test_silver.py`, 9 this way (docs/BENCHMARKS.md, issue 67). Spark's path
+    (re-admission, recovery, S3, a catch-up) decides the same with joins."""
 
     table: pa.Table
+    # The silver rows of the winners the batch replaces, once `_settle` has them.
+    replacing: pa.Table | None = None
 
     def tally(self) -> dict[tuple[str, bool, bool], int]:
         """The records by (`status`, `in_batch`, `fresh`), as `_settle`'s groupBy counts."""
@@ -939,7 +962,8 @@ class Decided:
     def of_replaced(self, *, in_batch: bool | None = None) -> pc.Expression:
         """Every record of the ids whose winner the batch replaces, or of them those
         `in_batch` or not."""
-        ids = self.table.filter(self.winners(False)).column("event_id")
+        # Combined: pyarrow's isin takes no empty ChunkedArray (no type to match).
+        ids = self.table.filter(self.winners(False)).column("event_id").combine_chunks()
         of_ids = pc.field("event_id").isin(ids)
         if in_batch is None:
             return of_ids
@@ -950,6 +974,23 @@ class Decided:
         rows = self.table.filter(where)
         partitions, offsets = (rows.column(c).to_pylist() for c in ("partition", "offset"))
         return list(zip(partitions, offsets, strict=True))
+
+    def subset(self, where: pc.Expression) -> Decided:
+        """The records that meet `where`."""
+        return Decided(self.table.filter(where))
+
+    def conflicts(self) -> dict[tuple[int, int], dict[str, Any]]:
+        """The conflicting records, by position, each with the `detail` the quarantine
+        holds for it (`conflict_detail`)."""
+        rows = self.table.filter(pc.field("status") == CONFLICT).to_pylist()
+        return {
+            (r["partition"], r["offset"]): {
+                **r,
+                "detail": CONFLICT_DETAIL
+                % (r["event_id"], r["winner_partition"], r["winner_offset"]),
+            }
+            for r in rows
+        }
 
 
 def bronze_at(
@@ -1020,6 +1061,13 @@ def _where_held(
     old = to_silver_rows(
         contract.validate(bronze_at(spark, settings, before, plan, earlier), newest), newest
     )
+    few = earlier is not None and len(earlier) <= MAX_POSITIONS
+    if decided is not None and decided.replacing is not None and few:
+        # No distinct (a shuffle, and with AQE a job of its own): a few rows, on the driver.
+        parts = _partitions(decided.replacing)
+        if earlier:
+            parts |= _partitions(old.select(*SILVER_PARTITIONS).toArrow())
+        return Held(sorted(parts), positions) if len(parts) <= MAX_POSITIONS else None
     found = (
         old.select("event_type", "event_date")
         .unionByName(replacing.select("event_type", "event_date"))
@@ -1032,6 +1080,12 @@ def _where_held(
     return Held([(r["event_type"], r["event_date"]) for r in found], positions)
 
 
+def _partitions(rows: pa.Table) -> set[tuple[str, date]]:
+    """The silver partitions (`SILVER_PARTITIONS`) of these rows."""
+    event_types, dates = (rows.column(c).to_pylist() for c in SILVER_PARTITIONS)
+    return set(zip(event_types, dates, strict=True))
+
+
 def _merge_winners(
     spark: SparkSession,
     silver_path: str,
@@ -1039,18 +1093,20 @@ def _merge_winners(
     what: str,
     held: Held | None = None,
     writer: lake.Committer | None = None,
+    rows: pa.Table | None = None,
 ) -> None:
     """Make these silver's rows for their event ids, replacing another winner if there is one.
 
     `held`: where silver holds a row of those ids, if known (a literal condition
     on the target, so Delta reads only the files that can hold them).
     `writer`: silver's delta-rs committer (a live batch on a local lake): the MERGE
-    is then delta-rs's, as gold's is (`lake.Committer`), Spark's if it refuses.
+    is then delta-rs's, as gold's is (`lake.Committer`), Spark's if it refuses;
+    `rows`: `winners` as Arrow, if the caller has them on the driver.
 
     Safe to repeat: it writes the ledger's answer, and a conflicting commit
     (maintenance, an operator) aborted the first try whole.
     """
-    if writer is not None and _merge_winners_rs(spark, winners, what, held, writer):
+    if writer is not None and _merge_winners_rs(spark, winners, what, held, writer, rows):
         return
     condition = "t.event_id = s.event_id"
     if held is not None:
@@ -1074,6 +1130,7 @@ def _merge_winners_rs(
     what: str,
     held: Held | None,
     writer: lake.Committer,
+    rows: pa.Table | None = None,
 ) -> bool:
     """`_merge_winners` by delta-rs: whether it was done (False: delta-rs refused, for
     Spark's MERGE). The winners, materialised by the caller and a few dozen rows,
@@ -1081,7 +1138,8 @@ def _merge_winners_rs(
     ran about 12 jobs and 2 JVM CPU-s of a batch that replaces winners, and built
     the new snapshot's state from the log (docs/BENCHMARKS.md, issue 67). delta-rs
     writes the change feed's update pre- and post-images, which the views read."""
-    rows = winners.toArrow()
+    if rows is None:
+        rows = winners.toArrow()
     columns = list(rows.column_names)
     # Quoted: DataFusion folds unquoted names to lower case, and `offset` and
     # `partition` are keywords.
@@ -1115,18 +1173,20 @@ def _settle_conflicts(
     state: DataFrame,
     plan: contract.Plan,
     narrow: bool = True,
-    known: list[tuple[int, int]] | None = None,
+    decided: Decided | None = None,
 ) -> None:
     """Quarantine exactly the conflicting records of the touched ids, no more, no fewer.
 
     `narrow`: read the quarantine only at the positions of the ids' earlier records
-    (a batch), `known` if the caller has them on the driver. Recovery reads all of
-    it: a conflict left at a position the ledger no longer holds (an erasure stopped
-    halfway) is there for it to remove."""
+    (a batch); `decided`: `state` on the driver, if the caller has it. Recovery
+    reads all of it: a conflict left at a position the ledger no longer holds (an
+    erasure stopped halfway) is there for it to remove."""
     with _conflict_changes(
-        spark, settings, checked, touched, state, plan, narrow, known
+        spark, settings, checked, touched, state, plan, narrow, decided
     ) as changes:
-        _quarantine_conflicts(spark, settings, changes.adds, changes.to_remove, plan)
+        _quarantine_conflicts(
+            spark, settings, changes.adds, changes.to_remove, plan, changes.positions
+        )
 
 
 @dataclass(frozen=True)
@@ -1135,8 +1195,12 @@ class ConflictChanges:
 
     adds: DataFrame  # conflicts to add or restate, with detail and raw value
     to_remove: DataFrame  # positions of conflicts that are one no longer
-    added: DataFrame  # the positions and details of `adds`, materialised
-    stale: DataFrame  # positions of conflicts held whose row must change or go
+    # Whether any conflict is to be added or restated, and whether any held must change
+    # or go: asked of materialised frames, or known on the driver (`Decided`).
+    any_added: Callable[[], bool]
+    any_stale: Callable[[], bool]
+    # Those of `adds` and `to_remove`, if known on the driver (`Decided`).
+    positions: list[tuple[int, int]] | None = None
 
 
 @contextlib.contextmanager
@@ -1148,7 +1212,7 @@ def _conflict_changes(
     state: DataFrame,
     plan: contract.Plan,
     narrow: bool = True,
-    known: list[tuple[int, int]] | None = None,
+    decided: Decided | None = None,
 ) -> Iterator[ConflictChanges]:
     """The conflicts of the touched ids to add to the quarantine or restate, and those
     to remove from it, materialised while in use (`_settle_conflicts` says what
@@ -1158,16 +1222,21 @@ def _conflict_changes(
     the record it lost to, and a record earlier in log order may have replaced that
     one since (the audit re-derives the detail from bronze and would name it).
 
-    `known`: the positions of `state`'s earlier records (not `in_batch`), if the
-    caller has them on the driver (`Decided`)."""
+    `decided`: `state`'s rows on the driver, if the caller has them (a live batch):
+    the changes are then found there, in Python (`_decided_changes`)."""
     key = ["partition", "offset"]
     quarantine = plan.tables.quarantine.path(settings)
+    if narrow and decided is not None:
+        earlier = decided.positions(~pc.field("in_batch"))
+        if len(earlier) <= MAX_POSITIONS:
+            yield _decided_changes(spark, settings, checked, decided, earlier, plan)
+            return
     # What may have to leave the quarantine is a conflict of an earlier record (its
     # winner changed): read at their positions only, if few, by delta-rs (the
     # quarantine commits most batches: Spark would rebuild its snapshot state). A
     # batch's own conflicts already there (a retry) need no look: the MERGE is keyed
     # by position.
-    named = _named(state.where(~F.col("in_batch")), known) if narrow else None
+    named = named_positions(state.where(~F.col("in_batch"))) if narrow else None
     if named is not None:
         where, options = settings.delta_rs(quarantine)
         needed = StructType([QUARANTINE_SCHEMA[c] for c in (*key, "detail", "event_id", "reason")])
@@ -1193,13 +1262,86 @@ def _conflict_changes(
     older = to_add.join(checked.select(*key), key, "left_anti")
     from_bronze = older.join(bronze_at(spark, settings, older, plan).select(*_RAW), key)
     try:
-        yield ConflictChanges(from_batch.unionByName(from_bronze), to_remove, to_add, stale)
+        yield ConflictChanges(
+            from_batch.unionByName(from_bronze),
+            to_remove,
+            lambda: not to_add.isEmpty(),
+            lambda: not stale.isEmpty(),
+        )
     finally:
         to_add.unpersist()
         present.unpersist()
 
 
 _RAW = ["partition", "offset", "kafka_timestamp", "value"]
+# A conflict to add, with its raw record (`to_conflict_rows`'s input).
+_ADDS_SCHEMA = StructType(
+    [
+        *_POSITION,
+        QUARANTINE_SCHEMA["kafka_timestamp"],
+        StructField("value", BinaryType(), True),
+        QUARANTINE_SCHEMA["detail"],
+        QUARANTINE_SCHEMA["event_id"],
+        QUARANTINE_SCHEMA["content_hash"],
+    ]
+)
+
+
+def _decided_changes(
+    spark: SparkSession,
+    settings: Settings,
+    checked: DataFrame,
+    decided: Decided,
+    earlier: list[tuple[int, int]],
+    plan: contract.Plan,
+) -> ConflictChanges:
+    """`_conflict_changes` of a live batch, found on the driver: the quarantine's rows
+    at the `earlier` positions and the raw records of the conflicts to add come as
+    Arrow (by delta-rs, and one Spark job for any of the batch's own), and are
+    compared in Python, where Spark's joins, checkpoints and emptiness checks were
+    about a dozen jobs of a batch that replaces a winner (docs/BENCHMARKS.md, issue
+    67). The same answer as the joins: a conflict is added or restated unless held
+    with the same detail; one held is stale unless wanted with the same detail."""
+    key = ["partition", "offset"]
+    where, options = settings.delta_rs(plan.tables.quarantine.path(settings))
+    needed = StructType([QUARANTINE_SCHEMA[c] for c in (*key, "detail", "event_id", "reason")])
+    present: dict[tuple[int, int], str | None] = {}
+    if earlier:
+        held = lake.arrow_at_positions(where, options, sorted(set(earlier)), needed).filter(
+            (pc.field("reason") == CONFLICT)
+            & pc.field("event_id").isin(decided.table.column("event_id").combine_chunks())
+        )
+        present = {(r["partition"], r["offset"]): r["detail"] for r in held.to_pylist()}
+    wanted = decided.conflicts()
+    to_add = [k for k in sorted(wanted) if present.get(k) != wanted[k]["detail"]]
+    to_remove = sorted(k for k in present if k not in wanted)
+    stale = sorted(
+        k for k, d in present.items() if d is None or k not in wanted or wanted[k]["detail"] != d
+    )
+    # Their raw records: the batch's own from it, a former winner's from bronze.
+    ours = [k for k in to_add if wanted[k]["in_batch"]]
+    raw_schema = StructType([_ADDS_SCHEMA[c] for c in _RAW])
+    raw = [lake.at_positions(checked, ours).select(*_RAW).toArrow()] if ours else []
+    older = [k for k in to_add if not wanted[k]["in_batch"]]
+    if older:
+        where, options = settings.delta_rs(plan.tables.bronze.path(settings))
+        raw.append(lake.arrow_at_positions(where, options, older, raw_schema))
+    values = {(r["partition"], r["offset"]): r for t in raw for r in t.to_pylist()}
+    # As the joins: a conflict whose record bronze no longer holds (erased) is not added.
+    adds = [
+        {**values[k], **{c: wanted[k][c] for c in ("detail", "event_id", "content_hash")}}
+        for k in to_add
+        if k in values
+    ]
+    arrow = to_arrow_schema(_ADDS_SCHEMA, timezone="UTC")
+    position_schema = StructType(_POSITION)
+    return ConflictChanges(
+        adds=spark.createDataFrame(pa.Table.from_pylist(adds, schema=arrow), _ADDS_SCHEMA),
+        to_remove=spark.createDataFrame(to_remove, position_schema),
+        any_added=lambda: bool(adds),
+        any_stale=lambda: bool(stale),
+        positions=sorted({*(k for k in to_add if k in values), *to_remove}),
+    )
 
 
 def _quarantine_conflicts(
@@ -1208,9 +1350,11 @@ def _quarantine_conflicts(
     to_add: DataFrame,
     to_remove: DataFrame,
     plan: contract.Plan,
+    positions: list[tuple[int, int]] | None = None,
 ) -> None:
     """MERGE conflicting records (with detail and raw value) in, restate the detail of
-    those held whose winner changed, and take stale ones out.
+    those held whose winner changed, and take stale ones out. `positions`: those of
+    `to_add` and `to_remove`, if the caller knows them (`ConflictChanges`).
 
     Keyed by position, so running it twice leaves the same rows.
     """
@@ -1238,7 +1382,7 @@ def _quarantine_conflicts(
     try:
         # Named as literals too, if few: Delta then reads only the quarantine's files
         # that can hold them, not all of it.
-        named = named_positions(source)
+        named = _named(source, positions)
         if named == []:
             return  # nothing to add or remove: no commit
         if named is not None:

@@ -533,9 +533,10 @@ def test_a_live_batch_replaces_a_winner_with_delta_rs_and_the_change_feed_shows_
     new ids and the MERGE that replaces a winner are then delta-rs's, here one that
     moves the row to another day's partition. Silver's change feed, as the views
     read it, holds the old row's pre-image and the new one's post-image; the
-    quarantine gains the old winner. The batch: 33 Spark jobs, against 62 with
-    Spark's MERGE and append (the test above): 51 until its state came to the driver
-    once (`silver.Decided`) for the tally, the winners and the positions it names."""
+    quarantine gains the old winner. The batch: 9 Spark jobs, against 62 with
+    Spark's MERGE and append (the test above); 51 until its classification came to
+    the driver in one job (`silver.Decided`), where its tally, its winners, the
+    positions it names and the quarantine's conflicts are now found."""
     index = ledger_index.LedgerIndex(silver.LEDGER.path(lake))
     path = silver.SILVER.path(lake)
     writer = spark_lake.Committer(*lake.delta_rs(path))
@@ -584,7 +585,7 @@ def test_a_live_batch_replaces_a_winner_with_delta_rs_and_the_change_feed_shows_
         ("e1", "update_preimage", 1, 1, "2026-01-01"),
         ("e7", "insert", 0, 1, "2026-01-01"),
     ]
-    assert jobs <= 33, f"a batch that replaces a winner ran {jobs} Spark jobs"
+    assert jobs <= 9, f"a batch that replaces a winner ran {jobs} Spark jobs"
     # Retried (a crash after its commits): delta-rs's append finds its id, the MERGE
     # finds the winner in place, and silver gains no commit.
     newest = writer.version()
