@@ -402,6 +402,18 @@ class BatchResult:
     replaced_winners: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    # Wall seconds by step (`step`), in the order first taken: where a slow batch's
+    # time went, in its log line, without a profiler.
+    steps: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """Time the statements inside as the batch's step `name` (added up if repeated)."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.steps[name] = self.steps.get(name, 0.0) + time.monotonic() - started
 
     def record(self) -> BatchResult:
         """Count the batch into the metrics (`warehouse.base.metrics`); returns itself."""
@@ -418,11 +430,13 @@ class BatchResult:
     def describe(self) -> str:
         rejected = ", ".join(f"{r}={n}" for r, n in sorted(self.rejected.items())) or "none"
         rate = self.rows_in / self.seconds if self.seconds else 0.0
+        steps = ", ".join(f"{name} {s:.1f}" for name, s in self.steps.items())
         return (
             f"silver batch {self.batch_id}: {self.rows_in} in, {self.accepted} accepted, "
             f"{self.duplicates} exact duplicates, {self.conflicts} conflicting, "
             f"{self.replaced_winners} winners replaced, rejected: {rejected} "
-            f"({self.seconds:.1f} s, {rate:,.0f} rows/s)"
+            f"({self.seconds:.1f} s, {rate:,.0f} rows/s"
+            + (f"; steps, s: {steps})" if steps else ")")
         )
 
 
@@ -467,20 +481,23 @@ def process_checked(
     winners with delta-rs (`_append_winners`, `_merge_winners`)."""
     started = time.monotonic()
     result = BatchResult(batch_id)
-    keys = _tally(checked, result, keyed=index is not None)
+    with result.step("tally"):
+        keys = _tally(checked, result, keyed=index is not None)
     accepted = checked.where(F.col("reject_reason").isNull())
     rejected = None
     if result.rejected:
         rejected = to_quarantine_rows(checked.where(F.col("reject_reason").isNotNull()))
     if result.rows_in > sum(result.rejected.values()):
-        lake.append_once(
-            accepted.select(*[f.name for f in LEDGER_SCHEMA.fields]),
-            plan.tables.ledger.path(settings),
-            f"{app_id}/ledger",
-            batch_id,
-        )
+        with result.step("ledger"):
+            lake.append_once(
+                accepted.select(*[f.name for f in LEDGER_SCHEMA.fields]),
+                plan.tables.ledger.path(settings),
+                f"{app_id}/ledger",
+                batch_id,
+            )
         faults.maybe_crash("silver_after_ledger", batch_id)
-        history = _history(spark, settings, accepted, batch_id, app_id, index, keys, plan)
+        with result.step("history"):
+            history = _history(spark, settings, accepted, batch_id, app_id, index, keys, plan)
         if history is None:
             _settle_new(
                 settings, checked, accepted, rejected, batch_id, app_id, result, plan, writer
@@ -500,7 +517,8 @@ def process_checked(
                 writer=writer,
             )
     elif rejected is not None:
-        _quarantine_once(settings, rejected, batch_id, app_id, plan)
+        with result.step("quarantine"):
+            _quarantine_once(settings, rejected, batch_id, app_id, plan)
     result.seconds = time.monotonic() - started
     return result
 
@@ -665,9 +683,11 @@ def _settle_new(
         rows = rows.coalesce(1)
     else:
         rows = rows.repartition(*SILVER_PARTITIONS)
-    _append_winners(rows, result.accepted, settings, batch_id, app_id, plan, writer)
+    with result.step("append"):
+        _append_winners(rows, result.accepted, settings, batch_id, app_id, plan, writer)
     if rejected is not None:
-        _quarantine_once(settings, rejected, batch_id, app_id, plan)
+        with result.step("quarantine"):
+            _quarantine_once(settings, rejected, batch_id, app_id, plan)
 
 
 def _settle(
@@ -691,18 +711,19 @@ def _settle(
     touched = accepted.select("event_id").distinct()
     classified = classify(history)
     decided = None
-    if writer is not None and result.rows_in <= MAX_APPENDED_BY_DELTA_RS:
-        # A live batch's one shuffle (by id), run as one job, not one per stage (AQE's).
-        # Set in the batch's own session (its query's), where `_history` plans it:
-        # ingest's session is shared by its sources' queries, each in a thread of
-        # its own. (From the whole ledger, `_joined_history`, it plans in ingest's,
-        # and keeps AQE.)
-        own = accepted.sparkSession
-        with lake.session_conf(own, session_mod.few_shuffles_conf(own)):
-            decided = Decided(classified.toArrow())
-        state = spark.createDataFrame(decided.table, classified.schema)
-    else:
-        state = classified.localCheckpoint(eager=True)
+    with result.step("classify"):
+        if writer is not None and result.rows_in <= MAX_APPENDED_BY_DELTA_RS:
+            # A live batch's one shuffle (by id), run as one job, not one per stage
+            # (AQE's). Set in the batch's own session (its query's), where `_history`
+            # plans it: ingest's session is shared by its sources' queries, each in a
+            # thread of its own. (From the whole ledger, `_joined_history`, it plans
+            # in ingest's, and keeps AQE.)
+            own = accepted.sparkSession
+            with lake.session_conf(own, session_mod.few_shuffles_conf(own)):
+                decided = Decided(classified.toArrow())
+            state = spark.createDataFrame(decided.table, classified.schema)
+        else:
+            state = classified.localCheckpoint(eager=True)
     try:
         if decided is not None:
             tally = decided.tally()
@@ -737,15 +758,9 @@ def _settle(
         if max(fresh, result.replaced_winners) > MAX_APPENDED_BY_DELTA_RS:
             writer = None
         if fresh:
-            _append_winners(
-                to_silver_rows(new_winners, plan),
-                fresh,
-                settings,
-                batch_id,
-                app_id,
-                plan,
-                writer,
-            )
+            with result.step("append"):
+                rows = to_silver_rows(new_winners, plan)
+                _append_winners(rows, fresh, settings, batch_id, app_id, plan, writer)
         if result.replaced_winners:
             replacing = to_silver_rows(replaced, plan)
             if decided is not None:
@@ -756,37 +771,43 @@ def _settle(
             else:
                 replacing = replacing.localCheckpoint(eager=True)
             try:
-                with lake.source_checkpointed(spark):
+                with result.step("where held"):
+                    held = _where_held(spark, settings, state, replacing, plan, decided)
+                with result.step("merge"), lake.source_checkpointed(spark):
                     _merge_winners(
                         spark,
                         silver_path,
                         replacing,
                         f"silver batch {batch_id}: replacing winners",
-                        _where_held(spark, settings, state, replacing, plan, decided),
+                        held,
                         writer,
                         decided.replacing if decided is not None else None,
                     )
-                _settle_replaced(
-                    spark,
-                    settings,
-                    checked,
-                    touched,
-                    state,
-                    replacing,
-                    rejected,
-                    batch_id,
-                    app_id,
-                    own_conflicts,
-                    plan,
-                    decided,
-                )
+                with result.step("quarantine"):
+                    _settle_replaced(
+                        spark,
+                        settings,
+                        checked,
+                        touched,
+                        state,
+                        replacing,
+                        rejected,
+                        batch_id,
+                        app_id,
+                        own_conflicts,
+                        plan,
+                        decided,
+                    )
             finally:
                 replacing.unpersist()
             return
         # Without a replacement, earlier records keep their status, so the batch's
         # own conflicts are all the quarantine gains: one append with its rejected
         # records, under the batch's transaction id (a retry skips it whole).
-        _quarantine_own(checked, state, rejected, own_conflicts, settings, batch_id, app_id, plan)
+        with result.step("quarantine"):
+            _quarantine_own(
+                checked, state, rejected, own_conflicts, settings, batch_id, app_id, plan
+            )
     finally:
         state.unpersist()
 

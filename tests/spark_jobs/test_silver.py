@@ -586,6 +586,10 @@ def test_a_live_batch_replaces_a_winner_with_delta_rs_and_the_change_feed_shows_
         ("e7", "insert", 0, 1, "2026-01-01"),
     ]
     assert jobs <= 9, f"a batch that replaces a winner ran {jobs} Spark jobs"
+    # Its log line says where its time went, step by step.
+    steps = ["tally", "ledger", "history", "classify", "append", "where held", "merge"]
+    assert list(result.steps) == [*steps, "quarantine"]
+    assert "; steps, s: tally " in result.describe()
     # Retried (a crash after its commits): delta-rs's append finds its id, the MERGE
     # finds the winner in place, and silver gains no commit.
     newest = writer.version()
