@@ -32,8 +32,11 @@ top to bottom, and splitting them would hide which rule wins.
 from __future__ import annotations
 
 import functools
+import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import date, datetime, timedelta
 
 from pyspark import SparkContext
 from pyspark.sql import Column, DataFrame
@@ -92,6 +95,10 @@ MONEY = DecimalType(18, 2)
 # "e1\n" would pass as an id.
 _RFC3339 = r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}\.\d{3,9}([Zz]|[+-]\d{2}:\d{2})\z"
 _EVENT_ID = r"^[A-Za-z0-9_-]{1,64}\z"
+# _RFC3339's parts, read in Python (`accepted_partition`).
+_RFC3339_PARTS = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})\.\d{3,9}(?:[Zz]|([+-])(\d{2}):(\d{2}))"
+)
 # schema_of_variant's names for JSON numbers, by what their value can be.
 _NUMBER_KINDS = r"^(TINYINT|SMALLINT|INT|BIGINT|DECIMAL\(\d+,\d+\)|FLOAT|DOUBLE)\z"
 _WHOLE_KINDS = r"^(TINYINT|SMALLINT|INT|BIGINT|DECIMAL\(\d+,0\))\z"
@@ -991,3 +998,36 @@ def validate(records: DataFrame, plan: Plan = PLAN) -> DataFrame:
         .select("*", *e.outputs)
         .drop(*e.scratch)
     )
+
+
+def accepted_partition(value: bytes | None, plan: Plan) -> tuple[str, date] | None:
+    """The `event_type` and the UTC date of the time field of a record `validate`
+    accepted, read from its raw value in Python: what silver partitions its row by,
+    without planning the whole validation for a few old records (`silver._where_held`).
+
+    Only for accepted records, whose envelope validate has checked (an object without
+    duplicate keys, a string event type, an RFC 3339 time that Spark reads); None
+    where the value is not one (erased, or not as validated), for the caller to ask
+    Spark instead. The fraction is dropped: it cannot move the date (Spark keeps
+    microseconds, truncated)."""
+    try:
+        event = json.loads(value) if value is not None else None
+    except ValueError:
+        return None
+    if not isinstance(event, dict):
+        return None
+    etype, time = event.get("event_type"), event.get(plan.source.time_field)
+    found = _RFC3339_PARTS.fullmatch(time) if isinstance(time, str) else None
+    if not isinstance(etype, str) or found is None:
+        return None
+    year, month, day, hour, minute, second = (int(g) for g in found.groups()[:6])
+    sign, hours, minutes = found.group(7, 8, 9)
+    try:
+        local = datetime(year, month, day, hour, minute, second)
+    except ValueError:
+        return None
+    offset = timedelta(hours=int(hours), minutes=int(minutes)) if sign else timedelta()
+    try:
+        return etype, (local - offset if sign == "+" else local + offset).date()
+    except OverflowError:
+        return None

@@ -304,6 +304,7 @@ def process_batch(
     `index`: the query's ledger index; `plan`: the contract the lake runs
     (`silver.process_batch`); `silver_writer`: see `silver.process_checked`."""
     src = plan.tables
+    result = silver.BatchResult(batch_id)
     span = batch_range(spark, checkpoint, batch_id, src.topic)
     if span is not None and bronze.holds_batch(spark, settings, txn_app, batch_id, src):
         # A retry after bronze's append: settle what bronze holds of the batch,
@@ -325,12 +326,14 @@ def process_batch(
         # Validated and materialised once: bronze's append takes its own columns of
         # the same rows, so Kafka is read once and the batch is held once (one job
         # and a copy fewer than bronze's rows and silver's validation apart).
-        checked = contract.validate(rows, plan).localCheckpoint(eager=True)
+        with result.step("validate"):  # with Kafka's read
+            checked = contract.validate(rows, plan).localCheckpoint(eager=True)
         try:
             landed = checked.select(*[f.name for f in bronze.BRONZE_SCHEMA.fields])
-            bronze.append(landed, settings, txn_app, batch_id, src)  # skipped on a retry
+            with result.step("bronze"):
+                bronze.append(landed, settings, txn_app, batch_id, src)  # skipped on a retry
             return silver.process_checked(
-                spark, settings, checked, batch_id, txn_app, index, plan, silver_writer
+                spark, settings, checked, batch_id, txn_app, index, plan, silver_writer, result
             )
         finally:
             checked.unpersist()

@@ -686,8 +686,41 @@ def arrow_at_positions(
     # The ranges are what DataFusion prunes files by (their statistics in the log);
     # the IN lists pick the rows.
     ranges = positions_condition(positions, quote='"') if positions else "false"
-    table = deltalake.DeltaTable(where, storage_options=options or None)
-    return _arrow_where(table, schema, f"({ranges}) AND ({exact or 'false'})")
+    return _arrow_where(open_table(where, options), schema, f"({ranges}) AND ({exact or 'false'})")
+
+
+# Local tables read at positions by the live path, kept open (`open_table`), with
+# the identity of the file of their first commit.
+_OPEN: dict[str, tuple[tuple[int, int], deltalake.DeltaTable]] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def open_table(where: str, options: dict[str, str]) -> deltalake.DeltaTable:
+    """The table at `where` as of its newest commit, read by delta-rs. A local table
+    is kept open between calls, as `Committer` keeps silver: each call takes in only
+    the commits since the last, where opening it reads its checkpoint and every
+    commit after it (bronze, the ledger and the quarantine, read at positions by
+    every live batch, checkpoint every 10 or 100 commits).
+
+    A table made again at the same path has a new first commit, a file of another
+    identity (inode and time), and is opened anew; so is one whose first commit
+    the log has cleaned away. Tables on S3 are opened each time."""
+    if options or not where.startswith("/"):
+        return deltalake.DeltaTable(where, storage_options=options or None)
+    try:
+        first = os.stat(os.path.join(where, "_delta_log", f"{0:020d}.json"))
+        identity: tuple[int, int] | None = (first.st_ino, first.st_mtime_ns)
+    except FileNotFoundError:
+        identity = None
+    with _OPEN_LOCK:
+        kept = _OPEN.get(where)
+        if identity is not None and kept is not None and kept[0] == identity:
+            kept[1].update_incremental()
+            return kept[1]
+        table = deltalake.DeltaTable(where)
+        if identity is not None:
+            _OPEN[where] = (identity, table)
+        return table
 
 
 def _arrow_where(delta: deltalake.DeltaTable, schema: StructType, condition: str) -> pa.Table:

@@ -272,6 +272,12 @@ def from_records(records: DataFrame, plan: contract.Plan = contract.PLAN) -> Dat
 # delta-rs's (`_append_winners`), which checkpoints every 100 commits unless told, where
 # Spark checkpoints every 10: each new snapshot a reader builds would replay up to 99.
 SILVER_PROPERTIES = {"delta.enableChangeDataFeed": "true", "delta.checkpointInterval": "10"}
+# The ledger and the quarantine take a Spark append every live batch, and Spark
+# writes a checkpoint every 10 commits unless told, inside the commit: 3-4 s of
+# one batch in ten, the spikes of the bench's step timings (docs/BENCHMARKS.md,
+# issue 67). Their readers on the live path keep the table open (delta-rs,
+# `lake.open_table`; Spark's own snapshot), so the longer log costs them nothing.
+APPENDED_PROPERTIES = {"delta.checkpointInterval": "100"}
 
 
 def ensure_tables(
@@ -287,8 +293,12 @@ def ensure_tables(
     # A lake made before silver's checkpoint interval was set (ingest is not running).
     lake.ensure_properties(spark, path, SILVER_PROPERTIES)
     evolve(spark, plan.tables.silver.path(settings), contract.newest(plan))
-    lake.ensure_table(spark, plan.tables.quarantine.path(settings), QUARANTINE_SCHEMA)
-    lake.ensure_table(spark, plan.tables.ledger.path(settings), LEDGER_SCHEMA)
+    for path, schema in (
+        (plan.tables.quarantine.path(settings), QUARANTINE_SCHEMA),
+        (plan.tables.ledger.path(settings), LEDGER_SCHEMA),
+    ):
+        lake.ensure_table(spark, path, schema, APPENDED_PROPERTIES)
+        lake.ensure_properties(spark, path, APPENDED_PROPERTIES)
 
 
 # Which contract version of the shop a lake's ingest validates by: a property of
@@ -405,6 +415,9 @@ class BatchResult:
     # Wall seconds by step (`step`), in the order first taken: where a slow batch's
     # time went, in its log line, without a profiler.
     steps: dict[str, float] = field(default_factory=dict)
+    # When the batch began (`seconds` counts from here): ingest's starts it before its
+    # validation and bronze's append, which it times as steps too.
+    started: float = field(default_factory=time.monotonic)
 
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[None]:
@@ -474,13 +487,14 @@ def process_checked(
     index: ledger_index.LedgerIndex | None = None,
     plan: contract.Plan = contract.PLAN,
     writer: lake.Committer | None = None,
+    result: BatchResult | None = None,
 ) -> BatchResult:
     """`process_batch` for a batch `contract.validate`d and materialised by the caller,
     who unpersists it: ingest's, whose bronze append reads the same rows. `writer`:
     silver's, kept open by ingest on a local lake, to append new ids and replace
-    winners with delta-rs (`_append_winners`, `_merge_winners`)."""
-    started = time.monotonic()
-    result = BatchResult(batch_id)
+    winners with delta-rs (`_append_winners`, `_merge_winners`). `result`: the
+    caller's, begun before its own steps (`BatchResult.started`)."""
+    result = BatchResult(batch_id) if result is None else result
     with result.step("tally"):
         keys = _tally(checked, result, keyed=index is not None)
     accepted = checked.where(F.col("reject_reason").isNull())
@@ -488,9 +502,14 @@ def process_checked(
     if result.rejected:
         rejected = to_quarantine_rows(checked.where(F.col("reject_reason").isNotNull()))
     if result.rows_in > sum(result.rejected.values()):
+        ledger = accepted.select(*[f.name for f in LEDGER_SCHEMA.fields])
+        if result.rows_in <= MAX_APPENDED_BY_DELTA_RS:
+            # One file, not one per Kafka partition: one task, and the table's log
+            # and checkpoints stay small (a live batch's ledger rows are few).
+            ledger = ledger.coalesce(1)
         with result.step("ledger"):
             lake.append_once(
-                accepted.select(*[f.name for f in LEDGER_SCHEMA.fields]),
+                ledger,
                 plan.tables.ledger.path(settings),
                 f"{app_id}/ledger",
                 batch_id,
@@ -519,7 +538,7 @@ def process_checked(
     elif rejected is not None:
         with result.step("quarantine"):
             _quarantine_once(settings, rejected, batch_id, app_id, plan)
-    result.seconds = time.monotonic() - started
+    result.seconds = time.monotonic() - result.started
     return result
 
 
@@ -543,8 +562,12 @@ def _tally(checked: DataFrame, result: BatchResult, *, keyed: bool) -> ledger_in
 def _quarantine_once(
     settings: Settings, rows: DataFrame, batch_id: int, app_id: str, plan: contract.Plan
 ) -> None:
-    """The batch's own quarantine rows, in one append under its transaction id."""
-    lake.append_once(rows, plan.tables.quarantine.path(settings), _rejected_txn(app_id), batch_id)
+    """The batch's own quarantine rows, in one append under its transaction id. One
+    file: they are a few of the batch's records, whose parts (its partitions, the
+    join of its conflicts) wrote up to 7 files an append."""
+    lake.append_once(
+        rows.coalesce(1), plan.tables.quarantine.path(settings), _rejected_txn(app_id), batch_id
+    )
 
 
 def _rejected_txn(app_id: str) -> str:
@@ -766,7 +789,11 @@ def _settle(
             if decided is not None:
                 # On the driver once: delta-rs's MERGE takes them as Arrow, and where
                 # silver holds them asks for their partitions.
-                decided = replace(decided, replacing=replacing.toArrow())
+                decided = replace(
+                    decided,
+                    replacing=replacing.toArrow(),
+                    earlier=_earlier_raw(settings, decided, plan),
+                )
                 replacing = spark.createDataFrame(decided.replacing, replacing.schema)
             else:
                 replacing = replacing.localCheckpoint(eager=True)
@@ -966,6 +993,10 @@ class Decided:
     table: pa.Table
     # The silver rows of the winners the batch replaces, once `_settle` has them.
     replacing: pa.Table | None = None
+    # Bronze's raw records (`_RAW`) at the earlier positions of the ids whose winner
+    # the batch replaces, read once by delta-rs (`_earlier_raw`): where silver holds
+    # them, and the conflicts' records. None if there are too many to name.
+    earlier: pa.Table | None = None
 
     def tally(self) -> dict[tuple[str, bool, bool], int]:
         """The records by (`status`, `in_batch`, `fresh`), as `_settle`'s groupBy counts."""
@@ -997,8 +1028,8 @@ class Decided:
         return list(zip(partitions, offsets, strict=True))
 
     def subset(self, where: pc.Expression) -> Decided:
-        """The records that meet `where`."""
-        return Decided(self.table.filter(where))
+        """The records that meet `where` (with the same `replacing` and `earlier`)."""
+        return replace(self, table=self.table.filter(where))
 
     def conflicts(self) -> dict[tuple[int, int], dict[str, Any]]:
         """The conflicting records, by position, each with the `detail` the quarantine
@@ -1077,20 +1108,31 @@ def _where_held(
         earlier = decided.positions(decided.of_replaced(in_batch=False))
     else:
         positions, earlier = named_positions(of_ids), None
-    # Settled records read the same under the newest contract, whichever admitted them.
-    newest = contract.newest(plan)
-    old = to_silver_rows(
-        contract.validate(bronze_at(spark, settings, before, plan, earlier), newest), newest
-    )
+
+    def old() -> DataFrame:
+        # Settled records read the same under the newest contract, whichever admitted them.
+        newest = contract.newest(plan)
+        return to_silver_rows(
+            contract.validate(bronze_at(spark, settings, before, plan, earlier), newest), newest
+        )
+
     few = earlier is not None and len(earlier) <= MAX_POSITIONS
     if decided is not None and decided.replacing is not None and few:
         # No distinct (a shuffle, and with AQE a job of its own): a few rows, on the driver.
         parts = _partitions(decided.replacing)
         if earlier:
-            parts |= _partitions(old.select(*SILVER_PARTITIONS).toArrow())
+            # Their partitions from their raw records, without planning the validation
+            # (about 1.5 s of a chaos batch's 1.9 s here, docs/BENCHMARKS.md, issue 67).
+            read = _raw_partitions(decided.earlier, plan)
+            parts |= (
+                read
+                if read is not None
+                else _partitions(old().select(*SILVER_PARTITIONS).toArrow())
+            )
         return Held(sorted(parts), positions) if len(parts) <= MAX_POSITIONS else None
     found = (
-        old.select("event_type", "event_date")
+        old()
+        .select("event_type", "event_date")
         .unionByName(replacing.select("event_type", "event_date"))
         .distinct()
         .limit(MAX_POSITIONS + 1)
@@ -1105,6 +1147,34 @@ def _partitions(rows: pa.Table) -> set[tuple[str, date]]:
     """The silver partitions (`SILVER_PARTITIONS`) of these rows."""
     event_types, dates = (rows.column(c).to_pylist() for c in SILVER_PARTITIONS)
     return set(zip(event_types, dates, strict=True))
+
+
+def _raw_partitions(raw: pa.Table | None, plan: contract.Plan) -> set[tuple[str, date]] | None:
+    """The silver partitions of accepted records, from their raw values (`raw`, bronze's
+    `_RAW` columns) in Python (`contract.accepted_partition`); None if `raw` is, or
+    if any value does not read as validated, for Spark's validation to answer."""
+    if raw is None:
+        return None
+    found: set[tuple[str, date]] = set()
+    for value in raw.column("value").to_pylist():
+        part = contract.accepted_partition(value, plan)
+        if part is None:
+            return None
+        found.add(part)
+    return found
+
+
+def _earlier_raw(settings: Settings, decided: Decided, plan: contract.Plan) -> pa.Table | None:
+    """Bronze's raw records (`_RAW`) at the earlier positions of the ids whose winner a
+    live batch replaces, by delta-rs; None past MAX_POSITIONS (the caller joins)."""
+    positions = sorted(set(decided.positions(decided.of_replaced(in_batch=False))))
+    schema = StructType([_ADDS_SCHEMA[c] for c in _RAW])
+    if len(positions) > MAX_POSITIONS:
+        return None
+    if not positions:
+        return to_arrow_schema(schema, timezone="UTC").empty_table()
+    where, options = settings.delta_rs(plan.tables.bronze.path(settings))
+    return lake.arrow_at_positions(where, options, positions, schema)
 
 
 def _merge_winners(
@@ -1344,7 +1414,9 @@ def _decided_changes(
     raw_schema = StructType([_ADDS_SCHEMA[c] for c in _RAW])
     raw = [lake.at_positions(checked, ours).select(*_RAW).toArrow()] if ours else []
     older = [k for k in to_add if not wanted[k]["in_batch"]]
-    if older:
+    if older and decided.earlier is not None:
+        raw.append(decided.earlier)  # read for `_where_held`: a superset of `older`
+    elif older:
         where, options = settings.delta_rs(plan.tables.bronze.path(settings))
         raw.append(lake.arrow_at_positions(where, options, older, raw_schema))
     values = {(r["partition"], r["offset"]): r for t in raw for r in t.to_pylist()}

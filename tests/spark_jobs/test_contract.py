@@ -6,7 +6,9 @@ from datetime import datetime
 import pytest
 from pyspark.sql import functions as F
 
+from spark_jobs.engine import contract
 from spark_jobs.engine.contract import EVENT_SCHEMA, REASONS, validate
+from spark_jobs.engine.silver import to_silver_rows
 from tests.frames import assert_df_equality
 
 KAFKA_TS = datetime(2026, 1, 1, 12, 0, 0)
@@ -274,3 +276,35 @@ def test_validations_of_different_records_share_expressions_but_not_answers(spar
     joined = first.alias("a").join(second.alias("b"), ["partition", "offset"])
     (row,) = joined.select("a.reject_reason", "b.reject_reason", "a.event_id").collect()
     assert tuple(row) == (None, "unsupported_schema_version", "e-1_A")
+
+
+def test_an_accepted_records_silver_partition_reads_the_same_in_python(spark):
+    """`contract.accepted_partition` (a live batch's `_where_held`, issue 67) gives the
+    partition Spark's validation gives an accepted record: its event type and the UTC
+    date of its time, across midnight either way, with any fraction; and None
+    for what validation does not accept, for the caller to ask Spark."""
+    times = [
+        "2026-01-01T23:30:00.000-02:00",  # the next day in UTC
+        "2026-01-01T00:30:00.000+02:00",  # the day before
+        "2026-01-01T11:00:00.123456789Z",
+        "2025-12-31T23:59:59.999999999+00:00",
+        "2026-01-02T05:00:00.000+14:00",
+        "2024-02-29T23:00:00.500-01:00",
+    ]
+    values = [event(event_time=t) for t in times] + [
+        order().replace(b"2026-01-01T11:00:00.000Z", t.encode()) for t in times
+    ]
+    records = spark.createDataFrame(
+        [(0, i, KAFKA_TS, v) for i, v in enumerate(values)],
+        "partition int, offset long, kafka_timestamp timestamp, value binary",
+    )
+    checked = validate(records)
+    assert (
+        checked.where("reject_reason IS NOT NULL").select("offset", "reject_detail").collect() == []
+    )
+    rows = to_silver_rows(checked).orderBy("offset").select("event_type", "event_date").collect()
+    want = [(r.event_type, r.event_date) for r in rows]
+    assert {d for _, d in want} > {datetime(2026, 1, 2).date(), datetime(2025, 12, 31).date()}
+    assert [contract.accepted_partition(v, contract.PLAN) for v in values] == want
+    for unread in (None, b"not json", b"[1]", event(event_time="2026-01-01T11:00:00Z")):
+        assert contract.accepted_partition(unread, contract.PLAN) is None

@@ -131,6 +131,9 @@ def test_a_live_batch_of_new_ids_is_five_spark_jobs_and_three_commits(spark, lak
     assert _versions(spark, s, tables) == [v + 1 for v in versions[:3]] + versions[3:]
     assert _positions(_read(spark, registry.SILVER_EVENTS, s)) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert jobs <= 5, f"a clean live batch ran {jobs} Spark jobs"
+    # Its log line says where the time went, ingest's own steps first.
+    assert list(result.steps)[:4] == ["validate", "bronze", "tally", "ledger"]
+    assert result.seconds >= sum(result.steps.values())
 
 
 def test_without_a_checkpoint_what_bronze_holds_is_settled_first(spark, lake_settings):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from pathlib import Path
 
+import deltalake
 import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
@@ -517,3 +519,29 @@ def test_a_table_delta_rs_cannot_write_is_refused_not_retried_as_a_conflict(spar
             pa.table({"x": pa.array([1], pa.int64())}), txn=("app", 1), user_metadata=None
         )
     assert committer.version() == before and committer.txn_version("app") is None
+
+
+def test_a_local_table_read_at_positions_stays_open_until_it_is_made_again(tmp_path):
+    """`lake.open_table` keeps a local table open between live batches, taking in
+    each new commit, and opens a table made again at the same path anew: a kept
+    table would answer from the old one's files."""
+    path = str(tmp_path / "t")
+    schema = StructType([StructField("partition", LongType()), StructField("offset", LongType())])
+
+    def write(offsets: list[int]) -> None:
+        rows = pa.table({"partition": [0] * len(offsets), "offset": offsets})
+        deltalake.write_deltalake(path, rows, mode="append")
+
+    def offsets() -> list[int]:
+        found = lake.arrow_at_positions(path, {}, [(0, o) for o in range(10)], schema)
+        return sorted(found.column("offset").to_pylist())
+
+    write([1, 2])
+    first = lake.open_table(path, {})
+    write([3])
+    assert lake.open_table(path, {}) is first
+    assert offsets() == [1, 2, 3]
+    shutil.rmtree(path)
+    write([7])  # made again: one commit, version 0
+    assert lake.open_table(path, {}) is not first
+    assert offsets() == [7]
