@@ -185,9 +185,13 @@ def append(
     app_id: str,
     batch_id: int,
     src: registry.SourceTables = registry.SHOP,
+    writer: lake.Committer | None = None,
 ) -> None:
-    """One micro-batch's bronze rows into bronze, once per (app_id, batch_id)."""
-    lake.append_once(rows, src.bronze.path(settings), f"{app_id}/bronze", batch_id)
+    """One micro-batch's bronze rows into bronze, once per (app_id, batch_id); by
+    delta-rs with `writer`, bronze's (`lake.append_live`)."""
+    path = src.bronze.path(settings)
+    what = f"bronze batch {batch_id}"
+    lake.append_live(rows, path, f"{app_id}/bronze", batch_id, writer, what)
 
 
 def holds_batch(
@@ -196,9 +200,14 @@ def holds_batch(
     app_id: str,
     batch_id: int,
     src: registry.SourceTables = registry.SHOP,
+    writer: lake.Committer | None = None,
 ) -> bool:
-    """Whether bronze already committed this micro-batch (batches commit in order)."""
-    last = lake.txn_version(spark, src.bronze.path(settings), f"{app_id}/bronze")
+    """Whether bronze already committed this micro-batch (batches commit in order).
+    Asked of `writer`, bronze's delta-rs `Committer`, if given: after its commits,
+    Spark would rebuild bronze's state to answer."""
+    txn = f"{app_id}/bronze"
+    path = src.bronze.path(settings)
+    last = writer.txn_version(txn) if writer is not None else lake.txn_version(spark, path, txn)
     return last is not None and last >= batch_id
 
 

@@ -298,15 +298,20 @@ def process_batch(
     index: ledger_index.LedgerIndex | None = None,
     plan: contract.Plan = contract.PLAN,
     silver_writer: lake.Committer | None = None,
+    bronze_writer: lake.Committer | None = None,
 ) -> silver.BatchResult:
     """One micro-batch of Kafka records into bronze, then into silver, the ledger and
     the quarantine. Retried after a crash, it skips what it committed (txn ids).
     `index`: the query's ledger index; `plan`: the contract the lake runs
-    (`silver.process_batch`); `silver_writer`: see `silver.process_checked`."""
+    (`silver.process_batch`); `silver_writer`: see `silver.process_checked`;
+    `bronze_writer`: bronze's, kept open as silver's, to append a live batch
+    with delta-rs (`lake.append_live`), as the ledger's is (`index.writer`)."""
     src = plan.tables
     result = silver.BatchResult(batch_id)
     span = batch_range(spark, checkpoint, batch_id, src.topic)
-    if span is not None and bronze.holds_batch(spark, settings, txn_app, batch_id, src):
+    if span is not None and bronze.holds_batch(
+        spark, settings, txn_app, batch_id, src, bronze_writer
+    ):
         # A retry after bronze's append: settle what bronze holds of the batch,
         # not what Kafka still holds (its retention may have passed meanwhile).
         rows = bronze.between(spark, settings, *span, src)
@@ -330,8 +335,11 @@ def process_batch(
             checked = contract.validate(rows, plan).localCheckpoint(eager=True)
         try:
             landed = checked.select(*[f.name for f in bronze.BRONZE_SCHEMA.fields])
-            with result.step("bronze"):
-                bronze.append(landed, settings, txn_app, batch_id, src)  # skipped on a retry
+            # By delta-rs if the batch is small (its rows come to the driver), as the
+            # ledger's append and silver's are (`silver.process_checked`).
+            live = bronze_writer if size <= silver.MAX_APPENDED_BY_DELTA_RS else None
+            with result.step("bronze"):  # skipped on a retry
+                bronze.append(landed, settings, txn_app, batch_id, src, live)
             return silver.process_checked(
                 spark, settings, checked, batch_id, txn_app, index, plan, silver_writer, result
             )
@@ -379,16 +387,16 @@ def start(
     forgotten = bronze.forgotten_positions(spark, settings, src)
     starting = bronze.starting_offsets(spark, settings, src)
     # Built now, so the first batch does not wait for it; it follows the ledger from here.
-    index = ledger_index.LedgerIndex(src.ledger.path(settings))
-    index.rebuild(spark, "ingest starting")
-    # Kept open between batches, as the view streams keep gold's: a batch that
-    # replaces winners merges them into silver with delta-rs on a local lake
-    # (`lake.Committer` says why not on S3).
-    silver_writer = (
-        lake.Committer(*settings.delta_rs(src.silver.path(settings)))
-        if settings.lake_is_local
-        else None
+    # Kept open between batches, as the view streams keep gold's: on a local lake a
+    # live batch appends to bronze and the ledger, and appends and merges its
+    # winners into silver, with delta-rs (`lake.Committer` says why not on S3).
+    local = settings.lake_is_local
+    silver_writer, bronze_writer, ledger_writer = (
+        lake.Committer(*settings.delta_rs(table.path(settings))) if local else None
+        for table in (src.silver, src.bronze, src.ledger)
     )
+    index = ledger_index.LedgerIndex(src.ledger.path(settings), ledger_writer)
+    index.rebuild(spark, "ingest starting")
     if not lake.checkpoint_has_progress(spark, checkpoint):
         # Where batch 0 begins, for its retry (`batch_range`); Spark keeps it in a
         # form of its own.
@@ -406,6 +414,7 @@ def start(
             index,
             plan,
             silver_writer,
+            bronze_writer,
         )
         log.info("%s", result.record().describe())
         faults.maybe_crash("silver_after_commit", batch_id)

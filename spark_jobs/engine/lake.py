@@ -437,6 +437,42 @@ def append_once(df: DataFrame, path: str, app_id: str, version: int) -> None:
         append_by_writer(df, path, app_id, version)
 
 
+def append_live(
+    df: DataFrame,
+    path: str,
+    app_id: str,
+    version: int,
+    writer: Committer | None,
+    what: str,
+) -> int | None:
+    """`append_once`, by delta-rs where `writer` (the table's `Committer`, a live
+    batch's on a local lake) is given: the rows come to the driver in one job and
+    delta-rs commits them under the same transaction id, in a few hundredths, where
+    Spark's write and commit took 0.5-0.8 s of every live batch for each table
+    (bronze, the ledger; docs/BENCHMARKS.md, issue 67). Spark's append if delta-rs
+    refuses. Every live append to a table must then be delta-rs's: a Spark append
+    after one of delta-rs's, which writes no checksum, rebuilds the table's state
+    to find its transaction ids (`_append_winners` says the same of silver).
+
+    The version delta-rs committed; None if Spark appended, or nothing was (the
+    id had committed already)."""
+    if writer is not None:
+        done = writer.txn_version(app_id)
+        if done is not None and done >= version:
+            return None  # a retry: appended already, so no job to bring the rows over
+        rows = df.toArrow()
+        tag = df.sparkSession.conf.get(USER_METADATA, None)
+        try:
+            return retry_on_conflict(
+                lambda: writer.append(rows, txn=(app_id, version), user_metadata=tag or None),
+                what,
+            )
+        except MergeRefused as exc:
+            log.warning("%s: delta-rs could not append (%s); appending with Spark", what, exc)
+    append_once(df, path, app_id, version)
+    return None
+
+
 def append_by_writer(df: DataFrame, path: str, app_id: str, version: int) -> None:
     """`append_once` through Delta's writer, whose check rebuilds the table's state."""
     (

@@ -13,7 +13,8 @@ read (`lake.at_positions`, whose ranges let Delta skip every other file). An id
 whose hash another id shares only adds a row to read, which the join on the
 event id then drops: the answer still comes from the ledger, not from the hash.
 
-It follows the ledger commit by commit, through Delta's log (`getChanges`): ingest's
+It follows the ledger commit by commit, through Delta's log (`getChanges`, or on a
+local lake its commit files, `LedgerIndex.writer`): ingest's
 own append of a batch adds the batch's rows; a commit that changes no data
 (OPTIMIZE) leaves it as it is; anything else (an erasure, another writer, a
 ledger made again, a log cleaned past it) rebuilds it. An index that lists a
@@ -24,9 +25,11 @@ removes files (a DELETE of whole files) leaves such positions.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -95,8 +98,13 @@ class Keys:
 class LedgerIndex:
     """The ledger's event-id hashes and positions; see the module's doc."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, writer: lake.Committer | None = None) -> None:
         self.path = path
+        # The ledger's delta-rs committer (a live query's on a local lake): its live
+        # appends are delta-rs's then (`lake.append_live`), and `follow` reads their
+        # commits from the log's files, where Spark would rebuild the table's
+        # protocol and metadata from them (a job) to update its snapshot.
+        self.writer = writer
         self.version: int | None = None
         self.table_id: str | None = None
         # Id hash -> packed position.
@@ -128,14 +136,22 @@ class LedgerIndex:
         if self.version is None:
             self.rebuild(spark, "first batch")
             return
-        snapshot = lake.snapshot(spark, self.path)
-        newest = int(snapshot.version())
-        if str(snapshot.metadata().id()) != self.table_id or newest < self.version:
+        if self.writer is not None:
+            table = self.writer.table()
+            newest, table_id = int(table.version()), str(table.metadata().id)
+        else:
+            snapshot = lake.snapshot(spark, self.path)
+            newest, table_id = int(snapshot.version()), str(snapshot.metadata().id())
+        if table_id != self.table_id or newest < self.version:
             self.rebuild(spark, "the ledger was made again")
             return
         if newest == self.version:
             return
-        commits = _commits(spark, self.path, self.version + 1, newest)
+        commits = (
+            _commits(spark, self.path, self.version + 1, newest)
+            if self.writer is None
+            else _local_commits(self.writer.where, self.version + 1, newest)
+        )
         if commits is None:
             self.rebuild(spark, f"the ledger's log from version {self.version + 1} is gone")
             return
@@ -190,4 +206,25 @@ def _commits(
         out.append((int(pair._1()), (txn, adds_data)))
     if [v for v, _ in out] != list(range(first, last + 1)):
         return None
+    return out
+
+
+def _local_commits(
+    where: str, first: int, last: int
+) -> list[tuple[int, tuple[tuple[str, int] | None, bool]]] | None:
+    """`_commits` of a local ledger, read from its log's commit files."""
+    out = []
+    for version in range(first, last + 1):
+        try:
+            lines = (Path(where) / "_delta_log" / f"{version:020d}.json").read_text().splitlines()
+        except FileNotFoundError:
+            return None
+        txn: tuple[str, int] | None = None
+        adds_data = False
+        for action in map(json.loads, filter(None, lines)):
+            if "txn" in action:
+                txn = (str(action["txn"]["appId"]), int(action["txn"]["version"]))
+            elif "add" in action and action["add"].get("dataChange", True):
+                adds_data = True
+        out.append((version, (txn, adds_data)))
     return out

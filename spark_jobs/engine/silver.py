@@ -503,17 +503,17 @@ def process_checked(
         rejected = to_quarantine_rows(checked.where(F.col("reject_reason").isNotNull()))
     if result.rows_in > sum(result.rejected.values()):
         ledger = accepted.select(*[f.name for f in LEDGER_SCHEMA.fields])
+        live = None
         if result.rows_in <= MAX_APPENDED_BY_DELTA_RS:
             # One file, not one per Kafka partition: one task, and the table's log
-            # and checkpoints stay small (a live batch's ledger rows are few).
+            # and checkpoints stay small (a live batch's ledger rows are few). By
+            # delta-rs with the index's writer (a live query's on a local lake).
             ledger = ledger.coalesce(1)
+            live = index.writer if index is not None else None
         with result.step("ledger"):
-            lake.append_once(
-                ledger,
-                plan.tables.ledger.path(settings),
-                f"{app_id}/ledger",
-                batch_id,
-            )
+            path = plan.tables.ledger.path(settings)
+            what = f"silver batch {batch_id}: ledger"
+            lake.append_live(ledger, path, f"{app_id}/ledger", batch_id, live, what)
         faults.maybe_crash("silver_after_ledger", batch_id)
         with result.step("history"):
             history = _history(spark, settings, accepted, batch_id, app_id, index, keys, plan)
@@ -662,23 +662,10 @@ def _append_winners(
     state from the log to find its transaction ids (`lake.append_once`), 4 Spark jobs
     and about 1.2 CPU-s of a 1,300-record batch (docs/BENCHMARKS.md, issue 67). A
     batch with more rows than that in either commits both by Spark (`_settle`)."""
+    live = writer if count <= MAX_APPENDED_BY_DELTA_RS else None
+    what = f"silver batch {batch_id}: new winners"
     path = plan.tables.silver.path(settings)
-    txn = (f"{app_id}/silver-new", batch_id)
-    if writer is not None and count <= MAX_APPENDED_BY_DELTA_RS:
-        done = writer.txn_version(txn[0])
-        if done is not None and done >= batch_id:
-            return  # a retry: appended already, so no job to bring the rows over
-        table = rows.toArrow()
-        tag = rows.sparkSession.conf.get(lake.USER_METADATA, None)
-        what = f"silver batch {batch_id}: new winners"
-        try:
-            lake.retry_on_conflict(
-                lambda: writer.append(table, txn=txn, user_metadata=tag or None), what
-            )
-            return
-        except lake.MergeRefused as exc:
-            log.warning("%s: delta-rs could not append (%s); appending with Spark", what, exc)
-    lake.append_once(rows, path, *txn)
+    lake.append_live(rows, path, f"{app_id}/silver-new", batch_id, live, what)
 
 
 def _settle_new(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
@@ -79,18 +80,50 @@ def _positions(df):
     return sorted((r["partition"], r["offset"]) for r in df.select("partition", "offset").collect())
 
 
-def test_a_batch_lands_in_bronze_and_silver_once_even_when_retried(spark, lake_settings):
+def _live(s) -> dict:
+    """The delta-rs committers ingest keeps open on a local lake (`ingest.start`), as
+    `process_batch`'s keyword arguments."""
+
+    def writer(table):
+        return lake.Committer(*s.delta_rs(table.path(s)))
+
+    ledger = writer(registry.SILVER_LEDGER)
+    return {
+        "index": ledger_index.LedgerIndex(registry.SILVER_LEDGER.path(s), ledger),
+        "silver_writer": writer(registry.SILVER_EVENTS),
+        "bronze_writer": writer(registry.BRONZE_EVENTS),
+    }
+
+
+def _engines(s, tables) -> list[str]:
+    """Which writer made each table's newest commit (`delta-rs...` or `Apache-Spark...`)."""
+    found = []
+    for table in tables:
+        log_dir = Path(table.path(s)) / "_delta_log"
+        newest = max(log_dir.glob("*.json"))
+        actions = [json.loads(line) for line in newest.read_text().splitlines()]
+        info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+        found.append(info.get("engineInfo", "").split("/")[0].split("-")[0])
+    return found
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["spark", "delta-rs"])
+def test_a_batch_lands_in_bronze_and_silver_once_even_when_retried(spark, lake_settings, live):
+    """By Spark (a catch-up, S3), and by delta-rs (a live batch on a local lake,
+    `lake.append_live`): the retry skips every append by its transaction id."""
     s = lake_settings
     forgotten = spark.createDataFrame([(1, 0)], "partition int, offset bigint")
     checkpoint = _checkpoint(spark, s, "earliest", {0: 2, 1: 3})
     appended = (registry.BRONZE_EVENTS, registry.SILVER_LEDGER, registry.SILVER_EVENTS)
     before = _versions(spark, s, appended)
     args = (0, "app", forgotten, checkpoint)
-    first = ingest.process_batch(spark, s, _kafka(spark, RECORDS), *args)
+    writers = _live(s) if live else {}
+    first = ingest.process_batch(spark, s, _kafka(spark, RECORDS), *args, **writers)
     # One commit each per batch: no stream of its own for bronze, no second hop.
     assert _versions(spark, s, appended) == [v + 1 for v in before]
+    assert _engines(s, appended) == ["delta" if live else "Apache"] * 3
     # A crash before the checkpoint's commit: the same batch again, same id.
-    again = ingest.process_batch(spark, s, _kafka(spark, RECORDS), *args)
+    again = ingest.process_batch(spark, s, _kafka(spark, RECORDS), *args, **writers)
     assert _versions(spark, s, appended) == [v + 1 for v in before]  # all skipped
 
     kept = [(p, o) for p, o, _ in RECORDS if (p, o) != (1, 0)]
@@ -108,13 +141,16 @@ def test_a_live_batch_of_new_ids_is_five_spark_jobs_and_three_commits(spark, lak
     Delta commits. Batch 1 is measured, after batch 0 built the ledger index as a
     live query's first batch does. The jobs: the validation's checkpoint, the
     tally, and bronze's, the ledger's and silver's appends (13 before the fast
-    path for new ids, 6 with it, 5 with the one materialisation: stop 91)."""
+    path for new ids, 6 with it, 5 with the one materialisation: stop 91). The
+    three commits are delta-rs's, as a live query's on a local lake are
+    (`lake.append_live`): each append's job brings its rows to the driver."""
     s = lake_settings
-    index = ledger_index.LedgerIndex(registry.SILVER_LEDGER.path(s))
+    writers = _live(s)
     # Every partition's start known, as a live query's are: the size is the span.
     start = json.dumps({registry.TOPIC: {"0": 0, "1": 0}})
     checkpoint = _checkpoint(spark, s, start, {0: 2, 1: 0}, {0: 2, 1: 2})
-    ingest.process_batch(spark, s, _kafka(spark, RECORDS[:2]), 0, "app", None, checkpoint, index)
+    batch = _kafka(spark, RECORDS[:2])
+    ingest.process_batch(spark, s, batch, 0, "app", None, checkpoint, **writers)
     tables = (
         registry.BRONZE_EVENTS,
         registry.SILVER_LEDGER,
@@ -125,10 +161,11 @@ def test_a_live_batch_of_new_ids_is_five_spark_jobs_and_three_commits(spark, lak
     batch = _kafka(spark, [(1, 0, _event("e3")), (1, 1, _event("e4"))])
     tracker = spark.sparkContext.statusTracker()
     before = max(tracker.getJobIdsForGroup(None), default=-1)
-    result = ingest.process_batch(spark, s, batch, 1, "app", None, checkpoint, index)
+    result = ingest.process_batch(spark, s, batch, 1, "app", None, checkpoint, **writers)
     jobs = max(tracker.getJobIdsForGroup(None), default=-1) - before
     assert (result.rows_in, result.accepted) == (2, 2)
     assert _versions(spark, s, tables) == [v + 1 for v in versions[:3]] + versions[3:]
+    assert _engines(s, tables[:3]) == ["delta"] * 3
     assert _positions(_read(spark, registry.SILVER_EVENTS, s)) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert jobs <= 5, f"a clean live batch ran {jobs} Spark jobs"
     # Its log line says where the time went, ingest's own steps first.
