@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 
+import pyarrow as pa
 from confluent_kafka.admin import AdminClient
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -186,12 +187,13 @@ def append(
     batch_id: int,
     src: registry.SourceTables = registry.SHOP,
     writer: lake.Committer | None = None,
+    arrow: pa.Table | None = None,
 ) -> None:
     """One micro-batch's bronze rows into bronze, once per (app_id, batch_id); by
-    delta-rs with `writer`, bronze's (`lake.append_live`)."""
+    delta-rs with `writer`, bronze's (`lake.append_live`), from `arrow` if given."""
     path = src.bronze.path(settings)
     what = f"bronze batch {batch_id}"
-    lake.append_live(rows, path, f"{app_id}/bronze", batch_id, writer, what)
+    lake.append_live(rows, path, f"{app_id}/bronze", batch_id, writer, what, arrow)
 
 
 def holds_batch(

@@ -334,14 +334,29 @@ def process_batch(
         with result.step("validate"):  # with Kafka's read
             checked = contract.validate(rows, plan).localCheckpoint(eager=True)
         try:
-            landed = checked.select(*[f.name for f in bronze.BRONZE_SCHEMA.fields])
-            # By delta-rs if the batch is small (its rows come to the driver), as the
-            # ledger's append and silver's are (`silver.process_checked`).
+            names = bronze.BRONZE_SCHEMA.names
+            landed = checked.select(*names)
+            # By delta-rs if the batch is small, as the ledger's append and silver's
+            # are (`silver.process_checked`): the batch comes to the driver once for
+            # bronze's rows, the tally and the ledger's.
             live = bronze_writer if size <= silver.MAX_APPENDED_BY_DELTA_RS else None
+            collected = None
             with result.step("bronze"):  # skipped on a retry
-                bronze.append(landed, settings, txn_app, batch_id, src, live)
+                if live is not None:
+                    collected = silver.collect_live(checked, *names)
+                arrow = None if collected is None else collected.select(names)
+                bronze.append(landed, settings, txn_app, batch_id, src, live, arrow)
             return silver.process_checked(
-                spark, settings, checked, batch_id, txn_app, index, plan, silver_writer, result
+                spark,
+                settings,
+                checked,
+                batch_id,
+                txn_app,
+                index,
+                plan,
+                silver_writer,
+                result,
+                collected,
             )
         finally:
             checked.unpersist()

@@ -444,6 +444,7 @@ def append_live(
     version: int,
     writer: Committer | None,
     what: str,
+    rows: pa.Table | None = None,
 ) -> int | None:
     """`append_once`, by delta-rs where `writer` (the table's `Committer`, a live
     batch's on a local lake) is given: the rows come to the driver in one job and
@@ -454,17 +455,19 @@ def append_live(
     after one of delta-rs's, which writes no checksum, rebuilds the table's state
     to find its transaction ids (`_append_winners` says the same of silver).
 
+    `rows`: `df` as Arrow, if the caller has them on the driver already.
+
     The version delta-rs committed; None if Spark appended, or nothing was (the
     id had committed already)."""
     if writer is not None:
         done = writer.txn_version(app_id)
         if done is not None and done >= version:
             return None  # a retry: appended already, so no job to bring the rows over
-        rows = df.toArrow()
+        table = df.toArrow() if rows is None else rows
         tag = df.sparkSession.conf.get(USER_METADATA, None)
         try:
             return retry_on_conflict(
-                lambda: writer.append(rows, txn=(app_id, version), user_metadata=tag or None),
+                lambda: writer.append(table, txn=(app_id, version), user_metadata=tag or None),
                 what,
             )
         except MergeRefused as exc:

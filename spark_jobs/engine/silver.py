@@ -488,32 +488,38 @@ def process_checked(
     plan: contract.Plan = contract.PLAN,
     writer: lake.Committer | None = None,
     result: BatchResult | None = None,
+    collected: pa.Table | None = None,
 ) -> BatchResult:
     """`process_batch` for a batch `contract.validate`d and materialised by the caller,
     who unpersists it: ingest's, whose bronze append reads the same rows. `writer`:
     silver's, kept open by ingest on a local lake, to append new ids and replace
     winners with delta-rs (`_append_winners`, `_merge_winners`). `result`: the
-    caller's, begun before its own steps (`BatchResult.started`)."""
+    caller's, begun before its own steps (`BatchResult.started`). `collected`: the
+    batch on the driver (`collect_live`), for the tally and the ledger's delta-rs
+    append without a Spark job each."""
     result = BatchResult(batch_id) if result is None else result
     with result.step("tally"):
-        keys = _tally(checked, result, keyed=index is not None)
+        keys = _tally(checked, result, keyed=index is not None, collected=collected)
     accepted = checked.where(F.col("reject_reason").isNull())
     rejected = None
     if result.rejected:
         rejected = to_quarantine_rows(checked.where(F.col("reject_reason").isNotNull()))
     if result.rows_in > sum(result.rejected.values()):
-        ledger = accepted.select(*[f.name for f in LEDGER_SCHEMA.fields])
-        live = None
+        ledger = accepted.select(*LEDGER_SCHEMA.names)
+        live, rows = None, None
         if result.rows_in <= MAX_APPENDED_BY_DELTA_RS:
             # One file, not one per Kafka partition: one task, and the table's log
             # and checkpoints stay small (a live batch's ledger rows are few). By
             # delta-rs with the index's writer (a live query's on a local lake).
             ledger = ledger.coalesce(1)
             live = index.writer if index is not None else None
+            if collected is not None:
+                accepted_rows = collected.filter(pc.is_null(collected.column("reject_reason")))
+                rows = accepted_rows.select(LEDGER_SCHEMA.names)
         with result.step("ledger"):
             path = plan.tables.ledger.path(settings)
             what = f"silver batch {batch_id}: ledger"
-            lake.append_live(ledger, path, f"{app_id}/ledger", batch_id, live, what)
+            lake.append_live(ledger, path, f"{app_id}/ledger", batch_id, live, what, rows)
         faults.maybe_crash("silver_after_ledger", batch_id)
         with result.step("history"):
             history = _history(spark, settings, accepted, batch_id, app_id, index, keys, plan)
@@ -542,14 +548,30 @@ def process_checked(
     return result
 
 
-def _tally(checked: DataFrame, result: BatchResult, *, keyed: bool) -> ledger_index.Keys | None:
+def collect_live(checked: DataFrame, *keep: str) -> pa.Table:
+    """A live batch's validated records (`checked`) on the driver in one Spark job:
+    their `keep` columns (ingest's: bronze's), and what `process_checked` takes of
+    them as `collected` (the tally's, the index's keys, the ledger's columns)."""
+    names = dict.fromkeys([*keep, "reject_reason", *LEDGER_SCHEMA.names])
+    return ledger_index.keyed(checked, *names).toArrow()
+
+
+def _tally(
+    checked: DataFrame, result: BatchResult, *, keyed: bool, collected: pa.Table | None = None
+) -> ledger_index.Keys | None:
     """Count the batch's records and rejections into `result`; with `keyed`, also the
     accepted records' index keys (`ledger_index.Keys`). One Arrow collect of a few
-    bytes a record, where a count and a key collect were two Spark jobs each."""
-    wanted = (
-        ledger_index.keyed(checked, "reject_reason") if keyed else checked.select("reject_reason")
-    )
-    table = wanted.toArrow()
+    bytes a record, where a count and a key collect were two Spark jobs each; none
+    with `collected` (`collect_live`)."""
+    if collected is not None:
+        table = collected
+    else:
+        wanted = (
+            ledger_index.keyed(checked, "reject_reason")
+            if keyed
+            else checked.select("reject_reason")
+        )
+        table = wanted.toArrow()
     reasons = table.column("reject_reason")
     result.rows_in = table.num_rows
     result.rejected = {
