@@ -1424,8 +1424,13 @@ def _decided_changes(
     raw = [lake.at_positions(checked, ours).select(*_RAW).toArrow()] if ours else []
     older = [k for k in to_add if not wanted[k]["in_batch"]]
     if older and decided.earlier is not None:
-        raw.append(decided.earlier)  # read for `_where_held`: a superset of `older`
-    elif older:
+        # Read for `_where_held`: the earlier records of the replaced ids. A retry's
+        # `decided` holds every touched id's, whose older conflicts may be others.
+        raw.append(decided.earlier)
+        read = decided.earlier.select(key).to_pylist()
+        have = {(r["partition"], r["offset"]) for r in read}
+        older = [k for k in older if k not in have]
+    if older:
         where, options = settings.delta_rs(plan.tables.bronze.path(settings))
         raw.append(lake.arrow_at_positions(where, options, older, raw_schema))
     values = {(r["partition"], r["offset"]): r for t in raw for r in t.to_pylist()}

@@ -113,7 +113,9 @@ def run(spark, lake, monkeypatch):
     equal history rows mean equal commits. The joined path still runs end to end in
     the tests that call `process_batch` without an index (own partition, reconcile,
     the stopped batch), and in recovery's and re-admission's tests."""
-    index = ledger_index.LedgerIndex(silver.LEDGER.path(lake))
+    # The ledger's committer too, as ingest's: its live appends are delta-rs's.
+    ledger = spark_lake.Committer(*lake.delta_rs(silver.LEDGER.path(lake)))
+    index = ledger_index.LedgerIndex(silver.LEDGER.path(lake), ledger)
     history = silver._history
 
     def both(spark, settings, accepted, batch_id, app_id, index, keys, plan):
@@ -784,3 +786,31 @@ def test_reconcile_finishes_a_batch_that_stopped_after_its_ledger_append(spark, 
         (2, 0, "conflicting_duplicate")
     ]
     assert silver.reconcile(spark, lake) == 0  # nothing left to fix
+
+
+def test_a_retried_live_batch_restores_an_older_conflict_of_an_id_it_did_not_replace(
+    spark, lake, run
+):
+    """A retry of a batch whose quarantine append is committed settles every touched
+    id's conflicts (`_settle_conflicts`). Bronze's records read for the ids whose
+    winner the batch replaced (`Decided.earlier`) are not all it may need: here the
+    quarantine lost eX's older conflict (1, 1), and eX's winner was not replaced,
+    so its raw record is read from bronze, and the conflict comes back."""
+    first = [(1, 0, _event("eX")), (1, 1, _event("eX", quantity=2)), (1, 2, _event("eY"))]
+    run(_batch(spark, lake, first), 0)
+    # eY's earlier copy replaces its winner; eX gains an exact duplicate.
+    later = [(0, 0, _event("eY", quantity=3)), (1, 3, _event("eX"))]
+    batch = _batch(spark, lake, later)
+    assert run(batch, 1).replaced_winners == 1
+    quarantine = silver.QUARANTINE.path(lake)
+
+    def conflicts():
+        rows = spark.read.format("delta").load(quarantine).where(f"reason = '{silver.CONFLICT}'")
+        return sorted((r.partition, r.offset) for r in rows.collect())
+
+    assert conflicts() == [(1, 1), (1, 2)]
+    spark.sql(f"DELETE FROM delta.`{quarantine}` WHERE partition = 1 AND offset = 1")
+    assert conflicts() == [(1, 2)]
+    retried = run(batch, 1)
+    assert retried.replaced_winners == 1
+    assert conflicts() == [(1, 1), (1, 2)]
