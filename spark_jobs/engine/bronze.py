@@ -55,6 +55,12 @@ KAFKA_SOURCE_SCHEMA = StructType(
     ]
 )
 
+# A live batch's bronze append is delta-rs's (`lake.append_live`), which checkpoints
+# every 100 commits unless told; Spark's readers of bronze (a replay, a retry's
+# `between`, the erasure) and Trino then replay up to 99 commits. Spark's own 10, as
+# silver says (`silver.SILVER_PROPERTIES`). Set on existing lakes by `ingest.prepare`.
+BRONZE_PROPERTIES = {"delta.checkpointInterval": "10"}
+
 BRONZE_SCHEMA = StructType(
     [
         StructField("topic", StringType(), False),

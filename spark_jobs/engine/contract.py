@@ -1012,7 +1012,7 @@ def accepted_partition(value: bytes | None, plan: Plan) -> tuple[str, date] | No
     microseconds, truncated)."""
     try:
         event = json.loads(value) if value is not None else None
-    except ValueError:
+    except (ValueError, RecursionError):  # Spark's parser takes deeper nesting
         return None
     if not isinstance(event, dict):
         return None

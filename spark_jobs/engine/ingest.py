@@ -218,7 +218,9 @@ def prepare(spark: SparkSession, settings: Settings, source: str = registry.SHOP
     """Create the tables ingest writes for `source`, and the list of forgotten
     positions it reads."""
     src = registry.source_tables(source)
-    lake.ensure_table(spark, src.bronze.path(settings), bronze.BRONZE_SCHEMA)
+    path = src.bronze.path(settings)
+    lake.ensure_table(spark, path, bronze.BRONZE_SCHEMA, bronze.BRONZE_PROPERTIES)
+    lake.ensure_properties(spark, path, bronze.BRONZE_PROPERTIES)
     silver.ensure_tables(spark, settings, source)
     forgotten.ensure_table(spark, settings, src)
 

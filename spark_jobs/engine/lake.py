@@ -728,10 +728,35 @@ def arrow_at_positions(
     return _arrow_where(open_table(where, options), schema, f"({ranges}) AND ({exact or 'false'})")
 
 
-# Local tables read at positions by the live path, kept open (`open_table`), with
-# the identity of the file of their first commit.
-_OPEN: dict[str, tuple[tuple[int, int], deltalake.DeltaTable]] = {}
+# Local tables read at positions by the live path, kept open (`open_table`), each
+# with the identity of the commit file of the version it was read at (`_log_identity`).
+_OPEN: dict[str, tuple[tuple[int, int, int] | None, deltalake.DeltaTable]] = {}
 _OPEN_LOCK = threading.Lock()
+
+
+def _log_identity(where: str, version: int) -> tuple[int, int, int] | None:
+    """The version, and the inode and modification time of its commit file: a table
+    made again at the same path has another file there, or none."""
+    try:
+        found = os.stat(os.path.join(where, "_delta_log", f"{version:020d}.json"))
+    except FileNotFoundError:
+        return None
+    return (version, found.st_ino, found.st_mtime_ns)
+
+
+def _kept_current(
+    where: str, kept: tuple[tuple[int, int, int] | None, deltalake.DeltaTable] | None
+) -> tuple[tuple[int, int, int] | None, deltalake.DeltaTable]:
+    """A kept table (`kept`: the identity of the version it was last read at, and
+    the table) brought to the newest commit, or the table opened anew where it was
+    made again at the same path since. (A commit through the table moves its
+    version on; the identity names the version read, whose file does not change.)"""
+    if kept is not None and kept[0] is not None and kept[0] == _log_identity(where, kept[0][0]):
+        table = kept[1]
+        table.update_incremental()
+    else:
+        table = deltalake.DeltaTable(where)
+    return _log_identity(where, int(table.version())), table
 
 
 def open_table(where: str, options: dict[str, str]) -> deltalake.DeltaTable:
@@ -741,25 +766,14 @@ def open_table(where: str, options: dict[str, str]) -> deltalake.DeltaTable:
     commit after it (bronze, the ledger and the quarantine, read at positions by
     every live batch, checkpoint every 10 or 100 commits).
 
-    A table made again at the same path has a new first commit, a file of another
-    identity (inode and time), and is opened anew; so is one whose first commit
-    the log has cleaned away. Tables on S3 are opened each time."""
+    A table made again at the same path is opened anew: the commit file of the
+    version last read is another file then, or gone (`_log_identity`). Tables on
+    S3 are opened each time."""
     if options or not where.startswith("/"):
         return deltalake.DeltaTable(where, storage_options=options or None)
-    try:
-        first = os.stat(os.path.join(where, "_delta_log", f"{0:020d}.json"))
-        identity: tuple[int, int] | None = (first.st_ino, first.st_mtime_ns)
-    except FileNotFoundError:
-        identity = None
     with _OPEN_LOCK:
-        kept = _OPEN.get(where)
-        if identity is not None and kept is not None and kept[0] == identity:
-            kept[1].update_incremental()
-            return kept[1]
-        table = deltalake.DeltaTable(where)
-        if identity is not None:
-            _OPEN[where] = (identity, table)
-        return table
+        _OPEN[where] = _kept_current(where, _OPEN.get(where))
+        return _OPEN[where][1]
 
 
 def _arrow_where(delta: deltalake.DeltaTable, schema: StructType, condition: str) -> pa.Table:
@@ -859,13 +873,19 @@ class Committer:
     def __init__(self, where: str, options: dict[str, str]) -> None:
         self.where, self.options = where, options
         self._table: deltalake.DeltaTable | None = None
+        self._identity: tuple[int, int, int] | None = None
 
     def table(self) -> deltalake.DeltaTable:
-        """The table as of its newest commit."""
-        if self._table is None:
-            self._table = deltalake.DeltaTable(self.where, storage_options=self.options or None)
-        else:
-            self._table.update_incremental()
+        """The table as of its newest commit; opened anew if it was made again at the
+        same path (`_kept_current`), where its kept state would be another table's."""
+        if self.options:
+            if self._table is None:
+                self._table = deltalake.DeltaTable(self.where, storage_options=self.options)
+            else:
+                self._table.update_incremental()
+            return self._table
+        kept = None if self._table is None else (self._identity, self._table)
+        self._identity, self._table = _kept_current(self.where, kept)
         return self._table
 
     def version(self) -> int:

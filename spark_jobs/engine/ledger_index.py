@@ -216,12 +216,12 @@ def _local_commits(
     out = []
     for version in range(first, last + 1):
         try:
-            lines = (Path(where) / "_delta_log" / f"{version:020d}.json").read_text().splitlines()
+            text = (Path(where) / "_delta_log" / f"{version:020d}.json").read_text("utf-8")
         except FileNotFoundError:
             return None
         txn: tuple[str, int] | None = None
         adds_data = False
-        for action in map(json.loads, filter(None, lines)):
+        for action in map(json.loads, filter(None, text.splitlines())):
             if "txn" in action:
                 txn = (str(action["txn"]["appId"]), int(action["txn"]["version"]))
             elif "add" in action and action["add"].get("dataChange", True):
