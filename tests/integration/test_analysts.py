@@ -246,6 +246,8 @@ def test_an_analyst_reads_only_what_the_contract_lists(settings, lake):
         f'SELECT count(*) FROM lakehouse.bronze."{registry.BRONZE_EVENTS.name}$history"',
         "SELECT count(*) FROM ops.control.view_events",
         "SELECT count(*) FROM ops.control.schema_migrations",
+        # Every user's pins, as the serving views read them (as their owner).
+        "SELECT count(*) FROM ops.control.view_routing",
         f"INSERT INTO {registry.GOLD_RESTATEMENTS.trino_name} "
         f"SELECT * FROM {registry.GOLD_RESTATEMENTS.trino_name} LIMIT 1",
         f"DELETE FROM {registry.SILVER_EVENTS.trino_name} WHERE event_id = 'x'",

@@ -59,3 +59,13 @@ def test_names_outside_the_gate_never_reach_sql(view):
 def test_a_hostile_column_type_is_refused(type_):
     with pytest.raises(UnsafeNameError):
         view_sql("revenue_hourly", {1: V1, 2: [*V2, Column("x", type_)]})
+
+
+def test_the_route_is_read_once_and_joined_to_the_union_of_the_versions():
+    # A CTE is inlined wherever it is used: a route joined into each version's
+    # branch read PostgreSQL's control tables once per live version (issue 67).
+    sql = view_sql("revenue_hourly", {1: V1, 2: V2})
+    assert sql.count("ops.control.view_routing") == 1
+    assert "view_pins" not in sql and sql.count("JOIN route") == 1
+    assert sql.rstrip().endswith("JOIN route ON u.view_version = route.version")
+    assert "user_name IS NULL OR user_name = current_user" in sql

@@ -85,9 +85,14 @@ def _report() -> bench_report.Report:
             "freshness_p50_s": 4.2,
             "freshness_p95_s": 6.1,
             "serving_query_p50_ms": 120.0,
+            "serving_query_trino_cpu_ms": 350.0,
             "stack_peak_gib": 8.4,
         },
-        baselines={"producer_baseline_events_per_s": 218_000.0, "select1_p50_ms": 30.0},
+        baselines={
+            "producer_baseline_events_per_s": 218_000.0,
+            "select1_p50_ms": 30.0,
+            "select1_trino_cpu_ms": 60.0,
+        },
         notes={"ingest": "1,000,000 records"},
         machine={"cores": 2, "memory_gib": 23.5, "cpu": "x", "pyspark": "4.2.0"},
         sizes={"events": 1_000_000},
@@ -106,6 +111,7 @@ def test_table_and_doc_section_say_what_was_missed(tmp_path):
     assert "| replay, all views in turn | - | - | events/s |  |  |" in text
     assert "| replay time / DuckDB time | 9.00 | | ratio | <= 2 | **missed** |" in text
     assert "| freshness p95 | 6.10 | - | s | <= 5 | **missed** |" in text
+    assert "| Trino CPU per serving query | 350 | 60.00 | ms | <= 300 | **missed** |" in text
     docs = tmp_path / "docs"
     section = bench_report.section(
         report, docs / "bench" / "a.json", docs / "bench" / "a.png", docs
@@ -114,7 +120,7 @@ def test_table_and_doc_section_say_what_was_missed(tmp_path):
     assert "(bench/a.json)" in section and "![bench](bench/a.png)" in section
     assert (
         "Missed: ingest_events_per_s, replay_events_per_s, replay_vs_duckdb_time, "
-        "freshness_p95_s, stack_peak_gib." in section
+        "freshness_p95_s, serving_query_trino_cpu_ms, stack_peak_gib." in section
     )
 
 

@@ -10,6 +10,7 @@ the simplest tool for the same job does here and now:
 | replay of all views from silver events/s | DuckDB over delta-rs, revenue_hourly v1   |
 | produce -> visible in serving, p50/p95   | the trigger interval                      |
 | serving query through Trino, p50/p95     | `SELECT 1` through the same client        |
+| Trino's CPU per serving query            | Trino's CPU per `SELECT 1`                |
 | peak resident memory of the whole stack  | (the 12 GiB target)                       |
 
 The phases run one after another, so none competes with another for the two

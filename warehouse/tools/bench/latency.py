@@ -267,11 +267,11 @@ def freshness(bench: Bench) -> None:
     )
 
 
-def _cpu_snapshot(bench: Bench) -> cpu.Snapshot | None:
+def _cpu_snapshot(bench: Bench, note: str = "cpu, freshness") -> cpu.Snapshot | None:
     try:
         return cpu.snapshot(bench.settings)
     except Exception as exc:  # a diagnosis, not a figure: never lose the run for it
-        bench.report.notes["cpu, freshness"] = f"not measured: {exc}"
+        bench.report.notes[note] = f"not measured: {exc}"
         return None
 
 
@@ -420,12 +420,15 @@ def _free_probe_base(bench: Bench) -> datetime:
 
 
 def queries(bench: Bench) -> None:
+    """Serving queries beside `SELECT 1`, through the same client: their latency,
+    and Trino's CPU per query (issue 67's row), from Trino's processes' CPU time
+    across the measured runs, so planning and scheduling count, not only tasks."""
     from warehouse.sql import serving
 
     runs = bench.sizes.queries
-    one = query_latency(bench.settings, "SELECT 1", runs)
-    view = query_latency(
-        bench.settings,
+    one, one_cpu = _trino_cpu(bench, "SELECT 1", runs)
+    view, view_cpu = _trino_cpu(
+        bench,
         f"SELECT * FROM {serving.trino_name(PROBE_VIEW)} WHERE currency = 'EUR' "
         "ORDER BY window_start DESC LIMIT 24",
         runs,
@@ -435,10 +438,32 @@ def queries(bench: Bench) -> None:
     f["serving_query_p95_ms"] = percentile(view, 95)
     b["select1_p50_ms"] = percentile(one, 50)
     b["select1_p95_ms"] = percentile(one, 95)
+    if view_cpu is not None and one_cpu is not None:
+        f["serving_query_trino_cpu_ms"] = view_cpu
+        b["select1_trino_cpu_ms"] = one_cpu
     bench.say(
         f"serving query: p50 {f['serving_query_p50_ms']:.0f} ms, p95 "
         f"{f['serving_query_p95_ms']:.0f} ms; SELECT 1 p50 {b['select1_p50_ms']:.0f} ms"
+        + (
+            f"; Trino CPU per query {view_cpu:.0f} ms (SELECT 1: {one_cpu:.0f} ms)"
+            if view_cpu is not None and one_cpu is not None
+            else ""
+        )
     )
+
+
+def _trino_cpu(bench: Bench, sql: str, runs: int) -> tuple[list[float], float | None]:
+    """`query_latency` of sql, and Trino's CPU milliseconds per measured run (None
+    if Trino's processes could not be read: a diagnosis, never the run's end).
+    The warm-up runs go first, outside the measured window."""
+    query_latency(bench.settings, sql, 0, warmup=3)
+    before = _cpu_snapshot(bench, "Trino cpu, queries")
+    times = query_latency(bench.settings, sql, runs, warmup=0)
+    after = _cpu_snapshot(bench, "Trino cpu, queries")
+    if before is None or after is None or not runs:
+        return times, None
+    used = cpu.between(before, after).parts.get("trino")
+    return times, None if used is None else used * 1000 / runs
 
 
 def _utc(moment: datetime) -> datetime:
