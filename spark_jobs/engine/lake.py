@@ -905,14 +905,15 @@ class Committer:
         condition: str,
         *,
         columns: list[str],
-        delete_when: str,
-        update_when: str,
+        delete_when: str | None,
+        update_when: str | None,
         insert_when: str,
         txn: tuple[str, int] | None,
         user_metadata: str | None,
         expected: int | None = None,
     ) -> int | None:
-        """MERGE `source` (target `t`, source `s`; DataFusion SQL) as one commit that
+        """MERGE `source` (target `t`, source `s`; DataFusion SQL; a None clause is
+        left out) as one commit that
         records `txn` (app id, version; None: none, for a merge safe to repeat) and
         `user_metadata` as Spark's session setting would (USER_METADATA); the version
         committed, None if it changed no row (delta-rs then makes no commit, and
@@ -932,24 +933,25 @@ class Committer:
             app_transactions=None if txn is None else [deltalake.Transaction(*txn)],
             custom_metadata=None if user_metadata is None else {"userMetadata": user_metadata},
         )
-        self._commit(
-            lambda: (
-                table.merge(
-                    source,
-                    predicate=condition,
-                    source_alias="s",
-                    target_alias="t",
-                    # Materialised source: delta-rs then also narrows gold's files by the
-                    # source's own bounds on the key.
-                    streamed_exec=False,
-                    commit_properties=properties,
-                )
-                .when_matched_delete(predicate=delete_when)
-                .when_matched_update(updates=values, predicate=update_when)
-                .when_not_matched_insert(updates=values, predicate=insert_when)
-                .execute()
+
+        def run() -> Any:
+            merger = table.merge(
+                source,
+                predicate=condition,
+                source_alias="s",
+                target_alias="t",
+                # Materialised source: delta-rs then also narrows the table's files by
+                # the source's own bounds on the key.
+                streamed_exec=False,
+                commit_properties=properties,
             )
-        )
+            if delete_when is not None:
+                merger = merger.when_matched_delete(predicate=delete_when)
+            if update_when is not None:
+                merger = merger.when_matched_update(updates=values, predicate=update_when)
+            return merger.when_not_matched_insert(updates=values, predicate=insert_when).execute()
+
+        self._commit(run)
         # The merge leaves the table at its own commit (a newer one by another
         # writer is read at the next call).
         after = int(table.version())

@@ -167,6 +167,8 @@ def test_an_event_from_a_fast_clock_cannot_finalise_on_time_windows(
 def test_a_batch_run_again_after_a_crash_records_its_restatements_once(spark, lake, silver_df):
     """Restatements are appended under the stream's txnAppId and the batch id: a batch
     that committed and died before its checkpoint did, run again, adds none twice.
+    A batch that replaced a winner inserts what is not there yet, and its run again
+    inserts nothing (both by delta-rs on a local lake).
 
     Over 20 s: a replay of the view into gold, then two runs of the real stream over
     silver's change feed, each a query started and stopped around the same one
@@ -211,6 +213,27 @@ def test_a_batch_run_again_after_a_crash_records_its_restatements_once(spark, la
         (commits / name).unlink()
     assert stream_once() == [0]  # the same batch, run again
     assert restated() == once
+
+    # A batch that replaces a winner inserts only the restatements not there yet: by
+    # delta-rs too (`lake.Committer.merge`), with no transaction id (safe to repeat).
+    # The late order's winner is replaced by a record of another closed hour.
+    DeltaTable.forPath(spark, silver.SILVER.path(lake)).update(
+        "event_id = 'late-1'",
+        {"event_time": F.lit(at(hours=-8)), "event_date": F.to_date(F.lit(at(hours=-8)))},
+    )
+    assert stream_once() == [1]
+    moved = restated()
+    assert moved == sorted([*once, ("late-1", at(hours=-8).replace(minute=0, second=0))])
+    merged = max(log_dir.glob("*.json"))
+    actions = [json.loads(line) for line in merged.read_text().splitlines()]
+    info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+    assert info["engineInfo"].startswith("delta-rs") and info["operation"] == "MERGE", info
+    assert not [a for a in actions if "txn" in a]
+    # Run again after the same crash: nothing inserted, so no commit at all.
+    (commits / "1").unlink()
+    (commits / ".1.crc").unlink()
+    assert stream_once() == [1]
+    assert restated() == moved and max(log_dir.glob("*.json")) == merged
 
 
 def test_a_batch_of_on_time_events_cannot_restate_and_costs_no_job():
