@@ -97,6 +97,10 @@ def view_sql(view: str, columns: Mapping[int, Sequence[Column]]) -> str:
     # each version's branch read PostgreSQL's two control tables once per live
     # version, and one ask cost Trino 0.31-0.40 CPU-s instead of 0.20-0.24 (two
     # live versions). Scalar subqueries per status had made a 25-stage plan.
+    # The trade: every live version's gold table is scanned and the join keeps one
+    # (view_version is a constant per branch, which no dynamic filter prunes), where
+    # a branch whose route was empty might have stopped early. Gold tables are
+    # windowed aggregates, and two versions are live only during a rollout.
     return (
         f"""CREATE OR REPLACE VIEW {trino_name(view)}
 COMMENT 'regauge: routes each user to one live version of {view} (docs/contract.md section 4)'

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -164,7 +165,9 @@ def test_an_event_from_a_fast_clock_cannot_finalise_on_time_windows(
     assert sorted(r.event_id for r in late) == ["e0", "e1"]
 
 
-def test_a_batch_run_again_after_a_crash_records_its_restatements_once(spark, lake, silver_df):
+def test_a_batch_run_again_after_a_crash_records_its_restatements_once(
+    spark, lake, silver_df, caplog
+):
     """Restatements are appended under the stream's txnAppId and the batch id: a batch
     that committed and died before its checkpoint did, run again, adds none twice.
     A batch that replaced a winner inserts what is not there yet, and its run again
@@ -221,7 +224,11 @@ def test_a_batch_run_again_after_a_crash_records_its_restatements_once(spark, la
         "event_id = 'late-1'",
         {"event_time": F.lit(at(hours=-8)), "event_date": F.to_date(F.lit(at(hours=-8)))},
     )
+    caplog.set_level(logging.INFO, logger="spark_jobs.engine")
     assert stream_once() == [1]
+    # Found and merged by delta-rs, not by Spark's MERGE after a refusal.
+    assert "1 restatements of final windows" in caplog.text
+    assert "could not merge" not in caplog.text
     moved = restated()
     assert moved == sorted([*once, ("late-1", at(hours=-8).replace(minute=0, second=0))])
     merged = max(log_dir.glob("*.json"))
@@ -232,7 +239,12 @@ def test_a_batch_run_again_after_a_crash_records_its_restatements_once(spark, la
     # Run again after the same crash: nothing inserted, so no commit at all.
     (commits / "1").unlink()
     (commits / ".1.crc").unlink()
+    caplog.clear()
     assert stream_once() == [1]
+    # The same restatement found again, and nothing inserted: a retry that found
+    # none would leave the table as it is too.
+    assert "1 restatements of final windows" in caplog.text
+    assert "could not merge" not in caplog.text
     assert restated() == moved and max(log_dir.glob("*.json")) == merged
 
 
