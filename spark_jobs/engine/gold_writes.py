@@ -100,6 +100,17 @@ MAX_NEAR_CHANGES = 20_000
 MAX_LISTED_SCOPES = 1_000
 
 
+# Up to this many spans, a sessions batch picks its rows out of silver and gold by
+# value (`scoping.Spans`); past it, by a broadcast join of the spans, a job in each of
+# the two plans. The rows delta-rs reads are a local relation, which Spark's optimizer
+# filters on the driver, row by row, before it folds constants: the condition's map of
+# every key's spans is built again for each row. In stop 99's bench a `cart_sessions`
+# batch of 960 spans spent 37 s of the view host's driver in that filter (28,281 rows
+# kept). Alone on 2 cores: 960 spans over 20,000 rows, 2.4 s by value and 0.4 s
+# joined; 200 over 12,000, 0.4 s by value; 100 over 6,000, 0.2 s (docs/BENCHMARKS.md).
+MAX_SPANS_BY_VALUE = 100
+
+
 # A live batch reads the rows of silver and gold it names by delta-rs, onto the
 # driver (`apply_changes`' `pick`, `pick_gold`), while they span at most this much
 # event time and their linked keys are listed; past it (a catch-up, a late event
@@ -197,11 +208,11 @@ def apply_changes(
         found = scoping.keyed(view, found)
         spans = found.collect()
         # On the driver, the spans are used again: a batch's few pick rows by value.
-        # Past MAX_LISTED_SCOPES, as a DataFrame to join, which classic PySpark makes
+        # Past MAX_SPANS_BY_VALUE, as a DataFrame to join, which classic PySpark makes
         # an RDD of: broadcasting it runs a job in each plan that joins it.
         near: DataFrame | scoping.Spans = (
             scoping.spans(view, found, spans)
-            if len(spans) <= MAX_LISTED_SCOPES
+            if len(spans) <= MAX_SPANS_BY_VALUE
             else spark.createDataFrame(spans, found.schema)
         )
         n_scopes = len({tuple(r[c] for c in view.scope_columns) for r in spans})

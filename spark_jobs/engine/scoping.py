@@ -430,10 +430,12 @@ def starting_in(view: View, gold: DataFrame, lo: int, hi: int) -> DataFrame:
 
 
 class Spans(NamedTuple):
-    """`near`'s spans, collected (`keyed`, then `spans`): up to MAX_LISTED_SCOPES of
-    them, a batch's rows are picked out of silver and gold by a condition on their
-    values, where a broadcast join of the spans ran a Spark job in each plan that
-    used them."""
+    """`near`'s spans, collected (`keyed`, then `spans`): up to
+    `gold_writes.MAX_SPANS_BY_VALUE` of them, a batch's rows are picked out of silver
+    and gold by a condition on their values, where a broadcast join of the spans runs
+    a Spark job in each plan that uses them. Its cost grows with the spans times the
+    rows: on a local relation (rows read by delta-rs) Spark evaluates it on the driver,
+    building its map for each row."""
 
     view: View
     rows: Sequence[Row]
