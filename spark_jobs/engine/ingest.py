@@ -301,13 +301,15 @@ def process_batch(
     plan: contract.Plan = contract.PLAN,
     silver_writer: lake.Committer | None = None,
     bronze_writer: lake.Committer | None = None,
+    quarantine_writer: lake.Committer | None = None,
 ) -> silver.BatchResult:
     """One micro-batch of Kafka records into bronze, then into silver, the ledger and
     the quarantine. Retried after a crash, it skips what it committed (txn ids).
     `index`: the query's ledger index; `plan`: the contract the lake runs
     (`silver.process_batch`); `silver_writer`: see `silver.process_checked`;
     `bronze_writer`: bronze's, kept open as silver's, to append a live batch
-    with delta-rs (`lake.append_live`), as the ledger's is (`index.writer`)."""
+    with delta-rs (`lake.append_live`), as the ledger's is (`index.writer`);
+    `quarantine_writer`: the quarantine's, the same (`silver.process_checked`)."""
     src = plan.tables
     result = silver.BatchResult(batch_id)
     span = batch_range(spark, checkpoint, batch_id, src.topic)
@@ -359,6 +361,7 @@ def process_batch(
                 silver_writer,
                 result,
                 collected,
+                quarantine_writer,
             )
         finally:
             checked.unpersist()
@@ -405,12 +408,13 @@ def start(
     starting = bronze.starting_offsets(spark, settings, src)
     # Built now, so the first batch does not wait for it; it follows the ledger from here.
     # Kept open between batches, as the view streams keep gold's: on a local lake a
-    # live batch appends to bronze and the ledger, and appends and merges its
-    # winners into silver, with delta-rs (`lake.Committer` says why not on S3).
+    # live batch appends to bronze, the ledger and the quarantine, and appends and
+    # merges its winners into silver, with delta-rs (`lake.Committer` says why not
+    # on S3).
     local = settings.lake_is_local
-    silver_writer, bronze_writer, ledger_writer = (
+    silver_writer, bronze_writer, ledger_writer, quarantine_writer = (
         lake.Committer(*settings.delta_rs(table.path(settings))) if local else None
-        for table in (src.silver, src.bronze, src.ledger)
+        for table in (src.silver, src.bronze, src.ledger, src.quarantine)
     )
     index = ledger_index.LedgerIndex(src.ledger.path(settings), ledger_writer)
     index.rebuild(spark, "ingest starting")
@@ -432,6 +436,7 @@ def start(
             plan,
             silver_writer,
             bronze_writer,
+            quarantine_writer,
         )
         log.info("%s", result.record().describe())
         faults.maybe_crash("silver_after_commit", batch_id)

@@ -444,7 +444,9 @@ class Spans(NamedTuple):
     def hold(self, scope: Sequence[str], time: str) -> str:
         """Whether a row's scope values (`scope`, SQL for each scope column) and `time`
         (SQL) are in one of the spans, as Spark SQL: its key among the spans' (a hash
-        lookup), then looked up in a map of each key's spans. SQL text, parsed once
+        lookup once Spark has optimised the IN; a scan of the list where it evaluates
+        the condition on the driver first, on a local relation), then looked up in a
+        map of each key's spans. SQL text, parsed once
         in the JVM: the same built of Column calls took about ten Py4J calls a span.
         A span of a null scope value holds nothing, as the join's equality."""
         by_key: dict[str, list[tuple[int, int]]] = {}

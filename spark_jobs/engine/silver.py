@@ -277,9 +277,12 @@ SILVER_PROPERTIES = {"delta.enableChangeDataFeed": "true", "delta.checkpointInte
 # bench's step timings (docs/BENCHMARKS.md, issue 67). Its live appends are
 # delta-rs's now (`lake.append_live`), and its live readers keep it open
 # (`lake.open_table`, `LedgerIndex.writer`), so a longer log costs them nothing.
-# Not the quarantine: a live batch's Spark MERGE rebuilds its state from the log
-# since its last checkpoint, which grew slower as that log grew toward 100.
 LEDGER_PROPERTIES = {"delta.checkpointInterval": "100"}
+# Not the quarantine, whose live appends are delta-rs's too (`_quarantine_once`): a
+# live batch's Spark MERGE of it (conflicts that leave or name a new winner) rebuilds
+# its state from the log since its last checkpoint, which grew slower as that log
+# grew toward 100. Set, since delta-rs would checkpoint every 100 commits.
+QUARANTINE_PROPERTIES = {"delta.checkpointInterval": "10"}
 
 
 def ensure_tables(
@@ -295,7 +298,9 @@ def ensure_tables(
     # A lake made before silver's checkpoint interval was set (ingest is not running).
     lake.ensure_properties(spark, path, SILVER_PROPERTIES)
     evolve(spark, plan.tables.silver.path(settings), contract.newest(plan))
-    lake.ensure_table(spark, plan.tables.quarantine.path(settings), QUARANTINE_SCHEMA)
+    quarantine = plan.tables.quarantine.path(settings)
+    lake.ensure_table(spark, quarantine, QUARANTINE_SCHEMA, QUARANTINE_PROPERTIES)
+    lake.ensure_properties(spark, quarantine, QUARANTINE_PROPERTIES)
     ledger = plan.tables.ledger.path(settings)
     lake.ensure_table(spark, ledger, LEDGER_SCHEMA, LEDGER_PROPERTIES)
     lake.ensure_properties(spark, ledger, LEDGER_PROPERTIES)
@@ -462,18 +467,22 @@ def process_batch(
     index: ledger_index.LedgerIndex | None = None,
     plan: contract.Plan = contract.PLAN,
     writer: lake.Committer | None = None,
+    quarantine: lake.Committer | None = None,
 ) -> BatchResult:
     """One micro-batch of bronze rows into silver, the ledger and the quarantine.
 
     With `index` (ingest's, kept across its batches), the earlier records of the
     batch's ids are read from the ledger at the positions the index names;
     without, the ledger is joined whole (recovery, one-off batches). `plan`: the
-    contract the lake runs (`deployed_plan`); `writer`: see `process_checked`."""
+    contract the lake runs (`deployed_plan`); `writer`, `quarantine`: see
+    `process_checked`."""
     # Materialised once with its lineage cut: the validation plan is large, and
     # every later action would otherwise analyse and optimise it again.
     checked = contract.validate(batch, plan).localCheckpoint(eager=True)
     try:
-        return process_checked(spark, settings, checked, batch_id, app_id, index, plan, writer)
+        return process_checked(
+            spark, settings, checked, batch_id, app_id, index, plan, writer, quarantine=quarantine
+        )
     finally:
         checked.unpersist()
 
@@ -489,6 +498,7 @@ def process_checked(
     writer: lake.Committer | None = None,
     result: BatchResult | None = None,
     collected: pa.Table | None = None,
+    quarantine: lake.Committer | None = None,
 ) -> BatchResult:
     """`process_batch` for a batch `contract.validate`d and materialised by the caller,
     who unpersists it: ingest's, whose bronze append reads the same rows. `writer`:
@@ -496,10 +506,14 @@ def process_checked(
     winners with delta-rs (`_append_winners`, `_merge_winners`). `result`: the
     caller's, begun before its own steps (`BatchResult.started`). `collected`: the
     batch on the driver (`collect_live`), for the tally and the ledger's delta-rs
-    append without a Spark job each."""
+    append without a Spark job each. `quarantine`: the quarantine's, kept open by
+    ingest on a local lake, to append a live batch's quarantine rows with delta-rs
+    (`_quarantine_once`)."""
     result = BatchResult(batch_id) if result is None else result
     with result.step("tally"):
         keys = _tally(checked, result, keyed=index is not None, collected=collected)
+    if result.rows_in > MAX_APPENDED_BY_DELTA_RS:
+        quarantine = None  # a catch-up's: Spark's, as the ledger's
     accepted = checked.where(F.col("reject_reason").isNull())
     rejected = None
     if result.rejected:
@@ -525,7 +539,16 @@ def process_checked(
             history = _history(spark, settings, accepted, batch_id, app_id, index, keys, plan)
         if history is None:
             _settle_new(
-                settings, checked, accepted, rejected, batch_id, app_id, result, plan, writer
+                settings,
+                checked,
+                accepted,
+                rejected,
+                batch_id,
+                app_id,
+                result,
+                plan,
+                writer,
+                quarantine,
             )
         else:
             _settle(
@@ -540,10 +563,11 @@ def process_checked(
                 result,
                 plan,
                 writer=writer,
+                quarantine=quarantine,
             )
     elif rejected is not None:
         with result.step("quarantine"):
-            _quarantine_once(settings, rejected, batch_id, app_id, plan)
+            _quarantine_once(settings, rejected, batch_id, app_id, plan, quarantine)
     result.seconds = time.monotonic() - result.started
     return result
 
@@ -582,14 +606,22 @@ def _tally(
 
 
 def _quarantine_once(
-    settings: Settings, rows: DataFrame, batch_id: int, app_id: str, plan: contract.Plan
+    settings: Settings,
+    rows: DataFrame,
+    batch_id: int,
+    app_id: str,
+    plan: contract.Plan,
+    writer: lake.Committer | None = None,
 ) -> None:
     """The batch's own quarantine rows, in one append under its transaction id. One
     file: they are a few of the batch's records, whose parts (its partitions, the
-    join of its conflicts) wrote up to 7 files an append."""
-    lake.append_once(
-        rows.coalesce(1), plan.tables.quarantine.path(settings), _rejected_txn(app_id), batch_id
-    )
+    join of its conflicts) wrote up to 7 files an append. By delta-rs with `writer`
+    (a live batch's), as the ledger's: Spark's append took 0.2-1.9 s of a live batch
+    in stop 99's bench under chaos traffic, where nearly every batch quarantines some
+    records (docs/BENCHMARKS.md, issue 67)."""
+    path = plan.tables.quarantine.path(settings)
+    what = f"silver batch {batch_id}: quarantine"
+    lake.append_live(rows.coalesce(1), path, _rejected_txn(app_id), batch_id, writer, what)
 
 
 def _rejected_txn(app_id: str) -> str:
@@ -700,6 +732,7 @@ def _settle_new(
     result: BatchResult,
     plan: contract.Plan,
     writer: lake.Committer | None = None,
+    quarantine: lake.Committer | None = None,
 ) -> None:
     """`_settle` for a batch whose accepted records are all new ids' first (`_history`
     returned None): each is a fresh winner, so silver gains them all and the quarantine
@@ -719,7 +752,7 @@ def _settle_new(
         _append_winners(rows, result.accepted, settings, batch_id, app_id, plan, writer)
     if rejected is not None:
         with result.step("quarantine"):
-            _quarantine_once(settings, rejected, batch_id, app_id, plan)
+            _quarantine_once(settings, rejected, batch_id, app_id, plan, quarantine)
 
 
 def _settle(
@@ -735,11 +768,12 @@ def _settle(
     plan: contract.Plan,
     own_placed: bool = False,
     writer: lake.Committer | None = None,
+    quarantine: lake.Committer | None = None,
 ) -> None:
     """Bring silver and the conflict quarantine to the ledger's answer for the batch's ids,
     and quarantine the batch's `rejected` rows. `own_placed`: the batch's own conflicts
     are in the quarantine already (re-admission restates them there in place).
-    `writer`: see `process_checked`."""
+    `writer`, `quarantine`: see `process_checked`."""
     touched = accepted.select("event_id").distinct()
     classified = classify(history)
     decided = None
@@ -833,6 +867,7 @@ def _settle(
                         own_conflicts,
                         plan,
                         decided,
+                        quarantine,
                     )
             finally:
                 replacing.unpersist()
@@ -842,7 +877,15 @@ def _settle(
         # records, under the batch's transaction id (a retry skips it whole).
         with result.step("quarantine"):
             _quarantine_own(
-                checked, state, rejected, own_conflicts, settings, batch_id, app_id, plan
+                checked,
+                state,
+                rejected,
+                own_conflicts,
+                settings,
+                batch_id,
+                app_id,
+                plan,
+                writer=quarantine,
             )
     finally:
         state.unpersist()
@@ -858,10 +901,11 @@ def _quarantine_own(
     app_id: str,
     plan: contract.Plan,
     extra: DataFrame | None = None,
+    writer: lake.Committer | None = None,
 ) -> None:
     """The batch's rejected records and its own `conflicts` conflicting ones (each
     with the record it lost to), and `extra` quarantine rows, in one append under
-    the batch's transaction id."""
+    the batch's transaction id (by delta-rs with `writer`, `_quarantine_once`)."""
     parts = [p for p in (rejected, extra) if p is not None]
     if conflicts:
         ours = state.where((F.col("status") == CONFLICT) & F.col("in_batch"))
@@ -871,7 +915,8 @@ def _quarantine_own(
             )
         )
     if parts:
-        _quarantine_once(settings, reduce(DataFrame.unionByName, parts), batch_id, app_id, plan)
+        rows = reduce(DataFrame.unionByName, parts)
+        _quarantine_once(settings, rows, batch_id, app_id, plan, writer)
 
 
 def _settle_replaced(
@@ -887,6 +932,7 @@ def _settle_replaced(
     conflicts: int,
     plan: contract.Plan,
     decided: Decided | None = None,
+    writer: lake.Committer | None = None,
 ) -> None:
     """The quarantine, after a batch replaced winners. Only the replaced ids' earlier
     records change status: a new winner makes its former winner a conflict (chaos
@@ -902,10 +948,14 @@ def _settle_replaced(
     the append.
 
     `decided`: `state` on the driver (a live batch), which names the earlier records'
-    positions without a Spark job."""
+    positions without a Spark job. `writer`: the quarantine's (`_quarantine_once`),
+    which also says whether the append committed: after delta-rs's commits, which
+    write no checksum, Spark would rebuild the table's state to find the ids."""
     quarantine = plan.tables.quarantine.path(settings)
+    txn = _rejected_txn(app_id)
     # (A version 0 is falsy: `txn_version(...) or -1` took batch 0's retry for a first try.)
-    if lake.committed(spark, quarantine, _rejected_txn(app_id), batch_id):
+    done = lake.txn_version(spark, quarantine, txn) if writer is None else writer.txn_version(txn)
+    if done is not None and done >= batch_id:
         _settle_conflicts(spark, settings, checked, touched, state, plan, decided=decided)
         return
     replaced = replacing.select("event_id")
@@ -920,7 +970,7 @@ def _settle_replaced(
         merging = changes.any_stale()
         extra = to_conflict_rows(changes.adds) if not merging and changes.any_added() else None
         _quarantine_own(
-            checked, state, rejected, conflicts, settings, batch_id, app_id, plan, extra
+            checked, state, rejected, conflicts, settings, batch_id, app_id, plan, extra, writer
         )
         if merging:
             _quarantine_conflicts(
@@ -1466,7 +1516,6 @@ def _quarantine_conflicts(
     Keyed by position, so running it twice leaves the same rows.
     """
     key = ["partition", "offset"]
-    quarantine = DeltaTable.forPath(spark, plan.tables.quarantine.path(settings))
     source = (
         to_conflict_rows(to_add)
         .withColumn("_op", F.lit("add"))
@@ -1492,6 +1541,9 @@ def _quarantine_conflicts(
         named = _named(source, positions)
         if named == []:
             return  # nothing to add or remove: no commit
+        # After the check: Spark's snapshot of a table whose newest commit is
+        # delta-rs's (no checksum) rebuilds its state.
+        quarantine = DeltaTable.forPath(spark, plan.tables.quarantine.path(settings))
         if named is not None:
             condition += f" AND ({lake.positions_condition(named, 't')})"
         with lake.source_checkpointed(spark):

@@ -92,6 +92,7 @@ def _live(s) -> dict:
         "index": ledger_index.LedgerIndex(registry.SILVER_LEDGER.path(s), ledger),
         "silver_writer": writer(registry.SILVER_EVENTS),
         "bronze_writer": writer(registry.BRONZE_EVENTS),
+        "quarantine_writer": writer(registry.SILVER_QUARANTINE),
     }
 
 
@@ -114,14 +115,19 @@ def test_a_batch_lands_in_bronze_and_silver_once_even_when_retried(spark, lake_s
     s = lake_settings
     forgotten = spark.createDataFrame([(1, 0)], "partition int, offset bigint")
     checkpoint = _checkpoint(spark, s, "earliest", {0: 2, 1: 3})
-    appended = (registry.BRONZE_EVENTS, registry.SILVER_LEDGER, registry.SILVER_EVENTS)
+    appended = (
+        registry.BRONZE_EVENTS,
+        registry.SILVER_LEDGER,
+        registry.SILVER_EVENTS,
+        registry.SILVER_QUARANTINE,
+    )
     before = _versions(spark, s, appended)
     args = (0, "app", forgotten, checkpoint)
     writers = _live(s) if live else {}
     first = ingest.process_batch(spark, s, _kafka(spark, RECORDS), *args, **writers)
     # One commit each per batch: no stream of its own for bronze, no second hop.
     assert _versions(spark, s, appended) == [v + 1 for v in before]
-    assert _engines(s, appended) == ["delta" if live else "Apache"] * 3
+    assert _engines(s, appended) == ["delta" if live else "Apache"] * 4
     # A crash before the checkpoint's commit: the same batch again, same id.
     again = ingest.process_batch(spark, s, _kafka(spark, RECORDS), *args, **writers)
     assert _versions(spark, s, appended) == [v + 1 for v in before]  # all skipped

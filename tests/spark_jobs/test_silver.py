@@ -101,7 +101,8 @@ def lake(empty_lake, settings, tmp_path):
 @pytest.fixture
 def run(spark, lake, monkeypatch):
     """A micro-batch through `silver.process_batch` with one ledger index and silver's
-    delta-rs committer kept across the test's batches, as ingest keeps them on a
+    and the quarantine's delta-rs committers kept across the test's batches, as
+    ingest keeps them on a
     local lake (so `silver.Decided` decides the batch on the driver); and each
     batch's history, what the batch is decided from, equal to what joining the
     whole ledger finds. Spark's path (no committer: re-admission, recovery, S3, a
@@ -140,9 +141,12 @@ def run(spark, lake, monkeypatch):
     monkeypatch.setattr(silver, "_history", both)
 
     writer = spark_lake.Committer(*lake.delta_rs(silver.SILVER.path(lake)))
+    quarantine = spark_lake.Committer(*lake.delta_rs(silver.QUARANTINE.path(lake)))
 
     def process(batch, batch_id):
-        return silver.process_batch(spark, lake, batch, batch_id, "app", index, writer=writer)
+        return silver.process_batch(
+            spark, lake, batch, batch_id, "app", index, writer=writer, quarantine=quarantine
+        )
 
     return process
 
@@ -543,13 +547,18 @@ def test_a_live_batch_replaces_a_winner_with_delta_rs_and_the_change_feed_shows_
     index = ledger_index.LedgerIndex(silver.LEDGER.path(lake))
     path = silver.SILVER.path(lake)
     writer = spark_lake.Committer(*lake.delta_rs(path))
+    rejects = spark_lake.Committer(*lake.delta_rs(silver.QUARANTINE.path(lake)))
     first = [(1, o, _event(f"e{o}")) for o in range(3)]
-    silver.process_batch(spark, lake, _batch(spark, lake, first), 0, "app", index, writer=writer)
-    settled = writer.version()
+    silver.process_batch(
+        spark, lake, _batch(spark, lake, first), 0, "app", index, writer=writer, quarantine=rejects
+    )
+    settled, quarantined = writer.version(), rejects.version()
     earlier = [(0, 0, _event("e1", quantity=9, day="2025-12-31")), (0, 1, _event("e7"))]
     batch = _batch(spark, lake, earlier)
     before = _jobs_so_far(spark)
-    result = silver.process_batch(spark, lake, batch, 1, "app", index, writer=writer)
+    result = silver.process_batch(
+        spark, lake, batch, 1, "app", index, writer=writer, quarantine=rejects
+    )
     jobs = _jobs_so_far(spark) - before
     assert (result.accepted, result.replaced_winners) == (2, 1)
     events, quarantine, _ = _tables(spark, lake)
@@ -564,16 +573,27 @@ def test_a_live_batch_replaces_a_winner_with_delta_rs_and_the_change_feed_shows_
     assert [(r.partition, r.offset, r.reason) for r in quarantine.collect()] == [
         (1, 1, silver.CONFLICT)
     ]
+
     # Both of the batch's commits to silver are delta-rs's: its new id's append, under
-    # the batch's transaction id, then the MERGE.
-    commits = []
-    for version in range(settled + 1, writer.version() + 1):
-        log_file = Path(path) / "_delta_log" / f"{version:020d}.json"
-        actions = [json.loads(line) for line in log_file.read_text().splitlines()]
-        info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
-        assert info["engineInfo"].startswith("delta-rs"), info
-        commits.append((info["operation"], [a["txn"]["appId"] for a in actions if "txn" in a]))
-    assert commits == [("WRITE", ["app/silver-new"]), ("MERGE", [])]
+    # the batch's transaction id, then the MERGE; and the quarantine's one append.
+    def commits(table: str, first: int, last: int) -> list[tuple[str, list[str]]]:
+        found = []
+        for version in range(first, last + 1):
+            log_file = Path(table) / "_delta_log" / f"{version:020d}.json"
+            actions = [json.loads(line) for line in log_file.read_text().splitlines()]
+            info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+            assert info["engineInfo"].startswith("delta-rs"), info
+            found.append((info["operation"], [a["txn"]["appId"] for a in actions if "txn" in a]))
+        return found
+
+    assert commits(path, settled + 1, writer.version()) == [
+        ("WRITE", ["app/silver-new"]),
+        ("MERGE", []),
+    ]
+    # (one commit: the old winner, now a conflict)
+    assert commits(rejects.where, quarantined + 1, rejects.version()) == [
+        ("WRITE", ["app/rejected"])
+    ]
     feed = (
         spark.read.format("delta")
         .option("readChangeFeed", "true")
@@ -596,12 +616,15 @@ def test_a_live_batch_replaces_a_winner_with_delta_rs_and_the_change_feed_shows_
     # Retried (a crash after its commits): delta-rs's append finds its id, the MERGE
     # finds the winner in place, and silver gains no commit.
     newest = writer.version()
-    again = silver.process_batch(spark, lake, batch, 1, "app", index, writer=writer)
+    again = silver.process_batch(
+        spark, lake, batch, 1, "app", index, writer=writer, quarantine=rejects
+    )
     assert again.replaced_winners == 1
-    assert writer.version() == newest
+    assert (writer.version(), rejects.version()) == (newest, quarantined + 1)
     assert _tables(spark, lake)[0].count() == 4
     # delta-rs checkpoints as Spark does (its own default is every 100 commits).
-    assert spark_lake.table_properties(spark, path)["delta.checkpointInterval"] == "10"
+    for table in (path, rejects.where):
+        assert spark_lake.table_properties(spark, table)["delta.checkpointInterval"] == "10"
 
 
 def test_the_ledger_index_rebuilds_after_another_writer(spark, lake):

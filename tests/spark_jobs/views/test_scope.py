@@ -347,26 +347,39 @@ def test_a_sessions_change_is_decided_by_the_events_near_it(
 
 
 def test_a_sessions_batch_picked_by_delta_rs_takes_its_spans_by_value_or_joined(
-    silver_df, tmp_path, monkeypatch, session_gold
+    spark, silver_df, tmp_path, monkeypatch
 ):
     """A live sessions batch reads its rows of silver and gold by delta-rs (`pick`,
     `pick_gold`): local relations, which Spark's optimizer filters on the driver,
     row by row. Up to MAX_SPANS_BY_VALUE spans they are picked by value
     (`scoping.Spans`); past it, joined, since the condition's map of every key's
     spans is built for each row (37 s of a 960-span batch in stop 99's bench). Both
-    ways give gold the view of silver after the change, from the rows delta-rs read."""
+    ways give gold the view of silver after the change, from the rows delta-rs read.
+
+    c2's session at 100-160 min straddles c1's span at 75-155 and is near no change
+    of c2's: picked by time alone, or by customer alone, its event at 100 would be
+    recomputed without the one at 160 (outside every span, so never read)."""
     view = views.get("cart_sessions", 1)
-    added, taken, _ = SESSION_CHANGES["two spans"]
-    _, after, changed = _session_change(silver_df, added, taken)
-    spark = after.sparkSession
+    log = [*SESSION_LOG, cart("c2", at(100)), cart("c2", at(160))]
+    added = [cart("c1", at(155)), cart("c1", at(230)), cart("c2", at(300))]
+    everything = silver_df([*log, *added])
+    rows, schema = everything.collect(), everything.schema
+    before = spark.createDataFrame(rows[: len(log)], schema)
+    after = spark.createDataFrame(rows, schema)
+    changed = spark.createDataFrame(rows[len(log) :], schema)
     silver_path = str(tmp_path / "silver")
     after.write.format("delta").save(silver_path)
-    expected = gold_writes.gold_rows(view, after)
-    for limit in (gold_writes.MAX_SPANS_BY_VALUE, 0):
+    expected = gold_writes.gold_rows(view, after).localCheckpoint(eager=True)
+    made = str(tmp_path / "gold-before")
+    gold_writes.ensure_gold(spark, made, view)
+    gold_writes.apply_changes(spark, made, view, before, before)
+    real_in_spans = scoping._in_spans
+    for limit, way in ((gold_writes.MAX_SPANS_BY_VALUE, scoping.Spans), (0, DataFrame)):
         monkeypatch.setattr(gold_writes, "MAX_SPANS_BY_VALUE", limit)
         path = str(tmp_path / f"gold-{limit}")
-        shutil.copytree(session_gold, path)
+        shutil.copytree(made, path)
         conditions: list[str] = []
+        ways: list[type] = []
 
         def pick(condition: str, conditions: list[str] = conditions) -> DataFrame:
             conditions.append(condition)
@@ -378,6 +391,18 @@ def test_a_sessions_batch_picked_by_delta_rs_takes_its_spans_by_value_or_joined(
             conditions.append(condition)
             return lake.read_where(spark, path, {}, version, condition)
 
+        def in_spans(
+            view: View,
+            rows: DataFrame,
+            time: str,
+            scope: list[str],
+            near: DataFrame | scoping.Spans,
+            ways: list[type] = ways,
+        ) -> DataFrame:
+            ways.append(type(near))
+            return real_in_spans(view, rows, time, scope, near)
+
+        monkeypatch.setattr(scoping, "_in_spans", in_spans)
         gold_writes.apply_changes(
             spark,
             path,
@@ -389,8 +414,10 @@ def test_a_sessions_batch_picked_by_delta_rs_takes_its_spans_by_value_or_joined(
             pick_gold=pick_gold,
             writer=lake.Committer(path, {}),
         )
-        # Silver once, gold around the changes and where the spans start.
+        # Silver once, gold around the changes and where the spans start; the spans
+        # picked silver's rows and gold's the one way.
         assert len(conditions) == 3, conditions
+        assert len(ways) == 2 and all(issubclass(w, way) for w in ways), ways
         assert_df_equality(
             spark.read.format("delta").load(path),
             expected,
