@@ -157,7 +157,7 @@ def apply_changes(
     silver: DataFrame,
     links: LinkIndex | None = None,
     txn: tuple[str, int] | None = None,
-    span: tuple[int, int | None, int | None] | None = None,
+    span: tuple[int, int | None, int | None, list[int]] | None = None,
     pick: Callable[[str], DataFrame] | None = None,
     pick_gold: Callable[[int, str], DataFrame] | None = None,
     writer: lake.Committer | None = None,
@@ -189,19 +189,25 @@ def apply_changes(
         return target if target is not None else gold().toDF()
 
     # The changed rows' times (UTC microseconds), for sessions when the batch is
-    # small enough to follow change by change. One job counts and bounds them.
+    # small enough to follow change by change. One job counts and bounds them, and
+    # names the hours they fall in.
     times: tuple[int, int] | None = None
+    hours: list[int] = []
     if view.scope.gap is not None:
-        size, first, last = span or changed.agg(*span_columns()).first() or (0, None, None)
+        size, first, last, hours = span or changed.agg(*span_columns()).first() or _NO_SPAN
         if first is not None and last is not None and size <= MAX_NEAR_CHANGES:
             times = (first, last)
     if times is not None:
         # Sessions: only the rows within the gap of a change can move, and gold
         # says where they are. Read the events in their spans, from the days the
         # spans cover: the work then follows the change, not the customer's history.
+        # Gold's rows by the changes' hours, not from the first to the last: under
+        # chaos traffic nearly every batch holds an event years late, and then
+        # Spark read all of gold in every batch (stop 100's bench).
+        changed_in = scoping.merged_ranges((h, h + _HOUR_MICROS) for h in hours)
         around = (
-            pick_gold(before, scoping.around_sql(view, *times))
-            if pick_gold is not None and _few([times])
+            pick_gold(before, scoping.around_sql(view, changed_in))
+            if pick_gold is not None and changed_in and _few(changed_in)
             else current()
         )
         found = scoping.near(view, changed, scoping.around(view, around, *times))
@@ -218,12 +224,13 @@ def apply_changes(
         n_scopes = len({tuple(r[c] for c in view.scope_columns) for r in spans})
         # Only the customers near a change: the spans' times alone hold everyone's.
         theirs = scoping.scopes_sql(view, spans)
+        ranges = scoping.merged_ranges((r["lo"], r["hi"] + 1) for r in spans)
         if spans:
             lo, hi = min(r["lo"] for r in spans), max(r["hi"] for r in spans)
-            if pick_gold is not None and theirs is not None and _few([(lo, hi)]):
-                target = pick_gold(before, f"{scoping.starting_in_sql(view, lo, hi)} AND {theirs}")
+            if pick_gold is not None and theirs is not None and _few(ranges):
+                picked = f"{scoping.starting_in_sql(view, ranges)} AND {theirs}"
+                target = pick_gold(before, picked)
             target = scoping.starting_in(view, current(), lo, hi)
-        ranges = scoping.merged_ranges((r["lo"], r["hi"] + 1) for r in spans)
         condition = scoping.narrowed_sql(view, ranges, None)
         if pick is not None and condition is not None and theirs is not None and _few(ranges):
             silver = pick(f"({condition}) AND {theirs}")
@@ -260,12 +267,15 @@ def apply_changes(
             n_scopes = len(listed.keys) if listed is not None else scopes.count()
         else:
             n_scopes = len(bounds)
-            if bounds and view.scope.within and view.scope.within[0] == view.window[0]:
-                lo, hi = min(r[0] for r in bounds), max(r[0] for r in bounds)
-                if pick_gold is not None and listed is not None and _few([(lo, hi)]):
-                    target = pick_gold(before, scoping.starting_in_sql(view, lo, hi))
-                target = scoping.starting_in(view, current(), lo, hi)
             ranges = scoping.merged_ranges(bounds)
+            if bounds and view.scope.within and view.scope.within[0] == view.window[0]:
+                # A scope's rows start at its own time bound's start: gold's rows by
+                # the scopes' ranges, as silver's below (a late event's hour years
+                # back no longer makes the batch read all of gold in between).
+                lo, hi = min(r[0] for r in bounds), max(r[0] for r in bounds)
+                if pick_gold is not None and listed is not None and _few(ranges):
+                    target = pick_gold(before, scoping.starting_in_sql(view, ranges))
+                target = scoping.starting_in(view, current(), lo, hi)
             linked_days = None if links is None else links.linked_days(ranges)
             condition = scoping.narrowed_sql(view, ranges, linked_days)
             if pick is not None and condition is not None and listed is not None and _few(ranges):
@@ -295,13 +305,20 @@ def _spark_table(spark: SparkSession, path: str) -> Callable[[], DeltaTable]:
 
 
 def span_columns() -> list[Column]:
-    """How many changed rows, and their first and last event time (UTC microseconds):
-    what a view of sessions follows a small change by (`apply_changes`' `span`)."""
+    """How many changed rows, their first and last event time, and the hours they fall
+    in, in order (UTC microseconds): what a view of sessions follows a small change by
+    (`apply_changes`' `span`)."""
     return [
         F.count(F.lit(1)),
         F.min(F.unix_micros("event_time")),
         F.max(F.unix_micros("event_time")),
+        F.array_sort(F.collect_set(F.unix_micros(F.date_trunc("hour", "event_time")))),
     ]
+
+
+# `span_columns` of no rows, and an hour, in UTC microseconds.
+_NO_SPAN: tuple[int, None, None, list[int]] = (0, None, None, [])
+_HOUR_MICROS = 3_600_000_000
 
 
 def _merge(
@@ -525,9 +542,12 @@ def fold_changes(
     # comes between (then the change feed publishes both).
     before = writer.version() if writer is not None else lake.newest_version(spark, path)
     lo, hi = min(starts), max(starts)
+    # By the rows' own starts: a late event's hour years back would otherwise make
+    # the read span every row in between.
+    at_starts = scoping.merged_ranges((s, s + 1) for s in starts)
     rows = (
-        writer.read_where(spark, before, scoping.starting_in_sql(view, lo, hi))
-        if writer is not None and _few([(lo, hi)])
+        writer.read_where(spark, before, scoping.starting_in_sql(view, at_starts))
+        if writer is not None and _few(at_starts)
         else gold().toDF()
     )
     old = scoping.starting_in(view, rows, lo, hi)

@@ -298,7 +298,11 @@ def stream(
         landed_at = 2 * n + 1
         span_at = landed_at + len(restatements.Landed._fields)
         landed = restatements.Landed(*stats[landed_at:span_at])
-        span = (stats[span_at], stats[span_at + 1], stats[span_at + 2]) if stats[span_at:] else None
+        span = (
+            (stats[span_at], stats[span_at + 1], stats[span_at + 2], stats[span_at + 3] or [])
+            if stats[span_at:]
+            else None
+        )
         # The input as of the batch's last commit of each source, and as it stood
         # before the batch (what its restatements compare against).
         at = through.after({src: last for src, (_, last) in ranges.items()})

@@ -323,17 +323,27 @@ def scopes_sql(view: View, rows: Sequence[Row]) -> str | None:
     return " AND ".join(terms) or None
 
 
-def around_sql(view: View, lo: int, hi: int) -> str:
-    """`around` as SQL."""
+def around_sql(view: View, ranges: Sequence[tuple[int, int]]) -> str:
+    """`around` as SQL, for changes at times in any of `ranges` ([start, end), UTC
+    microseconds): a batch's changes can lie years apart (a late event), and one
+    range from the first to the last would read every row of gold in between."""
     assert view.scope.gap is not None, f"{view.table_name}: its scope has no gap"
     start, end = view.window
-    reach = hi + _micros_of(view.scope.gap)
-    return f'"{start}" <= {sql_micros(reach)} AND "{end}" >= {_sql_from(lo)}'
+    gap = _micros_of(view.scope.gap)
+    return _sql_any(
+        [
+            f'("{start}" <= {sql_micros(b - 1 + gap)} AND "{end}" >= {_sql_from(a)})'
+            for a, b in ranges
+        ]
+    )
 
 
-def starting_in_sql(view: View, lo: int, hi: int) -> str:
-    """`starting_in` as SQL."""
-    return f'"{view.window[0]}" BETWEEN {_sql_from(lo)} AND {sql_micros(hi)}'
+def starting_in_sql(view: View, ranges: Sequence[tuple[int, int]]) -> str:
+    """`starting_in` as SQL, for windows that start in any of `ranges` ([start, end),
+    UTC microseconds), as `around_sql`."""
+    return _sql_any(
+        [f'"{view.window[0]}" BETWEEN {_sql_from(a)} AND {sql_micros(b - 1)}' for a, b in ranges]
+    )
 
 
 def of_on_days_sql(view: View, days: Iterable[int], keys: Sequence[str] | None = None) -> str:

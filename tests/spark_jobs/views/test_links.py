@@ -118,6 +118,11 @@ def test_a_live_batch_reads_only_the_days_its_links_are_on(
     else:  # silver's `of` events by key, gold by window, silver by time
         for each in ('"order_id" IN', '"window_start" BETWEEN', '"event_time" >='):
             assert any(each in c for c in asked), (each, asked)
+        # Gold in both batches, the second's two hours a week apart each on its own:
+        # one range from the first to the last would pass MAX_PICKED_MICROS and leave
+        # gold to Spark's scan of every row in between (as a late event did, stop 100).
+        gold_reads = [c for c in asked if '"window_start" BETWEEN' in c]
+        assert len(gold_reads) == 2 and gold_reads[1].count("BETWEEN") == 2, asked
 
     assert_df_equality(
         read(gold),
@@ -213,9 +218,13 @@ def test_the_sql_a_live_batch_reads_by_keeps_what_spark_s_filters_keep(spark, si
     windows = partial(lake.read_where, spark, gold, {}, lake.newest_version(spark, gold))
     lo, hi = _micros(at(hours=48)), _micros(at(hours=61))
     starting = scoping.starting_in(VIEW, spark.read.format("delta").load(gold), lo, hi)
-    picked = windows(scoping.starting_in_sql(VIEW, lo, hi))
+    picked = windows(scoping.starting_in_sql(VIEW, [(lo, hi + 1)]))
     assert sorted(picked.collect()) == sorted(starting.collect())
     assert {r.window_start for r in picked.collect()} == {at(hours=h) for h in (48, 49, 50, 61)}
+    # Ranges apart pick each one's rows, and none of those between them.
+    apart = [(lo, lo + 1), (hi, hi + 1)]
+    picked = windows(scoping.starting_in_sql(VIEW, apart))
+    assert {r.window_start for r in picked.collect()} == {at(hours=h) for h in (48, 61)}
 
 
 def test_the_customers_near_a_change_narrow_a_sessions_read_and_computed_scopes_do_not():
@@ -253,4 +262,17 @@ def test_a_sessions_gold_read_by_delta_rs_keeps_what_spark_s_filters_keep(
     ]
     for lo, hi in cases:
         kept = sorted(scoping.around(view, rows, lo, hi).collect())
-        assert kept and sorted(read(scoping.around_sql(view, lo, hi)).collect()) == kept, (lo, hi)
+        assert kept and sorted(read(scoping.around_sql(view, [(lo, hi + 1)])).collect()) == kept, (
+            lo,
+            hi,
+        )
+    # Changes at times apart: the rows around each, and not c2's between them.
+    (first, _), _, (last, _) = cases
+    kept = sorted(
+        scoping.around(view, rows, first, first)
+        .union(scoping.around(view, rows, last, last))
+        .collect()
+    )
+    around_both = read(scoping.around_sql(view, [(first, first + 1), (last, last + 1)]))
+    assert sorted(around_both.collect()) == kept
+    assert {r.customer_id for r in kept} == {"c1", "c3"}

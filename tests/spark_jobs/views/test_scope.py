@@ -358,10 +358,15 @@ def test_a_sessions_batch_picked_by_delta_rs_takes_its_spans_by_value_or_joined(
 
     c2's session at 100-160 min straddles c1's span at 75-155 and is near no change
     of c2's: picked by time alone, or by customer alone, its event at 100 would be
-    recomputed without the one at 160 (outside every span, so never read)."""
+    recomputed without the one at 160 (outside every span, so never read).
+
+    c3's event three years late is the batch's too, as under chaos traffic: gold is
+    still read by delta-rs, around each change's hour and in each span, not in one
+    range from the first change to the last (then Spark's scan of all of gold)."""
     view = views.get("cart_sessions", 1)
     log = [*SESSION_LOG, cart("c2", at(100)), cart("c2", at(160))]
-    added = [cart("c1", at(155)), cart("c1", at(230)), cart("c2", at(300))]
+    late = cart("c3", at(hours=-3 * 365 * 24))
+    added = [cart("c1", at(155)), cart("c1", at(230)), cart("c2", at(300)), late]
     everything = silver_df([*log, *added])
     rows, schema = everything.collect(), everything.schema
     before = spark.createDataFrame(rows[: len(log)], schema)
