@@ -112,9 +112,10 @@ MAX_SPANS_BY_VALUE = 100
 
 
 # A live batch reads the rows of silver and gold it names by delta-rs, onto the
-# driver (`apply_changes`' `pick`, `pick_gold`), while they span at most this much
-# event time and their linked keys are listed; past it (a catch-up, a late event
-# days old), Spark's scans read them across its tasks, as before.
+# driver (`apply_changes`' `pick`, `pick_gold`), while the time ranges they lie in
+# (merged, `scoping.merged_ranges`) sum to at most this much event time and their
+# linked keys are listed; past it (a catch-up), Spark's scans read them across its
+# tasks. A late event days old adds its own range, not the days in between.
 MAX_PICKED_MICROS = 24 * 3600 * 1_000_000
 
 
@@ -203,7 +204,8 @@ def apply_changes(
         # spans cover: the work then follows the change, not the customer's history.
         # Gold's rows by the changes' hours, not from the first to the last: under
         # chaos traffic nearly every batch holds an event years late, and then
-        # Spark read all of gold in every batch (stop 100's bench).
+        # Spark read all of gold in every batch (stop 100's bench). Each change lies
+        # in its hour, and `around_sql` widens each hour by the gap, as `around`.
         changed_in = scoping.merged_ranges((h, h + _HOUR_MICROS) for h in hours)
         around = (
             pick_gold(before, scoping.around_sql(view, changed_in))
@@ -307,12 +309,14 @@ def _spark_table(spark: SparkSession, path: str) -> Callable[[], DeltaTable]:
 def span_columns() -> list[Column]:
     """How many changed rows, their first and last event time, and the hours they fall
     in, in order (UTC microseconds): what a view of sessions follows a small change by
-    (`apply_changes`' `span`)."""
+    (`apply_changes`' `span`). The hours by arithmetic on the microseconds, not
+    `date_trunc`, which works in the session's time zone."""
+    micros = F.unix_micros("event_time")
     return [
         F.count(F.lit(1)),
-        F.min(F.unix_micros("event_time")),
-        F.max(F.unix_micros("event_time")),
-        F.array_sort(F.collect_set(F.unix_micros(F.date_trunc("hour", "event_time")))),
+        F.min(micros),
+        F.max(micros),
+        F.array_sort(F.collect_set(micros - F.pmod(micros, F.lit(_HOUR_MICROS)))),
     ]
 
 

@@ -118,7 +118,7 @@ def test_a_live_batch_reads_only_the_days_its_links_are_on(
     else:  # silver's `of` events by key, gold by window, silver by time
         for each in ('"order_id" IN', '"window_start" BETWEEN', '"event_time" >='):
             assert any(each in c for c in asked), (each, asked)
-        # Gold in both batches, the second's two hours a week apart each on its own:
+        # Gold in both batches, the second's two hours two days apart each on its own:
         # one range from the first to the last would pass MAX_PICKED_MICROS and leave
         # gold to Spark's scan of every row in between (as a late event did, stop 100).
         gold_reads = [c for c in asked if '"window_start" BETWEEN' in c]

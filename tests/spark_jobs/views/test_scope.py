@@ -362,10 +362,16 @@ def test_a_sessions_batch_picked_by_delta_rs_takes_its_spans_by_value_or_joined(
 
     c3's event three years late is the batch's too, as under chaos traffic: gold is
     still read by delta-rs, around each change's hour and in each span, not in one
-    range from the first change to the last (then Spark's scan of all of gold)."""
+    range from the first change to the last (then Spark's scan of all of gold). It
+    joins c3's session of then, which only a read around its hour finds."""
     view = views.get("cart_sessions", 1)
-    log = [*SESSION_LOG, cart("c2", at(100)), cart("c2", at(160))]
     late = cart("c3", at(hours=-3 * 365 * 24))
+    log = [
+        *SESSION_LOG,
+        cart("c2", at(100)),
+        cart("c2", at(160)),
+        cart("c3", at(-10, hours=-3 * 365 * 24)),
+    ]
     added = [cart("c1", at(155)), cart("c1", at(230)), cart("c2", at(300)), late]
     everything = silver_df([*log, *added])
     rows, schema = everything.collect(), everything.schema
