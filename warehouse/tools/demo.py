@@ -316,12 +316,17 @@ def run(settings: Settings, events: int) -> int:
     )
     airflow.run("regauge_reprocess", {"view": VISITS, "version": 1})
     print(f"  {_describe(settings, 1, VISITS)}")
-    _step(f"asking Trino as {ANALYSTS[0]}: visits per day across both sources, and conversions")
+    _step(
+        f"asking Trino as {ANALYSTS[0]}: visits on the busiest days across both sources, "
+        "and conversions"
+    )
     visits = trino_client.query(settings, VISITS_SQL, user=ANALYSTS[0])
     print(trino_client.format_table(visits))
     # The gate passed (every gold commit equals the view over its snapshot of both
-    # silvers); what is left to see is that the web's views meet the shop's orders.
-    joined = any(row[3] for row in visits.rows)
+    # silvers); what is left to see is that the web's views meet the shop's orders,
+    # on any day: chaos traffic's days years back hold a few visits and seldom one.
+    (converted,) = trino_client.query(settings, VISITS_CONVERTED_SQL, user=ANALYSTS[0]).rows[0]
+    joined = bool(converted)
     print(
         f"\n{'joined' if joined else 'NOT JOINED'}: visits that viewed a product, then "
         "ordered it, in one view over both sources"
@@ -602,9 +607,10 @@ SELECT date(visit_start) AS day, count(*) AS visits,
        round(100.0 * count_if(converted) / count(*), 1) AS converted_pct
 FROM {serving.trino_name(VISITS)}
 GROUP BY date(visit_start)
-ORDER BY day
+ORDER BY visits DESC, day
 LIMIT 8
 """
+VISITS_CONVERTED_SQL = f"SELECT count_if(converted) FROM {serving.trino_name(VISITS)}"
 RESTATEMENTS_SQL = f"""
 SELECT view, version, reason, count(*) AS restatements,
        count(DISTINCT window_start) AS windows, round(avg(lateness) / 3600.0, 1) AS avg_hours_late
