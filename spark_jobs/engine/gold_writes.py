@@ -155,7 +155,7 @@ def apply_changes(
     path: str,
     view: View,
     changed: DataFrame,
-    silver: DataFrame,
+    silver: DataFrame | Callable[[], DataFrame],
     links: LinkIndex | None = None,
     txn: tuple[str, int] | None = None,
     span: tuple[int, int | None, int | None, list[int]] | None = None,
@@ -165,6 +165,10 @@ def apply_changes(
 ) -> Applied:
     """Recompute the scopes `changed` touches from `silver`; replace them in gold at `path`.
 
+    `silver`: the snapshot of silver the batch reads, or a function that reads it,
+    called only where the batch reads through Spark (a live batch: Spark builds the
+    snapshot of a version as it reads it, two jobs for each source that delta-rs
+    committed, where delta-rs's picks below serve most batches).
     With `links` (a view with linked events, run batch after batch by a live
     stream), linked events and the `of` events they link to are read from the
     days of silver the index names, not from all of history. With `txn` (a live
@@ -179,6 +183,7 @@ def apply_changes(
     version is read by delta-rs and a small MERGE committed by it (`_merge`): then
     a batch whose rows `pick_gold` reads touches gold through Spark not at all."""
     gold = _spark_table(spark, path)
+    whole = _once(silver)
     # The commit the MERGE below makes is this one's successor, unless another
     # writer commits in between (then the change feed publishes both).
     before = writer.version() if writer is not None else lake.newest_version(spark, path)
@@ -224,31 +229,40 @@ def apply_changes(
             else spark.createDataFrame(spans, found.schema)
         )
         n_scopes = len({tuple(r[c] for c in view.scope_columns) for r in spans})
+        if not n_scopes:
+            return Applied(0, None)
         # Only the customers near a change: the spans' times alone hold everyone's.
         theirs = scoping.scopes_sql(view, spans)
         ranges = scoping.merged_ranges((r["lo"], r["hi"] + 1) for r in spans)
-        if spans:
-            lo, hi = min(r["lo"] for r in spans), max(r["hi"] for r in spans)
-            if pick_gold is not None and theirs is not None and _few(ranges):
-                picked = f"{scoping.starting_in_sql(view, ranges)} AND {theirs}"
-                target = pick_gold(before, picked)
-            target = scoping.starting_in(view, current(), lo, hi)
+        lo, hi = min(r["lo"] for r in spans), max(r["hi"] for r in spans)
+        if pick_gold is not None and theirs is not None and _few(ranges):
+            picked = f"{scoping.starting_in_sql(view, ranges)} AND {theirs}"
+            target = pick_gold(before, picked)
+        target = scoping.starting_in(view, current(), lo, hi)
         condition = scoping.narrowed_sql(view, ranges, None)
-        if pick is not None and condition is not None and theirs is not None and _few(ranges):
-            silver = pick(f"({condition}) AND {theirs}")
-        silver = scoping.narrowed(view, silver, ranges)
-        deciding = scoping.restrict_near(view, silver, near)
+        read = (
+            pick(f"({condition}) AND {theirs}")
+            if pick is not None and condition is not None and theirs is not None and _few(ranges)
+            else whole()
+        )
+        silver_rows = scoping.narrowed(view, read, ranges)
+        deciding = scoping.restrict_near(view, silver_rows, near)
         replaced = scoping.rows_near(view, current(), near)
     else:
-        of_silver = silver
-        if links is not None:
-            taken = links.follow(changed, silver)
+        if links is None:
+            of_silver = whole()
+        else:
+            taken = links.follow(changed, whole)
             days = links.of_days(taken.linked_hashes)
             keys = taken.linked_keys
-            if pick is not None and keys is not None and len(keys) <= MAX_LISTED_SCOPES:
-                # Only the `of` events of the batch's linked keys, on their days.
-                of_silver = pick(scoping.of_on_days_sql(view, days, keys))
-            of_silver = scoping.of_on_days(view, of_silver, days)
+            # Only the `of` events of the batch's linked keys, on their days.
+            of_silver = scoping.of_on_days(
+                view,
+                pick(scoping.of_on_days_sql(view, days, keys))
+                if pick is not None and keys is not None and len(keys) <= MAX_LISTED_SCOPES
+                else whole(),
+                days,
+            )
         scopes = scoping.scopes_of(view, changed, of_silver)
         # A live batch's few scopes, collected with their time bounds in one job and
         # then picked out by value; a catch-up's many, materialised and joined.
@@ -265,12 +279,20 @@ def apply_changes(
         # Where the scopes bound their events' time (an hour), read only those days of
         # silver: the work then follows the change, not the size of history. (One row
         # of bounds per scope, so they count the scopes too.)
+        n_scopes = (
+            len(bounds)
+            if bounds is not None
+            else len(listed.keys)
+            if listed is not None
+            else scopes.count()
+        )
+        if not n_scopes:
+            return Applied(0, None)
         if bounds is None:
-            n_scopes = len(listed.keys) if listed is not None else scopes.count()
+            silver_rows = whole()
         else:
-            n_scopes = len(bounds)
             ranges = scoping.merged_ranges(bounds)
-            if bounds and view.scope.within and view.scope.within[0] == view.window[0]:
+            if view.scope.within and view.scope.within[0] == view.window[0]:
                 # A scope's rows start at its own time bound's start: gold's rows by
                 # the scopes' ranges, as silver's below (a late event's hour years
                 # back no longer makes the batch read all of gold in between).
@@ -280,17 +302,21 @@ def apply_changes(
                 target = scoping.starting_in(view, current(), lo, hi)
             linked_days = None if links is None else links.linked_days(ranges)
             condition = scoping.narrowed_sql(view, ranges, linked_days)
-            if pick is not None and condition is not None and listed is not None and _few(ranges):
-                silver = pick(condition)
-            silver = scoping.narrowed(view, silver, ranges, linked_days)
-        deciding = scoping.restrict(view, silver, scopes, listed)
+            read = (
+                pick(condition)
+                if pick is not None
+                and condition is not None
+                and listed is not None
+                and _few(ranges)
+                else whole()
+            )
+            silver_rows = scoping.narrowed(view, read, ranges, linked_days)
+        deciding = scoping.restrict(view, silver_rows, scopes, listed)
         replaced = (
             current().join(F.broadcast(scopes), list(view.scope_columns), "left_semi")
             if listed is None
             else current().where(listed.picks())
         )
-    if not n_scopes:
-        return Applied(0, silver)
     # Materialised first: the rows are used twice (what differs from gold, and
     # placing the batch's restatements), and Spark would otherwise read silver and
     # recompute for each (profiled: two scans of 3.9 M rows in one cart batch).
@@ -298,7 +324,14 @@ def apply_changes(
     source = differences(view, fresh, replaced)
     what = f"{view.table_name}: replacing {n_scopes} scopes"
     staged = _merge(spark, gold, view, source, before, txn, retry_as=what, writer=writer)
-    return Applied(n_scopes, silver, fresh, staged)
+    return Applied(n_scopes, silver_rows, fresh, staged)
+
+
+def _once(silver: DataFrame | Callable[[], DataFrame]) -> Callable[[], DataFrame]:
+    """`silver`, or what the function `silver` reads, read at the first call only."""
+    if isinstance(silver, DataFrame):
+        return lambda: silver
+    return functools.cache(silver)
 
 
 def _spark_table(spark: SparkSession, path: str) -> Callable[[], DeltaTable]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,16 +114,17 @@ class LinkIndex:
     def __len__(self) -> int:
         return len(self._of_days) + len(self._linked_days)
 
-    def follow(self, changed: DataFrame, silver: DataFrame) -> Rows:
-        """Take in a micro-batch: its changed rows, and the snapshot of silver it reads.
-        Built from that snapshot at the first batch; later batches add their rows.
-        Returns the changed rows, as the index read them."""
+    def follow(self, changed: DataFrame, silver: Callable[[], DataFrame]) -> Rows:
+        """Take in a micro-batch: its changed rows, and the snapshot of silver it reads
+        (a function that reads it, called at the first batch only). Built from that
+        snapshot at the first batch; later batches add their rows. Returns the changed
+        rows, as the index read them."""
         rows = Rows.of(self.view, changed)
         if self._built:
             self._add(rows)
             return rows
         started = time.monotonic()
-        self._add(Rows.of(self.view, silver))
+        self._add(Rows.of(self.view, silver()))
         self._built = True
         log.info(
             "%s: link index of %s events by %s in %.1f s",

@@ -326,15 +326,17 @@ def stream(
             if applied is None:
                 # One snapshot of silver, the batch's last commit, for the recompute
                 # and for placing restatements. Pre-images matter too: a replaced
-                # winner may leave a scope it was in.
-                silver = read_input(spark, settings, view, at)
+                # winner may leave a scope it was in. Read by Spark only if the batch
+                # needs more of it than delta-rs's picks: a DataFrame of a version
+                # has Spark build that snapshot, two jobs for each source when
+                # delta-rs committed it (no checksum; stop 100's event log).
                 changed = mine.drop(*lake.CDF_COLUMNS)
                 applied = gold_writes.apply_changes(
                     spark,
                     path,
                     view,
                     changed,
-                    silver,
+                    partial(read_input, spark, settings, view, at),
                     links,
                     txn,
                     span,

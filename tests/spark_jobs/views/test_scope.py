@@ -414,12 +414,18 @@ def test_a_sessions_batch_picked_by_delta_rs_takes_its_spans_by_value_or_joined(
             return real_in_spans(view, rows, time, scope, near)
 
         monkeypatch.setattr(scoping, "_in_spans", in_spans)
+        spark_reads: list[int] = []
+
+        def whole(spark_reads: list[int] = spark_reads) -> DataFrame:
+            spark_reads.append(1)
+            return after
+
         gold_writes.apply_changes(
             spark,
             path,
             view,
             changed,
-            after,
+            whole,
             txn=("t", 1),
             pick=pick,
             pick_gold=pick_gold,
@@ -428,6 +434,8 @@ def test_a_sessions_batch_picked_by_delta_rs_takes_its_spans_by_value_or_joined(
         # Silver once, gold around the changes and where the spans start; the spans
         # picked silver's rows and gold's the one way.
         assert len(conditions) == 3, conditions
+        # ...and none of silver through Spark, which would build its snapshot.
+        assert not spark_reads
         assert len(ways) == 2 and all(issubclass(w, way) for w in ways), ways
         assert_df_equality(
             spark.read.format("delta").load(path),
