@@ -150,7 +150,7 @@ class Publisher:
         writer: lake.Committer | None = None,
     ) -> None:
         """`writer`: the stream's delta-rs committer of gold, which reads gold's newest
-        version where Spark would run a job after its commits (no checksum)."""
+        version without Spark's snapshot of it."""
         self.spark, self.settings, self.view, self.path = spark, settings, view, path
         self.writer = writer
         self.topic = registry.view_topic(view.name, view.version)

@@ -187,8 +187,8 @@ def apply_changes(
     # The commit the MERGE below makes is this one's successor, unless another
     # writer commits in between (then the change feed publishes both).
     before = writer.version() if writer is not None else lake.newest_version(spark, path)
-    # Gold in Spark, only where a batch reads it so: after delta-rs's commits, which
-    # write no checksum, Spark runs a job to read the table's schema from the log.
+    # Gold in Spark, only where a batch reads it so: building Spark's snapshot costs
+    # jobs over the log wherever its version has no checksum.
     target: DataFrame | None = None
 
     def current() -> DataFrame:

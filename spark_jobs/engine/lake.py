@@ -33,7 +33,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.sql.types import StructType
 
-from spark_jobs.engine import session
+from spark_jobs.engine import delta_checksum, session
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -451,9 +451,9 @@ def append_live(
     delta-rs commits them under the same transaction id, in a few hundredths, where
     Spark's write and commit took 0.5-0.8 s of every live batch for each table
     (bronze, the ledger; docs/BENCHMARKS.md, issue 67). Spark's append if delta-rs
-    refuses. Every live append to a table must then be delta-rs's: a Spark append
-    after one of delta-rs's, which writes no checksum, rebuilds the table's state
-    to find its transaction ids (`_append_winners` says the same of silver).
+    refuses. A Spark append after delta-rs's reads the ids from the checksum the
+    `Committer` writes; where that version has none (the chain of them broke
+    beyond `delta_checksum.CATCH_UP`), Spark rebuilds the table's state to find them.
 
     `rows`: `df` as Arrow, if the caller has them on the driver already.
 
@@ -862,9 +862,10 @@ class Committer:
     state from the log
     (docs/design/issue-67-design-b-delta-rs.md).
     Kept open between batches: each read of the log takes in only the commits
-    since the last one. The table's `.crc` files stop at Spark's last commit, so
-    its newest version and transaction ids are read here too, where Spark would
-    run a job to read them from the log.
+    since the last one, and the live path asks it the newest version and the
+    transaction ids. Each commit also gets Delta's checksum file, as Spark's do
+    (`delta_checksum`), so Spark reads the table's protocol, metadata and ids from
+    it rather than with jobs over the log.
 
     Local tables only: on S3, Spark's log store writes a commit without the
     conditional put delta-rs relies on, so a Spark commit (maintenance) could
@@ -987,6 +988,7 @@ class Committer:
         """Run delta-rs's `write` under the table's commit lock (`committing`): a
         conflict raises CommitFailedError, any other error MergeRefused."""
         with committing(self.where):
+            before = None if self._table is None else int(self._table.version())
             try:
                 write()
             except deltalake.exceptions.CommitFailedError as exc:
@@ -1001,6 +1003,29 @@ class Committer:
             finally:
                 # Also after an error: the checkpoint after a commit may be what failed.
                 self._checkpoint_checksum_dropped()
+            self._checksum_written(before)
+
+    def _checksum_written(self, before: int | None) -> None:
+        """Write Delta's checksum of the version just committed (`delta_checksum`),
+        so that Spark builds its snapshot without jobs over the log, and its next
+        commit derives its own checksum from this one instead of rebuilding the
+        table's state. A checksum not written costs only that: it never fails the
+        commit."""
+        root = self._local_root()
+        if root is None or self._table is None:
+            return
+        after = int(self._table.version())
+        if before is not None and after <= before:
+            return  # no commit (a merge that changed nothing)
+        try:
+            delta_checksum.write_after_commit(root / "_delta_log", after)
+        except OSError as exc:
+            log.warning("%s: no checksum written for version %d (%s)", self.where, after, exc)
+
+    def _local_root(self) -> Path | None:
+        if "://" in self.where and not self.where.startswith("file:"):
+            return None
+        return Path(urlparse(self.where).path if "://" in self.where else self.where)
 
     def _checkpoint_checksum_dropped(self) -> None:
         """delta-rs rewrites `_last_checkpoint` at each checkpoint it writes, but not
@@ -1009,9 +1034,9 @@ class Committer:
         (ChecksumException) and fall back to listing the log after three tries a
         second apart. Without a checksum, Hadoop reads the file as it is (so dropping
         one that still matches, Spark's own, costs nothing)."""
-        if "://" in self.where and not self.where.startswith("file:"):
+        root = self._local_root()
+        if root is None:
             return
-        root = Path(urlparse(self.where).path if "://" in self.where else self.where)
         with contextlib.suppress(FileNotFoundError):
             _crc(root / "_delta_log" / "_last_checkpoint").unlink()
 

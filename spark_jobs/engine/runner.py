@@ -329,7 +329,7 @@ def stream(
                 # winner may leave a scope it was in. Read by Spark only if the batch
                 # needs more of it than delta-rs's picks: a DataFrame of a version
                 # has Spark build that snapshot, two jobs for each source when
-                # delta-rs committed it (no checksum; stop 100's event log).
+                # its version has no checksum (stop 100's event log).
                 changed = mine.drop(*lake.CDF_COLUMNS)
                 applied = gold_writes.apply_changes(
                     spark,

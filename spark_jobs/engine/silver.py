@@ -712,10 +712,11 @@ def _append_winners(
     With `writer` (a live batch on a local lake) and at most MAX_APPENDED_BY_DELTA_RS
     rows, delta-rs commits them, as it does the winners a batch replaces
     (`_merge_winners`). Either both are delta-rs's or neither: after a commit of
-    delta-rs's, which writes no checksum, Spark's next append would rebuild silver's
-    state from the log to find its transaction ids (`lake.append_once`), 4 Spark jobs
-    and about 1.2 CPU-s of a 1,300-record batch (docs/BENCHMARKS.md, issue 67). A
-    batch with more rows than that in either commits both by Spark (`_settle`)."""
+    delta-rs's without a checksum (before `delta_checksum`), Spark's next append
+    rebuilt silver's state from the log to find its transaction ids
+    (`lake.append_once`), 4 Spark jobs and about 1.2 CPU-s of a 1,300-record batch
+    (docs/BENCHMARKS.md, issue 67). A batch with more rows than that in either
+    commits both by Spark (`_settle`)."""
     live = writer if count <= MAX_APPENDED_BY_DELTA_RS else None
     what = f"silver batch {batch_id}: new winners"
     path = plan.tables.silver.path(settings)
@@ -949,8 +950,8 @@ def _settle_replaced(
 
     `decided`: `state` on the driver (a live batch), which names the earlier records'
     positions without a Spark job. `writer`: the quarantine's (`_quarantine_once`),
-    which also says whether the append committed: after delta-rs's commits, which
-    write no checksum, Spark would rebuild the table's state to find the ids."""
+    which also says whether the append committed: after a commit of delta-rs's
+    without a checksum, Spark would rebuild the table's state to find the ids."""
     quarantine = plan.tables.quarantine.path(settings)
     txn = _rejected_txn(app_id)
     # (A version 0 is falsy: `txn_version(...) or -1` took batch 0's retry for a first try.)
@@ -1541,8 +1542,8 @@ def _quarantine_conflicts(
         named = _named(source, positions)
         if named == []:
             return  # nothing to add or remove: no commit
-        # After the check: Spark's snapshot of a table whose newest commit is
-        # delta-rs's (no checksum) rebuilds its state.
+        # After the check: Spark's snapshot of a table whose newest commit has no
+        # checksum (delta-rs's, where `delta_checksum` wrote none) reads its log.
         quarantine = DeltaTable.forPath(spark, plan.tables.quarantine.path(settings))
         if named is not None:
             condition += f" AND ({lake.positions_condition(named, 't')})"
