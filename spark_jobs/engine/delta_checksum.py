@@ -119,7 +119,10 @@ def next_checksum(previous: dict[str, Any], actions: list[dict[str, Any]]) -> di
     metadata, protocol = previous.get("metadata"), previous.get("protocol")
     if metadata is None or protocol is None or any(previous.get(f) is not None for f in _DV_FIELDS):
         return None
-    size, files = int(previous["tableSizeBytes"]), int(previous["numFiles"])
+    try:
+        size, files = int(previous["tableSizeBytes"]), int(previous["numFiles"])
+    except (KeyError, TypeError, ValueError):
+        return None
     histogram = copy.deepcopy(previous.get("fileSizeHistogram"))
     committed: list[dict[str, Any]] = []
     for action in actions:
@@ -191,17 +194,18 @@ def _read_checksum(log_dir: Path, version: int) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def _write(log_dir: Path, version: int, found: dict[str, Any]) -> dict[str, Any] | None:
+def _write(log_dir: Path, version: int, found: dict[str, Any]) -> dict[str, Any]:
     """Write `version`'s checksum as a temporary file linked into place, which refuses
     to replace one another writer (Spark) wrote meanwhile (Spark writes its own so
-    too); the checksum the version has now (that one's, where it was first)."""
+    too); the checksum to go on from (that one's, where it was first)."""
     target = log_dir / f"{version:020d}.crc"
     temporary = log_dir / f".{target.name}.{uuid.uuid4()}.tmp"
-    temporary.write_text(json.dumps(found, separators=(",", ":")) + "\n", encoding="utf-8")
     try:
+        temporary.write_text(json.dumps(found, separators=(",", ":")) + "\n", encoding="utf-8")
         os.link(temporary, target)
     except FileExistsError:
-        return _read_checksum(log_dir, version)
+        # Followed onward where it can be read; where it cannot (torn), this one is.
+        return _read_checksum(log_dir, version) or found
     finally:
         with contextlib.suppress(FileNotFoundError):
             temporary.unlink()
@@ -216,11 +220,15 @@ def _commit_actions(log_dir: Path, version: int) -> list[dict[str, Any]] | None:
         return None
 
 
-def write_after_commit(log_dir: Path, version: int) -> bool:
+def write_after_commit(log_dir: Path, version: int, table_id: str | None = None) -> bool:
     """Write `version`'s checksum, unless it has one, and those of the versions before
-    it back to the newest that has one (at most CATCH_UP versions back): each from the
-    one before and its commit's actions. Whether `version` has one now. For a local
-    table, under its commit lock (`lake.committing`).
+    it back to the newest that has a readable one (at most CATCH_UP versions back):
+    each from the one before and its commit's actions. Whether this wrote `version`'s.
+    For a local table, under its commit lock (`lake.committing`).
+
+    `table_id`: the table's id (its metadata's), as the writer that just committed
+    reads it; a checksum derived for another id (one left by a table made before at
+    the same path) is not written.
 
     Catching up mends the chain where a process stopped between a commit and its
     checksum (a kill -9), and starts it on a table whose last checksum is older
@@ -229,17 +237,20 @@ def write_after_commit(log_dir: Path, version: int) -> bool:
     if version < 1 or (log_dir / f"{version:020d}.crc").exists():
         return False
     oldest = max(version - 1 - CATCH_UP, -1)
-    start = next(
-        (v for v in range(version - 1, oldest, -1) if (log_dir / f"{v:020d}.crc").exists()), None
-    )
-    if start is None:
+    # The newest readable one: a torn or empty file (a power loss) is passed over.
+    start, found = None, None
+    for before in range(version - 1, oldest, -1):
+        found = _read_checksum(log_dir, before)
+        if found is not None:
+            start = before
+            break
+    if start is None or found is None:
         return False
-    found = _read_checksum(log_dir, start)
     for at in range(start + 1, version + 1):
         actions = _commit_actions(log_dir, at)
-        derived = None if found is None or actions is None else next_checksum(found, actions)
-        if derived is None:
+        derived = None if actions is None else next_checksum(found, actions)
+        if derived is None or (table_id is not None and derived["metadata"].get("id") != table_id):
             log.debug("%s: no checksum for version %d (a commit it does not follow)", log_dir, at)
             return False
         found = _write(log_dir, at, derived)
-    return found is not None
+    return True

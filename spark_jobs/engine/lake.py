@@ -1018,8 +1018,12 @@ class Committer:
         if before is not None and after <= before:
             return  # no commit (a merge that changed nothing)
         try:
-            delta_checksum.write_after_commit(root / "_delta_log", after)
-        except OSError as exc:
+            table_id = str(self._table.metadata().id)
+            delta_checksum.write_after_commit(root / "_delta_log", after, table_id)
+        # Whatever goes wrong here (a disk full, a file not as expected) must not
+        # fail a commit that landed: the next commit catches up, or Spark reads the
+        # log as it did before checksums were written.
+        except Exception as exc:
             log.warning("%s: no checksum written for version %d (%s)", self.where, after, exc)
 
     def _local_root(self) -> Path | None:

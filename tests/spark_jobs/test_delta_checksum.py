@@ -85,6 +85,8 @@ def test_a_commits_files_ids_and_metadata_carry_the_previous_checksum_forward():
         ("an in-commit timestamp", [{"commitInfo": {"inCommitTimestamp": 1}}]),
         ("a feature it does not follow", [{"protocol": {"writerFeatures": ["rowTracking"]}}]),
         ("a line of two actions", [{**_add(1), **_remove(1)}]),
+        ("files Spark does not count", [{"commitInfo": {"operation": "COMPUTE STATS"}}]),
+        ("more files removed than there are", [_remove(1), _remove(1), _remove(1)]),
     ],
 )
 def test_a_commit_it_cannot_follow_gets_no_checksum(case, actions):
@@ -139,6 +141,22 @@ def test_no_checksum_where_a_commit_between_is_gone_or_none_is_near(tmp_path, mo
     far = _log(tmp_path / "far", 3)
     assert not delta_checksum.write_after_commit(far, 3)
     assert [p.name for p in far.glob("*.crc")] == [f"{0:020d}.crc"]  # 2 back: too far
+
+
+def test_a_checksum_left_by_another_table_or_unreadable_is_not_built_on(tmp_path):
+    """A table made again at the same path over a checksum of the one before (another
+    id): nothing written. A torn newest checksum is passed over for the one before."""
+    log_dir = _log(tmp_path, 3)
+    assert not delta_checksum.write_after_commit(log_dir, 1, table_id="another")
+    assert not (log_dir / f"{1:020d}.crc").exists()
+    assert delta_checksum.write_after_commit(log_dir, 1, table_id="m")
+    (log_dir / f"{1:020d}.crc").write_text('{"tableSizeBy')  # torn
+    assert delta_checksum.write_after_commit(log_dir, 2, table_id="m")
+    assert json.loads((log_dir / f"{2:020d}.crc").read_text())["numFiles"] == 4  # from 0's
+    # Another writer's checksum that landed first stands (no file is replaced).
+    (log_dir / f"{3:020d}.crc").write_text(json.dumps({**PREVIOUS, "numFiles": 9}) + "\n")
+    assert delta_checksum._write(log_dir, 3, PREVIOUS)["numFiles"] == 9
+    assert sorted(p.name for p in log_dir.iterdir() if p.name.startswith(".")) == []
 
 
 def _next_job(spark) -> int:
