@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from spark_jobs.engine import delta_checksum, lake
+from tests.spark_jobs.test_lake import _merge
 
 PREVIOUS: dict[str, Any] = {
     "txnId": "t",
@@ -186,23 +187,7 @@ def test_delta_rs_commits_get_the_checksum_spark_computes_and_spark_reads_them_w
     committer = lake.Committer(path, {})
 
     def merge(rows: list[tuple[str, int, str]], batch: int) -> int | None:
-        source = pa.table(
-            {
-                "k": [r[0] for r in rows],
-                "n": pa.array([r[1] for r in rows], pa.int64()),
-                "_op": [r[2] for r in rows],
-            }
-        )
-        return committer.merge(
-            source,
-            "t.`k` = s.`k`",
-            columns=["k", "n"],
-            delete_when="s._op = 'delete'",
-            update_when="s._op = 'upsert' AND (t.`n` IS DISTINCT FROM s.`n`)",
-            insert_when="s._op = 'upsert'",
-            txn=("live", batch),
-            user_metadata=None,
-        )
+        return _merge(committer, rows, batch)  # under ("app", batch)
 
     def append(n: int, app: str, batch: int) -> int | None:
         rows = pa.table({"k": [f"x{n}"], "n": pa.array([n], pa.int64())})
@@ -233,7 +218,7 @@ def test_delta_rs_commits_get_the_checksum_spark_computes_and_spark_reads_them_w
     assert int(newest.version()) == 8 and newest.checksumOpt().isDefined()
     assert newest.metadata().configuration().get("delta.logRetentionDuration").get() == "30 days"
     assert _next_job(spark) == before  # protocol and metadata from the checksum
-    assert lake._checksum_txns(newest) == {"s": 0, "live": 1, "other": 1, "third": 1}
+    assert lake._checksum_txns(newest) == {"s": 0, "app": 1, "other": 1, "third": 1}
     for version in range(2, 9):
         none = jvm.scala.Option.empty()
         at = lake.delta_log(spark, path).getSnapshotAt(version, none, none, False)
@@ -257,7 +242,7 @@ def test_delta_rs_commits_get_the_checksum_spark_computes_and_spark_reads_them_w
     spark_commit = json.loads((log_dir / f"{9:020d}.crc").read_text())
     assert {t["appId"]: t["version"] for t in spark_commit["setTransactions"]} == {
         "s": 1,
-        "live": 1,
+        "app": 1,
         "other": 1,
         "third": 1,
     }
