@@ -177,7 +177,9 @@ def apply_changes(
     them as it materialises its rows), a view of sessions does not read them again.
     With `pick` (a live batch: the rows of the same snapshot of silver that meet a
     SQL condition, read by delta-rs, `inputs.read_where`), the rows of silver a
-    batch of few scopes needs are read that way, not by Spark's scans of silver;
+    batch of few scopes needs are read that way, not by Spark's scans of silver,
+    and not filtered again by Spark (`scoping.narrowed`: over rows on the driver,
+    Spark's optimizer evaluates a filter row by row, interpreted, before any job);
     with `pick_gold` (the same of gold: a version and a condition), gold's rows in
     their windows too. With `writer` (a live stream's on a local lake), gold's newest
     version is read by delta-rs and a small MERGE committed by it (`_merge`): then
@@ -240,12 +242,11 @@ def apply_changes(
             target = pick_gold(before, picked)
         target = scoping.starting_in(view, current(), lo, hi)
         condition = scoping.narrowed_sql(view, ranges, None)
-        read = (
+        silver_rows = (
             pick(f"({condition}) AND {theirs}")
             if pick is not None and condition is not None and theirs is not None and _few(ranges)
-            else whole()
+            else scoping.narrowed(view, whole(), ranges)
         )
-        silver_rows = scoping.narrowed(view, read, ranges)
         deciding = scoping.restrict_near(view, silver_rows, near)
         replaced = scoping.rows_near(view, current(), near)
     else:
@@ -302,15 +303,14 @@ def apply_changes(
                 target = scoping.starting_in(view, current(), lo, hi)
             linked_days = None if links is None else links.linked_days(ranges)
             condition = scoping.narrowed_sql(view, ranges, linked_days)
-            read = (
+            silver_rows = (
                 pick(condition)
                 if pick is not None
                 and condition is not None
                 and listed is not None
                 and _few(ranges)
-                else whole()
+                else scoping.narrowed(view, whole(), ranges, linked_days)
             )
-            silver_rows = scoping.narrowed(view, read, ranges, linked_days)
         deciding = scoping.restrict(view, silver_rows, scopes, listed)
         replaced = (
             current().join(F.broadcast(scopes), list(view.scope_columns), "left_semi")

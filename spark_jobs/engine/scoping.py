@@ -129,14 +129,22 @@ def restrict(
     the `of` events in them and every linked event that shares `linked_by` with one.
     With `listed` (the same scopes, collected: `listed`), picked out by value, not
     joined."""
-    names = [_TMP + c for c in view.scope_columns]
-    of = _of(view, silver).select("*", *_scope_values(view, _TMP))
     if listed is None:
+        names = [_TMP + c for c in view.scope_columns]
         wanted = scopes.select(*[F.col(c).alias(_TMP + c) for c in view.scope_columns])
-        of = of.join(F.broadcast(wanted), names, "left_semi")
+        of = (
+            _of(view, silver)
+            .select("*", *_scope_values(view, _TMP))
+            .join(F.broadcast(wanted), names, "left_semi")
+            .drop(*names)
+        )
     else:
-        of = of.where(listed.picks(_TMP))
-    of = of.drop(*names)
+        # A filter on the scope's own expressions, not columns added and dropped
+        # again: over delta-rs's rows (a local relation) Spark's optimizer
+        # evaluates each projection on the driver, row by row, at a cost that
+        # grows with the square of its width (stop 103's spike: 4 times the
+        # optimizer's time in a v2 batch; docs/BENCHMARKS.md).
+        of = _of(view, silver).where(listed.picks_events())
     if not view.scope.linked:
         return of
     assert view.scope.linked_by is not None
@@ -155,20 +163,27 @@ class Listed(NamedTuple):
     bounds: list[tuple[int, int]] | None
     types: dict[str, DataType]
 
-    def picks(self, prefix: str = "") -> Column:
-        """Whether a row's scope columns (named `prefix` + the column) are one of these."""
-        return _key(self.view, self.types, prefix).isin(self.keys)
+    def picks(self) -> Column:
+        """Whether a row's scope columns (gold's) are one of these."""
+        return _key(self.view, self.types).isin(self.keys)
+
+    def picks_events(self) -> Column:
+        """Whether a silver row's scope values (the scope's expressions) are one of these."""
+        values = [F.expr(e) for e in self.view.scope.columns.values()]
+        return _key(self.view, self.types, values).isin(self.keys)
 
 
-def _key(view: View, types: dict[str, DataType], prefix: str = "") -> Column:
+def _key(view: View, types: dict[str, DataType], values: Sequence[Column] | None = None) -> Column:
+    """A scope's key: its `values` (default: the scope columns) as one string."""
     # Cast to the scopes' own types first, so that gold's columns give the same
     # strings as silver's expressions; a null as a character no string holds.
     # (`Spans.hold` writes the same in SQL.)
+    columns = [F.col(c) for c in view.scope_columns] if values is None else values
     return F.concat_ws(
         "\x1f",
         *[
-            F.coalesce(F.col(prefix + c).cast(types[c]).cast("string"), F.lit("\x00"))
-            for c in view.scope_columns
+            F.coalesce(v.cast(types[c]).cast("string"), F.lit("\x00"))
+            for v, c in zip(columns, view.scope_columns, strict=True)
         ],
     )
 
@@ -234,9 +249,11 @@ def of_on_days(view: View, silver: DataFrame, days: Iterable[int]) -> DataFrame:
 
 
 # -- the same filters as SQL, for a read by delta-rs (lake.read_where) ---------
-# A live batch reads these rows of silver without Spark's scan, then filters them
-# again with the functions above: each of these keeps at least the rows its
-# namesake does (a superset is still exact), and they are held equal by tests.
+# A live batch reads these rows of silver without Spark's scan, and does not filter
+# them again with the functions above (Spark would evaluate that filter on the
+# driver, row by row: ConvertToLocalRelation). Each keeps at least the rows its
+# namesake does, and they are held equal by tests; what decides gold's rows is
+# picked out of them by scope (`restrict`, `restrict_near`), exactly.
 _DAY_MICROS = 86_400_000_000
 
 
@@ -252,8 +269,8 @@ def _sql_from(value: int) -> str:
     # A lower bound, down to its millisecond: Delta's statistics keep a file's
     # newest timestamp in milliseconds, cut down, so a reader that skips files by
     # them could skip one whose newest row is a few microseconds past the bound.
-    # delta-rs 1.6.6 allows for it, as delta-spark does; the Spark filters applied
-    # after the read keep this exact whatever the reader does.
+    # delta-rs 1.6.6 allows for it, as delta-spark does. The rows under the bound it
+    # then keeps belong to other scopes, which `restrict` and `restrict_near` leave out.
     return sql_micros(int(value) - int(value) % 1000)
 
 
