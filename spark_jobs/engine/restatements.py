@@ -505,7 +505,8 @@ def record(
     Returns how many restatements it found.
 
     `silver` must hold every `of` event of the scopes the batch touched (it may
-    hold no more: `scoping.narrowed`; None for a view without linked events, which
+    hold no more: `scoping.narrowed`, or more of silver's rows: a live batch's read
+    by delta-rs, `scoping.narrowed_sql`; None for a view without linked events, which
     places each event by itself: `scoping.lands_in`), and `placed` the gold rows the batch
     recomputed (`Applied.rows`): every event it landed is in one of them.
     `watermark` is as of `before`; if it is not known yet, it is read from silver

@@ -142,8 +142,9 @@ def restrict(
         # A filter on the scope's own expressions, not columns added and dropped
         # again: over delta-rs's rows (a local relation) Spark's optimizer
         # evaluates each projection on the driver, row by row, at a cost that
-        # grows with the square of its width (stop 103's spike: 4 times the
-        # optimizer's time in a v2 batch; docs/BENCHMARKS.md).
+        # grows with the square of its width (stop 103's spike, with Spark's second
+        # filter after delta-rs's read left out too: the rule's time in v2's
+        # batches 2.05 -> 0.55 s; docs/BENCHMARKS.md).
         of = _of(view, silver).where(listed.picks_events())
     if not view.scope.linked:
         return of
@@ -269,8 +270,11 @@ def _sql_from(value: int) -> str:
     # A lower bound, down to its millisecond: Delta's statistics keep a file's
     # newest timestamp in milliseconds, cut down, so a reader that skips files by
     # them could skip one whose newest row is a few microseconds past the bound.
-    # delta-rs 1.6.6 allows for it, as delta-spark does. The rows under the bound it
-    # then keeps belong to other scopes, which `restrict` and `restrict_near` leave out.
+    # delta-rs 1.6.6 allows for it, as delta-spark does. Silver's rows under the
+    # bound that it then keeps belong to other scopes, which `restrict` and
+    # `restrict_near` leave out (an hourly bound is a whole hour; a row of the same
+    # customer that close before a span would be within its gap, which `near` rules
+    # out); gold's, `starting_in` and `around` filter again.
     return sql_micros(int(value) - int(value) % 1000)
 
 

@@ -170,7 +170,8 @@ EDGES = [
 def test_the_sql_a_live_batch_reads_by_keeps_what_spark_s_filters_keep(spark, silver_df, tmp_path):
     """`scoping.narrowed_sql` and `of_on_days_sql`, read by delta-rs, keep the rows
     `narrowed` and `of_on_days` keep, edges of hours and days included: a live batch
-    reads silver's rows that way and then filters them again with Spark's."""
+    reads silver's rows that way, and what decides gold's rows is then picked out of
+    them by scope (`restrict`, `restrict_near`), not by these filters again."""
     path = str(tmp_path / "silver")
     _append(tmp_path / "silver", _rows(silver_df, [*HISTORY, *FIRST, *SECOND, *EDGES], 0))
     read = partial(lake.read_where, spark, path, {}, lake.newest_version(spark, path))
