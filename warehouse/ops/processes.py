@@ -382,6 +382,11 @@ def run_view_host(settings: Settings) -> int:
             "spark.driver.memory": settings.view_host_memory,
             "spark.scheduler.mode": "FAIR",
             "spark.scheduler.allocation.file": FAIR_SCHEDULER_FILE.as_uri(),
+            # PySpark's DataFrame debugging wraps every Column call to record its
+            # Python call site for errors: several Py4J round trips each, in the
+            # live streams' few hundred a batch (a quarter of their Python CPU in
+            # stop 103's spike). Static: read when the host's session starts.
+            "spark.python.sql.dataFrameDebugging.enabled": "false",
             **connect_conf,
         },
     )
