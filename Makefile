@@ -35,25 +35,17 @@ demo: setup  ## the whole pipeline on the local stack, ending with a Trino query
 # The fast tests keep a core idle when run one at a time (each is a Python driver
 # and a JVM taking turns), so they run in two workers, a file per worker at a time
 # (a module's fixtures stay in one process). The integration tests share one stack
-# and run one at a time.
+# and run one at a time; `make test` runs the Spark fast tests beside them, at the
+# lowest priority, in the cores they leave idle (infra/run-tests.sh says how).
 FAST := $(PYTEST) tests -m "not integration" -n 2 --dist loadfile
 
 # When make began (read once, as the Makefile is parsed): `make test` ends by saying
-# how long it took from there, setup and lint included, beside its budget. Both test
-# runs go on if the fast tests fail, so one run shows every failure; a Ctrl-C (which
-# pytest turns into an ordinary exit) stops the whole target.
+# how long it took from there, setup and lint included, beside its budget.
 STARTED := $(shell date +%s)
 TEST_BUDGET_MIN := 30
 
-test: setup lint  ## every test: fast ones, then integration against the real services and the one-box cluster's smoke test
-	@trap 'exit 130' INT; \
-	$(FAST) --durations=25; fast=$$?; \
-	$(PYTEST) tests -m "integration and not full_cluster" --durations=25; integration=$$?; \
-	took=$$(( $$(date +%s) - $(STARTED) )); \
-	verdict="within"; [ $$took -le $$(( $(TEST_BUDGET_MIN) * 60 )) ] || verdict="OVER"; \
-	printf '\n=== make test took %d min %02d s, setup and lint included: %s its budget of %d minutes (CI stops at 90) ===\n' \
-	  $$(( took / 60 )) $$(( took % 60 )) "$$verdict" $(TEST_BUDGET_MIN); \
-	[ $$fast -eq 0 ] && [ $$integration -eq 0 ]
+test: setup lint  ## every test: fast ones, then integration against the real services and the one-box cluster's smoke test, with Spark's fast tests beside them
+	@bash infra/run-tests.sh $(PYTEST) $(STARTED) $(TEST_BUDGET_MIN)
 
 test-fast: setup  ## only the tests that need no services
 	@$(FAST)

@@ -42,8 +42,10 @@ def test_a_driver_that_requires_the_archive_starts_with_it_and_the_operators_opt
         """
     )
     env = {**os.environ, "REGAUGE_SPARK_DRIVER_JAVA_OPTIONS": "-XX:NativeMemoryTracking=summary"}
+    # A bound for a stuck start, not a speed: beside the integration tests at the
+    # lowest priority (infra/run-tests.sh) a short Spark run can take minutes.
     proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows, options = proc.stdout.splitlines()[-2:]
