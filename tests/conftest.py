@@ -65,7 +65,15 @@ def _busy_seconds() -> float | None:
     user, nice, system, _idle, _iowait, irq, softirq = map(int, fields[:7])
     busy = (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
     beside = os.environ.get(BESIDE_SESSION)
-    return busy - _session_cpu_seconds(int(beside)) if beside else busy
+    if beside:
+        # A session's sum falls when its last process exits (its time goes to the
+        # parent outside it), so the most seen stands for it from then on.
+        _beside_seen[0] = max(_beside_seen[0], _session_cpu_seconds(int(beside)))
+        busy -= _beside_seen[0]
+    return busy
+
+
+_beside_seen = [0.0]
 
 
 def _session_cpu_seconds(session: int) -> float:
