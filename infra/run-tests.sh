@@ -13,15 +13,19 @@
 # they wait on services (stop 103's rehearsal: 2,438 busy CPU-s in 1,712 s), and
 # the Spark fast tests are most of the fast tests' time (1,080 of 1,210 worker-s).
 # At the lowest priority they take that idle time and give way whenever a service,
-# a stream or a test needs a core:
-#   - SCHED_IDLE (sched(7)): a waking task of any other policy preempts them at
-#     once, and a core running only them counts as idle where a waking task is
-#     placed. Beside the Spark tests at nice 19 instead, the integration tests
-#     took 1,895 s rather than 1,712, test_versions.py 516 rather than 379 (stop
-#     104's first rehearsal, against stop 103's).
-#   - The kernel groups each session's processes (autogroup) and shares CPU between
-#     the groups first, so the Spark tests' group gets the lowest weight itself
-#     (proc(5), /proc/PID/autogroup).
+# a stream or a test needs a core. The kernel groups each session's processes
+# (autogroup) and shares CPU between the groups first, so nice alone would not do
+# that: the Spark tests' group gets the lowest priority itself (proc(5),
+# /proc/PID/autogroup).
+#
+# Measured (stop 104, fresh clones, CI=true):
+#   - nice 19: `make test` took 33.7 minutes (40.0 in stop 103's rehearsal). The
+#     integration tests took 1,895 s instead of 1,712, test_versions.py 516 instead
+#     of 379; the Spark tests were done 26 minutes into them.
+#   - SCHED_IDLE (`chrt --idle`), which any waking task preempts at once: the
+#     integration tests kept their pace, but the Spark tests ran 27 of their 251
+#     tests in their first 8 minutes (107 in 13 at nice 19), so most of them would
+#     have run after the integration tests. Stopped there.
 #
 # Usage: infra/run-tests.sh PYTEST STARTED BUDGET_MIN
 #   PYTEST      the pytest to run
@@ -53,7 +57,7 @@ others=$?
 # setsid(1) does not fork here (a background job of this script leads no process
 # group), so the job's pid is its session's id: what stop_beside and the
 # integration tests' CPU accounting (tests/conftest.py) look for.
-setsid bash -c 'echo 19 > /proc/self/autogroup 2>/dev/null; exec chrt --idle 0 "$@"' _ \
+setsid bash -c 'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 "$@"' _ \
   "$pytest" tests/spark_jobs -m "not integration" -n 2 --dist loadfile --durations=25 \
   -o cache_dir=.pytest_cache/spark_jobs >"$log" 2>&1 </dev/null &
 beside=$!
