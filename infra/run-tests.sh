@@ -11,7 +11,8 @@
 #
 # Why beside: the integration tests leave about 30 % of the two cores idle while
 # they wait on services (stop 103's rehearsal: 2,438 busy CPU-s in 1,712 s), and
-# the Spark fast tests are most of the fast tests' time (1,080 of 1,210 worker-s).
+# the Spark fast tests are most of the fast tests' time (over 1,070 of 1,210
+# worker-s).
 # At the lowest priority they take that idle time and give way whenever a service,
 # a stream or a test needs a core. The kernel groups each session's processes
 # (autogroup) and shares CPU between the groups first, so nice alone would not do
@@ -20,7 +21,7 @@
 #
 # Measured (stop 104, fresh clones, CI=true):
 #   - nice 19: `make test` took 33.7 minutes (40.0 in stop 103's rehearsal). The
-#     integration tests took 1,895 s instead of 1,712, test_versions.py 516 instead
+#     integration tests took 1,895 s instead of 1,710, test_versions.py 516 instead
 #     of 379; the Spark tests were done 26 minutes into them.
 #   - SCHED_IDLE (`chrt --idle`), which any waking task preempts at once: the
 #     integration tests kept their pace, but the Spark tests ran 27 of their 251
@@ -34,10 +35,10 @@
 # Exits non-zero when any of the three runs failed; each runs to its end, so one
 # run shows every failure. Ctrl-C stops everything, the Spark tests too.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 if [ $# -ne 3 ]; then
-  sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
+  sed -n '/^# Usage:/,/^set /{/^set /d; s/^# \{0,1\}//; p}' "$0" >&2
   exit 2
 fi
 pytest=$1 started=$2 budget_min=$3
@@ -49,7 +50,15 @@ stop_beside() {
   [ -n "$beside" ] && pkill -TERM -s "$beside" 2>/dev/null
   return 0
 }
-trap 'stop_beside; rm -f "$log"; exit 130' INT TERM
+# Ctrl-C reaches every process of the terminal's group: the running pytest stops
+# and tears down what it started. The Spark tests' session is not in that group,
+# so it is stopped here. A TERM or HUP sent to this script alone takes effect
+# when the running pytest ends (bash runs traps between commands); a kill -9 of
+# this script runs no trap, so the session also ends itself when this script is
+# gone (below).
+trap 'stop_beside; rm -f "$log"; exit 130' INT
+trap 'stop_beside; rm -f "$log"; exit 143' TERM
+trap 'stop_beside; rm -f "$log"; exit 129' HUP
 
 "$pytest" tests -m "not integration" --ignore=tests/spark_jobs -n 2 --dist loadfile --durations=10
 others=$?
@@ -57,9 +66,16 @@ others=$?
 # setsid(1) does not fork here (a background job of this script leads no process
 # group), so the job's pid is its session's id: what stop_beside and the
 # integration tests' CPU accounting (tests/conftest.py) look for.
-setsid bash -c 'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 "$@"' _ \
+# fd 3 is this script's stderr, for the one warning the session may give.
+setsid bash -c '
+  { echo 19 >/proc/self/autogroup; } 2>/dev/null ||
+    echo "run-tests.sh: could not lower the autogroup of the Spark tests: they compete with the integration tests as equals" >&3
+  parent=$1
+  shift
+  (while kill -0 "$parent" 2>/dev/null; do sleep 5; done; pkill -TERM -s $$) 3>&- &
+  exec 3>&- nice -n 19 "$@"' _ "$$" \
   "$pytest" tests/spark_jobs -m "not integration" -n 2 --dist loadfile --durations=25 \
-  -o cache_dir=.pytest_cache/spark_jobs >"$log" 2>&1 </dev/null &
+  -o cache_dir=.pytest_cache/spark_jobs 3>&2 >"$log" 2>&1 </dev/null &
 beside=$!
 printf '\n=== the Spark fast tests (tests/spark_jobs) run beside the integration tests, at the lowest priority: %s ===\n\n' "$log"
 

@@ -33,6 +33,22 @@ def judge(spark, cases: dict[str, Case], plan) -> dict[str, Any]:
     return {r["name"]: r for r in contract.validate(records, plan).collect()}
 
 
+def all_heard(spark) -> None:
+    """Wait until Spark's listener bus has delivered every event posted so far. The
+    status tracker hears of jobs through it, so a count of jobs read right after an
+    action can miss some; on busy cores (`make test` runs these tests beside the
+    integration tests, at the lowest priority) by seconds. A job missed from the
+    count before a batch is counted as the batch's."""
+    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(120_000)
+
+
+def jobs_so_far(spark) -> int:
+    """The newest Spark job id of the session's application (-1: none yet), every
+    job so far heard of."""
+    all_heard(spark)
+    return max(spark.sparkContext.statusTracker().getJobIdsForGroup(None), default=-1)
+
+
 def at(minutes: float = 0, *, ms: int = 0, hours: float = 0) -> datetime:
     return T0 + timedelta(minutes=minutes, hours=hours, milliseconds=ms)
 

@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.engine import bronze, contract, ingest, lake, ledger_index, silver
 from tests.frames import assert_df_equality
+from tests.spark_jobs.conftest import jobs_so_far
 from warehouse.base import registry
 
 KAFKA_TS = datetime(2026, 1, 1, 12, 0, 0)
@@ -167,10 +168,9 @@ def test_a_live_batch_of_new_ids_is_three_spark_jobs_and_three_commits(spark, la
     )
     versions = _versions(spark, s, tables)
     batch = _kafka(spark, [(1, 0, _event("e3")), (1, 1, _event("e4"))])
-    tracker = spark.sparkContext.statusTracker()
-    before = max(tracker.getJobIdsForGroup(None), default=-1)
+    before = jobs_so_far(spark)
     result = ingest.process_batch(spark, s, batch, 1, "app", None, checkpoint, **writers)
-    jobs = max(tracker.getJobIdsForGroup(None), default=-1) - before
+    jobs = jobs_so_far(spark) - before
     assert (result.rows_in, result.accepted) == (2, 2)
     assert _versions(spark, s, tables) == [v + 1 for v in versions[:3]] + versions[3:]
     assert _engines(s, tables[:3]) == ["delta"] * 3

@@ -17,6 +17,7 @@ from spark_jobs.engine import contract, ledger_index, silver
 from spark_jobs.engine import lake as spark_lake
 from spark_jobs.engine.bronze import BRONZE_SCHEMA
 from tests.frames import assert_df_equality
+from tests.spark_jobs.conftest import jobs_so_far
 from warehouse.base import registry
 
 KAFKA_TS = datetime(2026, 1, 1, 12, 0, 0)
@@ -466,12 +467,6 @@ def test_an_indexed_batch_reads_no_ledger_file_its_ids_are_not_in(spark, lake):
     assert len(index) == 5
 
 
-def _jobs_so_far(spark) -> int:
-    """The newest Spark job id of the session (-1 before any)."""
-    ids = spark.sparkContext.statusTracker().getJobIdsForGroup(None)
-    return max(ids, default=-1)
-
-
 def test_a_batch_of_new_ids_stays_within_its_spark_jobs(spark, lake):
     """The live path's most common batch: every id new, one record malformed. The
     index tells that none has an earlier record, so nothing is classified
@@ -482,9 +477,9 @@ def test_a_batch_of_new_ids_stays_within_its_spark_jobs(spark, lake):
     silver.process_batch(spark, lake, _batch(spark, lake, first), 0, "app", index)
     new = [(0, 3, _event("e3")), (1, 0, _event("e4")), (1, 1, b"{not json")]
     batch = _batch(spark, lake, new)
-    before = _jobs_so_far(spark)
+    before = jobs_so_far(spark)
     result = silver.process_batch(spark, lake, batch, 1, "app", index)
-    jobs = _jobs_so_far(spark) - before
+    jobs = jobs_so_far(spark) - before
     assert (result.rows_in, result.accepted, result.duplicates, result.conflicts) == (3, 2, 0, 0)
     events, quarantine, _ = _tables(spark, lake)
     assert sorted(r.event_id for r in events.collect()) == ["e0", "e1", "e2", "e3", "e4"]
@@ -504,9 +499,9 @@ def test_a_batch_with_keyed_conflicts_stays_within_its_spark_jobs(spark, lake):
     silver.process_batch(spark, lake, _batch(spark, lake, first), 0, "app", index)
     again = [(0, 4, _event("e1")), (0, 5, _event("e2", quantity=9)), (0, 6, _event("e9"))]
     batch = _batch(spark, lake, again)
-    before = _jobs_so_far(spark)
+    before = jobs_so_far(spark)
     result = silver.process_batch(spark, lake, batch, 1, "app", index)
-    jobs = _jobs_so_far(spark) - before
+    jobs = jobs_so_far(spark) - before
     assert (result.accepted, result.duplicates, result.conflicts) == (1, 1, 1)
     assert jobs <= 17, f"a batch with keyed conflicts ran {jobs} Spark jobs"
 
@@ -522,9 +517,9 @@ def test_a_batch_that_replaces_a_winner_stays_within_its_spark_jobs(spark, lake)
     silver.process_batch(spark, lake, _batch(spark, lake, first), 0, "app", index)
     earlier = [(0, 0, _event("e1", quantity=9)), (0, 1, _event("e7"))]
     batch = _batch(spark, lake, earlier)
-    before = _jobs_so_far(spark)
+    before = jobs_so_far(spark)
     result = silver.process_batch(spark, lake, batch, 1, "app", index)
-    jobs = _jobs_so_far(spark) - before
+    jobs = jobs_so_far(spark) - before
     assert (result.accepted, result.replaced_winners) == (2, 1)
     events, quarantine, _ = _tables(spark, lake)
     assert ("e1", 0, 0) in {(r.event_id, r.partition, r.offset) for r in events.collect()}
@@ -555,11 +550,11 @@ def test_a_live_batch_replaces_a_winner_with_delta_rs_and_the_change_feed_shows_
     settled, quarantined = writer.version(), rejects.version()
     earlier = [(0, 0, _event("e1", quantity=9, day="2025-12-31")), (0, 1, _event("e7"))]
     batch = _batch(spark, lake, earlier)
-    before = _jobs_so_far(spark)
+    before = jobs_so_far(spark)
     result = silver.process_batch(
         spark, lake, batch, 1, "app", index, writer=writer, quarantine=rejects
     )
-    jobs = _jobs_so_far(spark) - before
+    jobs = jobs_so_far(spark) - before
     assert (result.accepted, result.replaced_winners) == (2, 1)
     events, quarantine, _ = _tables(spark, lake)
     assert sorted(

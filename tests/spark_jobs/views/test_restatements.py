@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.engine import gold_writes, restatements, scoping, silver
 from spark_jobs.views import revenue_hourly_v2
-from tests.spark_jobs.conftest import at, cancel, cart, order
+from tests.spark_jobs.conftest import all_heard, at, cancel, cart, order
 
 VIEW = revenue_hourly_v2.VIEW
 LOG = [
@@ -332,6 +332,7 @@ def test_a_live_batch_of_new_orders_and_a_cancellation_is_at_most_9_spark_jobs(
         append([order("o4", at(hours=26, minutes=10), "4.00", event_id="n4", offset=200)])
         append([cancel("o2", at(hours=26, minutes=12), event_id="c2", offset=201)])
         query.processAllAvailable()
+        all_heard(spark)
         before = len(tracker.getJobIdsForGroup(group))
         append(
             [
@@ -341,6 +342,7 @@ def test_a_live_batch_of_new_orders_and_a_cancellation_is_at_most_9_spark_jobs(
             ]
         )
         query.processAllAvailable()
+        all_heard(spark)
         ids = sorted(tracker.getJobIdsForGroup(group))[before:]
         store = spark.sparkContext._jsc.sc().statusStore()
         described = [

@@ -11,7 +11,16 @@ from spark_jobs.engine import gold_writes, lake, runner, session
 from spark_jobs.engine.links import LinkIndex
 from spark_jobs.engine.progress import Progress
 from tests.frames import assert_df_equality
-from tests.spark_jobs.conftest import at, cancel, cart, item, order, web_session, web_view
+from tests.spark_jobs.conftest import (
+    at,
+    cancel,
+    cart,
+    item,
+    jobs_so_far,
+    order,
+    web_session,
+    web_view,
+)
 from warehouse.ops.stack.process import wait_until
 
 LOG = [
@@ -148,11 +157,6 @@ def test_replay_progress_follows_the_jobs_tasks(spark, caplog):
     assert any("replay t_v1: ~" in r.getMessage() for r in caplog.records)
 
 
-def _jobs_so_far(spark) -> int:
-    """The newest Spark job id of the session's application (-1: none yet)."""
-    return max(spark.sparkContext.statusTracker().getJobIdsForGroup(None), default=-1)
-
-
 @pytest.mark.parametrize("name,version", [("revenue_hourly", 1), ("revenue_hourly", 2)])
 def test_a_batchs_scopes_picked_by_value_or_joined_past_the_limit_give_one_answer(
     spark, tmp_path, silver_df, monkeypatch, name, version
@@ -178,9 +182,9 @@ def test_a_batchs_scopes_picked_by_value_or_joined_past_the_limit_give_one_answe
         changed = live.createDataFrame(rows[::2], log_df.schema)
         silver = live.createDataFrame(rows, log_df.schema)
         links = LinkIndex(view) if view.scope.linked else None
-        before = _jobs_so_far(spark)
+        before = jobs_so_far(spark)
         applied = gold_writes.apply_changes(live, path, view, changed, silver, links)
-        jobs[limit] = _jobs_so_far(spark) - before
+        jobs[limit] = jobs_so_far(spark) - before
         assert applied.scopes > 1
         assert_df_equality(
             live.read.format("delta").load(path),
