@@ -10,7 +10,7 @@
 #      lowest CPU priority.
 #
 # Why beside: the integration tests leave about 30 % of the two cores idle while
-# they wait on services (stop 103's rehearsal: 2,438 busy CPU-s in 1,712 s), and
+# they wait on services (stop 103's rehearsal: 2,438 busy CPU-s in 1,713 s), and
 # the Spark fast tests are most of the fast tests' time (over 1,070 of 1,210
 # worker-s).
 # At the lowest priority they take that idle time and give way whenever a service,
@@ -20,13 +20,15 @@
 # /proc/PID/autogroup).
 #
 # Measured (stop 104, fresh clones, CI=true):
-#   - nice 19: `make test` took 33.7 minutes (40.0 in stop 103's rehearsal). The
-#     integration tests took 1,895 s instead of 1,710, test_versions.py 516 instead
-#     of 379; the Spark tests were done 26 minutes into them.
+#   - nice 19: `make test` took 33.7 and 33.4 minutes, where main without it took
+#     38.2 the same evening (`docs/development.md`, "The suite's time"). The
+#     integration tests took 1,895 and 1,884 s where main's took 1,679,
+#     test_versions.py 516 and 409 where main's took 369; the Spark tests were
+#     done 26 and 28 minutes into them.
 #   - SCHED_IDLE (`chrt --idle`), which any waking task preempts at once: the
 #     integration tests kept their pace, but the Spark tests ran 27 of their 251
-#     tests in their first 8 minutes (107 in 13 at nice 19), so most of them would
-#     have run after the integration tests. Stopped there.
+#     tests in their first 9 minutes or so (107 in 13 at nice 19), so most of
+#     them would have run after the integration tests. Stopped there.
 #
 # Usage: infra/run-tests.sh PYTEST STARTED BUDGET_MIN
 #   PYTEST      the pytest to run
