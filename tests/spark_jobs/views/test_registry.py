@@ -7,6 +7,7 @@ deleting its module and its test.
 from __future__ import annotations
 
 import ast
+import pkgutil
 import re
 from pathlib import Path
 
@@ -30,6 +31,18 @@ def test_the_registry_finds_every_view_version():
         assert views.get(name, version).table_name == f"{name}_v{version}"
     # Shared helpers (hourly.py) and the machinery are not versions.
     assert not {"hourly", "base", "runner", "validate"} & {v.name for v in found.values()}
+
+
+def test_a_version_removed_between_listing_and_import_is_left_out(monkeypatch):
+    """The view host and Airflow's tasks list the views while a file may be removed
+    (test_versions.py removes its deliberately wrong v3, with the Spark tests listing
+    beside it): what is gone by its import is what a listing a moment later finds."""
+    listed = list(pkgutil.iter_modules(views.__path__))
+    gone = pkgutil.ModuleInfo(listed[0].module_finder, "removed_meanwhile_v1", False)
+    monkeypatch.setattr(views.pkgutil, "iter_modules", lambda path: [*listed, gone])
+    found = views.discover()
+    assert ("removed_meanwhile", 1) not in found
+    assert sorted(v.table_name for v in found.values()) == [p.stem for p in _version_modules()]
 
 
 def test_an_unknown_version_names_the_known_ones():
