@@ -69,6 +69,8 @@ others=$?
 # group), so the job's pid is its session's id: what stop_beside and the
 # integration tests' CPU accounting (tests/conftest.py) look for.
 # fd 3 is this script's stderr, for the one warning the session may give.
+# Each Spark test may take 30 minutes, not pyproject's 15: at the lowest priority it
+# gets almost nothing of a core while an integration test keeps both busy.
 setsid bash -c '
   { echo 19 >/proc/self/autogroup; } 2>/dev/null ||
     echo "run-tests.sh: could not lower the autogroup of the Spark tests: they compete with the integration tests as equals" >&3
@@ -77,7 +79,7 @@ setsid bash -c '
   (while kill -0 "$parent" 2>/dev/null; do sleep 5; done; pkill -TERM -s $$) 3>&- &
   exec 3>&- nice -n 19 "$@"' _ "$$" \
   "$pytest" tests/spark_jobs -m "not integration" -n 2 --dist loadfile --durations=25 \
-  -o cache_dir=.pytest_cache/spark_jobs 3>&2 >"$log" 2>&1 </dev/null &
+  -o cache_dir=.pytest_cache/spark_jobs -o timeout=1800 3>&2 >"$log" 2>&1 </dev/null &
 beside=$!
 printf '\n=== the Spark fast tests (tests/spark_jobs) run beside the integration tests, at the lowest priority: %s ===\n\n' "$log"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+from pathlib import Path
 
 from spark_jobs.views.base import View
 from warehouse.base import registry
@@ -24,10 +25,13 @@ def discover() -> dict[tuple[str, int], View]:
             continue
         try:
             view = importlib.import_module(f"{__name__}.{module.name}").VIEW
-        except ModuleNotFoundError as e:
-            if e.name != f"{__name__}.{module.name}":
-                raise  # the module is there; something it imports is not
-            continue  # removed since the listing: the listing a moment later
+        except (ModuleNotFoundError, FileNotFoundError):
+            # Removed since the listing (found gone, or gone between being found and
+            # read): what the listing a moment later has. Anything else, such as a
+            # module it imports being missing, is an error.
+            if any(Path(d, f"{module.name}.py").exists() for d in __path__):
+                raise
+            continue
         if (view.name, view.version) != (match["name"], int(match["version"])):
             raise ValueError(
                 f"{module.name}.py declares {view.name} v{view.version}; the file name "

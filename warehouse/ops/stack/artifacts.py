@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -137,7 +138,16 @@ def _write_spark_jar_list(lay: Layout) -> None:
     keep = sorted(
         str(p) for p in lay.spark_jars.glob("*.jar") if _artifact_name(p.name) not in shipped
     )
-    lay.spark_jar_list.write_text("\n".join(keep) + "\n")
+    text = "\n".join(keep) + "\n"
+    if lay.spark_jar_list.exists() and lay.spark_jar_list.read_text() == text:
+        return
+    # Written whole and renamed into place: Spark drivers read the list as they start,
+    # and `make test` starts the Spark tests' drivers while the cluster's smoke test
+    # fetches (and so writes this list) beside them. A list read half-written would
+    # start a driver without Delta.
+    partial = lay.spark_jar_list.with_name(lay.spark_jar_list.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, lay.spark_jar_list)
 
 
 def _sha1(path: Path) -> str:

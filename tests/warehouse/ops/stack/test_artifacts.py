@@ -30,6 +30,29 @@ def test_spark_gets_delta_and_kafka_but_never_a_second_copy_of_a_pyspark_jar(set
     assert not [j for j in jars if artifacts._artifact_name(j) in shipped]
 
 
+def test_the_jar_list_is_replaced_whole_and_left_alone_when_unchanged(tmp_path):
+    """Spark drivers read the list as they start, while `make test`'s cluster smoke
+    test fetches beside the Spark tests: never a half-written list, and no write at
+    all when the jars are the same."""
+    lay = jvm.Layout(tmp_path)
+    lay.spark_jars.mkdir(parents=True)
+    for jar in ("delta-spark_4.2_2.13-4.4.0.jar", "scala-library-2.13.17.jar"):
+        (lay.spark_jars / jar).write_bytes(b"")
+    artifacts._write_spark_jar_list(lay)
+    listed = lay.spark_jar_list.read_text().splitlines()
+    assert listed == [str(lay.spark_jars / "delta-spark_4.2_2.13-4.4.0.jar")]  # PySpark ships scala
+    first = lay.spark_jar_list.stat().st_ino
+    artifacts._write_spark_jar_list(lay)
+    assert lay.spark_jar_list.stat().st_ino == first  # unchanged: not written again
+    (lay.spark_jars / "delta-storage-4.4.0.jar").write_bytes(b"")
+    artifacts._write_spark_jar_list(lay)
+    assert lay.spark_jar_list.stat().st_ino != first  # a new file renamed over it
+    assert len(lay.spark_jar_list.read_text().splitlines()) == 2
+    assert sorted(p.name for p in lay.spark_jars.iterdir() if not p.name.endswith(".jar")) == [
+        "spark-jars.txt"
+    ]
+
+
 def test_missing_java_17_says_what_to_do(tmp_path):
     with pytest.raises(SetupError, match=r"Java 17 not found under .*run `make setup`"):
         jvm.java17(tmp_path)
