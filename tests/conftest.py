@@ -30,17 +30,8 @@ def spark(settings: Settings) -> Iterator[SparkSession]:
     Live batches run this way too (`runner.LIVE_SESSION_CONF`); test_runner.py
     compares them with a replay and a batch that compile theirs, and the
     integration tests' view host runs as deployed.
-
-    With the JIT's first tier only, as the commands that run once get it
-    (`Settings.spark_one_shot_java_options`): the tests' work is many small queries,
-    each a little different, for which the second tier's compiling costs more than
-    it gains. tests/spark_jobs in two workers, alone on 2 cores: 967 CPU-s and
-    530 s with it, 1,144 and 594 s without (stop 105); `test_silver.py` alone 187
-    and 198 CPU-s against 211 and 224, in 164 and 176 s against 144 and 148.
     """
-    session = build_session(
-        "regauge-tests", settings, ui=False, extra_conf=INTERPRETED_CONF, one_shot=True
-    )
+    session = build_session("regauge-tests", settings, ui=False, extra_conf=INTERPRETED_CONF)
     yield session
     session.stop()
 

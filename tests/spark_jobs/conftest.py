@@ -2,17 +2,38 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
 
 from spark_jobs.engine import inputs, restatements
+from spark_jobs.engine.session import INTERPRETED_CONF, build_session
 from spark_jobs.engine.silver import SILVER_SCHEMA
 from spark_jobs.views.base import View
 
 T0 = datetime(2026, 1, 1, 10, 0, 0)
+
+
+@pytest.fixture(scope="session")
+def spark(settings) -> Iterator[SparkSession]:
+    """tests/conftest.py's session (one per worker, interpreted), with the JIT's first
+    tier only, as the commands that run once get it (`one_shot`): these tests are
+    many small queries, each a little different, for which the second tier's
+    compiling costs more than it gains. This directory in two workers, alone on 2
+    cores: 967 CPU-s and 530 s with it, 1,144 and 594 s without (stop 105);
+    `test_silver.py` alone 187 and 198 CPU-s against 211 and 224. The integration
+    tests' session keeps both tiers: with the first alone there, the integration
+    tests took 1,999 s and 2,654 CPU-s in stop 105's run against 1,824 and 2,439 in
+    stop 104's (`test_chaos.py` 890 CPU-s against 777), one run each."""
+    session = build_session(
+        "regauge-tests", settings, ui=False, extra_conf=INTERPRETED_CONF, one_shot=True
+    )
+    yield session
+    session.stop()
 
 
 # A record's verdict case: (its Kafka value, the reason it must be quarantined by or
