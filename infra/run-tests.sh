@@ -69,8 +69,9 @@ others=$?
 # group), so the job's pid is its session's id: what stop_beside and the
 # integration tests' CPU accounting (tests/conftest.py) look for.
 # fd 3 is this script's stderr, for the one warning the session may give.
-# Each Spark test may take 30 minutes, not pyproject's 15: at the lowest priority it
-# gets almost nothing of a core while an integration test keeps both busy.
+# Each Spark test may take 30 minutes, not pyproject's 15: a precaution, since at the
+# lowest priority a Spark test can be starved while the integration tests keep both
+# cores busy (the slowest took 119 s in stop 105's run).
 setsid bash -c '
   { echo 19 >/proc/self/autogroup; } 2>/dev/null ||
     echo "run-tests.sh: could not lower the autogroup of the Spark tests: they compete with the integration tests as equals" >&3

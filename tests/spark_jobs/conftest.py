@@ -25,10 +25,12 @@ def spark(settings) -> Iterator[SparkSession]:
     many small queries, each a little different, for which the second tier's
     compiling costs more than it gains. This directory in two workers, alone on 2
     cores: 967 CPU-s and 530 s with it, 1,144 and 594 s without (stop 105);
-    `test_silver.py` alone 187 and 198 CPU-s against 211 and 224. The integration
-    tests' session keeps both tiers: with the first alone there, the integration
-    tests took 1,999 s and 2,654 CPU-s in stop 105's run against 1,824 and 2,439 in
-    stop 104's (`test_chaos.py` 890 CPU-s against 777), one run each."""
+    `test_silver.py` alone 187 and 198 CPU-s against 211 and 224, though in 164
+    and 176 s against 144 and 148. The integration tests' session keeps both
+    tiers: with the first alone there too, the integration tests took 1,999 s and
+    2,654 CPU-s in stop 105's run against 1,824 and 2,439 in `07e4bd4`'s
+    (`test_chaos.py` 890 CPU-s against 777 in `e277495`'s); one run each, on
+    another machine, within what runs vary, so not proven either way."""
     session = build_session(
         "regauge-tests", settings, ui=False, extra_conf=INTERPRETED_CONF, one_shot=True
     )
