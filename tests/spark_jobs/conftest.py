@@ -29,8 +29,9 @@ def spark(settings) -> Iterator[SparkSession]:
     and 176 s against 144 and 148. The integration tests' session keeps both
     tiers: with the first alone there too, the integration tests took 1,999 s and
     2,654 CPU-s in stop 105's run against 1,824 and 2,439 in `07e4bd4`'s
-    (`test_chaos.py` 890 CPU-s against 777 in `e277495`'s); one run each, on
-    another machine, within what runs vary, so not proven either way."""
+    (`test_chaos.py` 890 CPU-s against 777 in `e277495`'s); but a second run of
+    this code took 2,004 s and 2,752 CPU-s, so the runs' spread, not the first
+    tier: untried beyond that one run."""
     session = build_session(
         "regauge-tests", settings, ui=False, extra_conf=INTERPRETED_CONF, one_shot=True
     )
