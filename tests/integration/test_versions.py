@@ -53,6 +53,7 @@ from warehouse.ops import (
     streams,
 )
 from warehouse.ops.stack import kafka, process
+from warehouse.ops.stack.airflow import ORPHAN_RESET_AFTER_S
 from warehouse.ops.stack.process import wait_until
 from warehouse.sql import catalog, rollouts, versions
 from warehouse.sql.trino_client import query
@@ -486,12 +487,11 @@ def _roll_out_by_itself(
     lifecycle.rollout(settings, VIEW, 1, 100, pin=stay)
     # An analyst routed to v2 at 50 %, whose query on the serving view fails in Trino.
     failing = next(u for u in USERS if versions.cohort(u) < 50 and u != stay)
-    # Held long enough for the page to be read (a browser's start and the page's
-    # queries, 5-10 s) before the failing query, which must fall within the hold.
-    conf = {"view": VIEW, "version": 2, "steps": [50, 100], "hold_s": 30}
+    # The failing query must fall within the hold. (The page is read during the
+    # rollout Airflow stops, below, whose hold is long: here it cost 15 s of hold.)
+    conf = {"view": VIEW, "version": 2, "steps": [50, 100], "hold_s": 15}
     run_id = airflow.trigger("regauge_autorollout", conf)
     assert wait_until(lambda: getattr(rollouts.running(settings, VIEW), "step", -1) == 0, 120)
-    _the_page_shows_the_rollout_as_the_registry_has_it(settings, airflow, stay)
     assert assert_routing(settings, USERS)[stay] == 1
     with pytest.raises(TrinoUserError, match="DIVISION_BY_ZERO"):
         query(
@@ -507,14 +507,15 @@ def _roll_out_by_itself(
     assert set(assert_routing(settings, USERS).values()) == {1}
     # Its retry (Airflow's, or a person's rerun of the run) reports the end, moves nobody.
     assert autorollout.run(settings, ended.plan, "engineer.x", run_id) == ended
-    _stopped_where_it_is(settings, airflow, followed)
+    _stopped_where_it_is(settings, airflow, followed, stay)
     _a_stopped_stream_rolled_back(settings, airflow, followed)
     _a_tampered_event_rolled_back(settings, spark, followed)
 
     # All gates holding: 50 %, then 100 %, and every decision on record; on the way,
     # Airflow's scheduler killed with the tasks it runs, the rollout's driver among
-    # them, while the first step holds. The run's next try resumes it from its row.
-    conf = {"view": VIEW, "version": 2, "steps": [50, 100], "hold_s": 15}
+    # them, while the first step holds (killed within a second or two of its start,
+    # so 8 s of hold is margin enough). The run's next try resumes it from its row.
+    conf = {"view": VIEW, "version": 2, "steps": [50, 100], "hold_s": 8}
     run_id = airflow.trigger("regauge_autorollout", conf)
     assert wait_until(lambda: getattr(rollouts.running(settings, VIEW), "step", -1) == 0, 120)
     holding = rollouts.running(settings, VIEW)
@@ -623,7 +624,9 @@ def _a_stopped_stream_rolled_back(
     assert wait_until(followed, 60)
     # Started again, the stream reports what it has read only with its first batch's
     # progress; a rollout judged before that fails its freshness gate (CI's run of
-    # a6ca708 did, on a slow machine, in the rollout that completes below).
+    # a6ca708 did, on a slow machine, in the rollout that completes below). A few
+    # events now, for that batch: otherwise it waits for the next round (up to 30 s).
+    pipeline.produce(settings, seed=fresh_seed(), count=20, chaos=True)
     assert wait_until(lambda: "lag_versions" in autorollout.lag(settings, VIEW, 2), 180)
 
 
@@ -688,11 +691,13 @@ def _a_tampered_event_rolled_back(
     assert audit.run(settings, spark, checks=["routing"]).passed
 
 
-# Longer than Airflow's scheduler_health_check_threshold (30 s): a scheduler that
-# starts after that takes the dead one's running tasks for orphans and resets them
-# (adopt_or_reset_orphaned_tasks; the LocalExecutor cannot adopt a task). One that
-# came back sooner would leave them to the task heartbeat timeout, five minutes.
-SCHEDULER_DOWN_S = 35.0
+# Longer than the scheduler's scheduler_health_check_threshold (20 s, regauge's;
+# Airflow's is 30): a scheduler that starts after that takes the dead one's running
+# tasks for orphans and resets them (adopt_or_reset_orphaned_tasks; the
+# LocalExecutor cannot adopt a task). One that came back sooner would leave them to
+# the task heartbeat timeout, five minutes. The dead one beat at most 5 s before
+# its kill, so 4 s more is enough margin.
+SCHEDULER_DOWN_S = ORPHAN_RESET_AFTER_S + 4.0
 
 
 def _scheduler_killed_with_its_tasks(settings: Settings, down_s: float) -> list[str]:
@@ -736,13 +741,17 @@ def _scheduler_killed_with_its_tasks(settings: Settings, down_s: float) -> list[
 
 
 def _stopped_where_it_is(
-    settings: Settings, airflow: airflow_client.Client, followed: Callable[[], bool]
+    settings: Settings,
+    airflow: airflow_client.Client,
+    followed: Callable[[], bool],
+    stay: str,
 ) -> None:
     """Issue 69's stop, three ways, each while a step holds (v2 moved to 50 %): a
     person's `regauge autorollout stop`; the Airflow run marked failed, whose task then
     gets SIGTERM; and a driver killed with -9, which holds nothing, so that a stop
     then ends its rollout at once. Each time the routing stays where the rollout had
-    moved it, and the rollout's row says who stopped it."""
+    moved it, and the rollout's row says who stopped it. The rollout page is read
+    while Airflow's run holds its step (`stay` pinned to v1)."""
     cli = [sys.executable, "-m", "warehouse.cli"]
     start = [*cli, "autorollout", VIEW, "2", "--steps", "50,100", "--hold", "600"]
     assert wait_until(followed, 60)
@@ -778,6 +787,7 @@ def _stopped_where_it_is(
         "regauge_autorollout", {"view": VIEW, "version": 2, "steps": [50, 100], "hold_s": 600}
     )
     assert wait_until(at_first_step, 120) and wait_until(followed, 60)
+    _the_page_shows_the_rollout_as_the_registry_has_it(settings, airflow, stay)
     airflow.mark_failed("regauge_autorollout", run_id)
     assert wait_until(lambda: rollouts.running(settings, VIEW) is None, 60)
     stopped("its driver was told to stop (SIGTERM")

@@ -403,6 +403,21 @@ def test_airflow_admin_password_is_made_owner_only_and_a_readable_one_replaced(l
     assert airflow.passwords_file.stat().st_mode & 0o777 == 0o600
 
 
+def test_only_airflows_scheduler_resets_a_dead_schedulers_tasks_after_20_s(local):
+    """A scheduler started after a crash resets the dead one's tasks once its last
+    heartbeat is older than the threshold (test_versions.py waits just past it); the
+    API server's health report keeps Airflow's own 30 s."""
+    from warehouse.ops.stack.airflow import ORPHAN_RESET_AFTER_S
+
+    airflow = services.Airflow(local)
+    airflow.home.mkdir(parents=True)
+    threshold = "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD"
+    envs = {p.name: p.env for p in airflow.procs()}
+    assert envs["airflow-scheduler"][threshold] == str(ORPHAN_RESET_AFTER_S) == "20"
+    assert threshold not in envs["airflow-api-server"]
+    assert threshold not in envs["airflow-dag-processor"]
+
+
 @pytest.fixture
 def private_checkout(settings, tmp_path):
     """Settings of a checkout the postgres account cannot reach (its state lives in
