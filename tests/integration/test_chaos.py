@@ -84,19 +84,25 @@ def test_lost_checkpoints_mean_re_reading_never_doubling(faults):
     assert out.produced == 3_000 and out.in_silver > 2_500
 
 
-def test_a_second_writer_beside_ingest_or_a_replay_is_refused(faults, capsys):
-    out = report(faults.concurrent_writer(800))  # sent over 20 s, as the refusals happen
-    assert out.note.startswith("ingest-once beside ingest, a stream beside a replay: 2 of 2")
+def test_a_second_writer_is_refused_and_postgres_down_under_ingest_and_a_stream_loses_nothing(
+    faults, capsys
+):
+    """Two cases on one view job (`concurrent_writer_then_postgres_down`), formerly
+    test_a_second_writer_beside_ingest_or_a_replay_is_refused and
+    test_postgres_down_under_ingest_and_a_stream_loses_nothing: a second writer of
+    ingest and of the chaos view is refused while events land; then that job, streaming
+    live, and ingest ride out PostgreSQL stopped, Airflow comes back without help, and
+    the view equals its code."""
+    # PostgreSQL down 10 s, a sixth of `make chaos`'s minute, for the suite's time:
+    # longer than two of the scheduler's 5-s heartbeats (it exits about 5 s after
+    # PostgreSQL stops) and than an ingest batch (1-4 s).
+    writer, down = faults.concurrent_writer_then_postgres_down(800, 600, down_s=10.0)
+    report(writer)  # 800 sent over 20 s, as the refusals happen
+    assert writer.note.startswith("ingest-once beside ingest, a stream beside a replay: 2 of 2")
     assert capsys.readouterr().out.count("  refused: ") == 2
-
-
-def test_postgres_down_under_ingest_and_a_stream_loses_nothing(faults):
-    # A third of `make chaos`'s minute, for the suite's time (it was half): still
-    # four of the scheduler's 5-s heartbeats and longer than an ingest batch. The same
-    # checks apply: ingest and the stream ride it out, Airflow comes back without help.
-    out = report(faults.postgres_down(600, down_s=20.0))
+    out = report(down)
     assert out.produced == 600 and out.in_silver > 450
-    assert "PostgreSQL down 20 s" in out.note
+    assert "PostgreSQL down 10 s" in out.note
 
 
 def test_an_erasure_that_fails_leaves_ingest_as_it_should_and_its_rerun_brings_it_back(faults):

@@ -212,9 +212,12 @@ class Chaos:
         restarted = time.monotonic()
         with self._producing(events, rate=rate) as box:
             for k in range(1, kills + 1):
-                # Anywhere from inside the first micro-batch after a restart to a later one
-                # (a batch of a few thousand records takes 5-15 s on 2 cores).
-                time.sleep(self.rng.uniform(2.0, 15.0))
+                # Anywhere from inside the first micro-batch after a restart to a later one:
+                # `ingest start` returns once the query runs, and its first batch, of
+                # the backlog the kill left (a few thousand records), takes 5-15 s on 2
+                # cores; warm batches at 200 events/s take 1-2 s. (2-15 s cost the
+                # suite 7 s more on average and reached no other place.)
+                time.sleep(self.rng.uniform(2.0, 8.0))
                 where = self._kill_ingest()
                 self.say(f"  kill -9 {k} of {kills}: ingest died during {where or 'its start'}")
                 restarted = time.monotonic()
@@ -366,6 +369,8 @@ class Chaos:
         accepted = None
         try:
             problems = self._stops_on_the_gap()
+            # Records after the gap, which the operator's accepting run copies too.
+            after = pipeline.produce(self.settings, seed=fresh_seed(), count=events)
             restarted = time.monotonic()
             # The operator's call, as they make it: the lake must be free for it.
             accepted = _cli("ingest-once", "--accept-data-loss")
@@ -381,8 +386,6 @@ class Chaos:
                 # case leaves the pipeline running for the cases after it.
                 ingest_ctl.stop(self.settings)
                 pipeline.ingest_once(self.spark, self.settings, accept_data_loss=True, source=SHOP)
-        after = pipeline.produce(self.settings, seed=fresh_seed(), count=events)
-        pipeline.ingest_once(self.spark, self.settings, source=SHOP)
         outcome, _ = self._judge("retention", after, restarted, "")
         gone = landing(self.spark, self.settings, doomed)
         if gone.bronze or gone.silver:
@@ -441,27 +444,51 @@ class Chaos:
         return outcome
 
     def concurrent_writer(self, events: int) -> Outcome:
-        ingest_ctl.start(self.settings, None)
+        outcome, live = self._writers_refused(events)
+        differ = self._view_caught_up(outcome, live)
+        outcome.note += f"; {differ} view rows differ"
+        return outcome
+
+    def concurrent_writer_then_postgres_down(
+        self, events: int, down_events: int, down_s: float = POSTGRES_DOWN_S
+    ) -> tuple[Outcome, Outcome]:
+        """`concurrent_writer`, whose view job, live by then, is the stream that
+        `postgres_down` keeps running through the outage: one job's JVM start (some
+        20 s and 20 CPU-s on 2 cores) instead of two, and a stream that has run
+        batches when PostgreSQL goes. The view's rows are counted once, at the end."""
+        writer, live = self._writers_refused(events)
+        writer.note += "; view rows counted after PostgreSQL's outage"
+        try:
+            return writer, self.postgres_down(down_events, down_s, stream=live)
+        except BaseException:
+            _stop_job(live)
+            raise
+
+    def _writers_refused(self, events: int) -> tuple[Outcome, subprocess.Popen[bytes]]:
+        """A second writer refused beside each (ingest, a view's replay going live) while
+        `events` land; the figures, and the view's job, left running live."""
         logfile = self._view_log()
         problems: list[str] = []
-        with self._producing(events, rate=events / 20) as box:
-            # Replays, then streams on until stopped: it holds the view's lock throughout,
-            # taken before its first Spark job.
-            began = logfile.stat().st_size
-            first = _view_job(logfile, "replay", until_caught_up=False)
-            try:
+        # Replays, then streams on until stopped: it holds the view's lock throughout,
+        # taken before its first Spark job. Its JVM starts (some 20 s on 2 cores)
+        # while ingest does, and the events are sent once it has the lock, so that
+        # they land as the refusals happen.
+        began = logfile.stat().st_size
+        first = _view_job(logfile, "replay", until_caught_up=False)
+        try:
+            ingest_ctl.start(self.settings, None)
+            _wait_for(first, logfile, "events to process", began)
+            with self._producing(events, rate=events / 20) as box:
                 self._refusals(first, logfile, began, problems)
-            except BaseException:
-                _stop_job(first)
-                raise
-        outcome, _ = self._judge("concurrent_writer", box[0], time.monotonic(), "")
-        differ = self._view_caught_up(outcome, first)
+            outcome, _ = self._judge("concurrent_writer", box[0], time.monotonic(), "")
+        except BaseException:
+            _stop_job(first)
+            raise
         outcome.problems += problems
         outcome.note = (
-            f"ingest-once beside ingest, a stream beside a replay: {2 - len(problems)} of 2 "
-            f"refused; {differ} view rows differ"
+            f"ingest-once beside ingest, a stream beside a replay: {2 - len(problems)} of 2 refused"
         )
-        return outcome
+        return outcome, first
 
     def _refusals(
         self, first: subprocess.Popen[bytes], logfile: Path, began: int, problems: list[str]
@@ -491,13 +518,20 @@ class Chaos:
             # Stopped once live (a replay stopped part-way leaves no stream to resume).
             _wait_for(first, logfile, "recomputed from", began)
 
-    def postgres_down(self, events: int, down_s: float = POSTGRES_DOWN_S) -> Outcome:
+    def postgres_down(
+        self,
+        events: int,
+        down_s: float = POSTGRES_DOWN_S,
+        stream: subprocess.Popen[bytes] | None = None,
+    ) -> Outcome:
+        """PostgreSQL stopped for `down_s` under ingest and the chaos view's `stream`
+        (a job started here if None)."""
         ingest_ctl.start(self.settings, None)
         view = views.get(*VIEW)
-        logfile = self._view_log()
-        if not runner.can_stream(self.spark, self.settings, view):
-            self._rerun(view, replay=True)
-        stream = _view_job(logfile, "stream", until_caught_up=False)
+        if stream is None:
+            if not runner.can_stream(self.spark, self.settings, view):
+                self._rerun(view, replay=True)
+            stream = _view_job(self._view_log(), "stream", until_caught_up=False)
         postgres = services.Postgres(self.settings)
         airflow = services.Airflow(self.settings)
         airflow_pids = airflow.live_pids()
