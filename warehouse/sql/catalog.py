@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 
+from trino.exceptions import TrinoUserError
+
 from warehouse.base import registry
 from warehouse.base.registry import Table
 from warehouse.base.settings import Settings
@@ -47,13 +49,22 @@ def publish(table: Table, settings: Settings) -> bool:
     if is_published(table, settings):
         return False
     # CALL takes no bound parameters in Trino, so the names go through the gate.
-    trino_client.query(
-        settings,
-        f"CALL {catalog}.system.register_table("
-        f"schema_name => '{check_identifier(table.schema, 'schema')}', "
-        f"table_name => '{check_identifier(table.name, 'table')}', "
-        f"table_location => {quote_location(trino_location(table, settings))})",
-    )
+    try:
+        trino_client.query(
+            settings,
+            f"CALL {catalog}.system.register_table("
+            f"schema_name => '{check_identifier(table.schema, 'schema')}', "
+            f"table_name => '{check_identifier(table.name, 'table')}', "
+            f"table_location => {quote_location(trino_location(table, settings))})",
+        )
+    except TrinoUserError as exc:
+        # Another process registered it between the look and the call (two audits
+        # recording their first runs at once, say; Trino's file metastore then says
+        # ALREADY_EXISTS): it is published, as wanted.
+        if is_published(table, settings):
+            log.info("%s was published by another process (%s)", table.trino_name, exc.error_name)
+            return False
+        raise
     log.info("published %s at %s", table.trino_name, trino_location(table, settings))
     return True
 
