@@ -356,14 +356,12 @@ def _reprocess_roll_out_and_retire(
     heaps = {arg for pid in jvm for arg in process.argv(pid) or [] if arg.startswith("-Xmx")}
     assert heaps == {f"-Xmx{settings.view_host_memory}"}, heaps
 
-    # A second reprocess of a built version is refused, and changes nothing.
-    run_id = airflow.trigger("regauge_reprocess", {"view": VIEW, "version": 2})
+    # A second reprocess of a built version is refused, and changes nothing. (Each
+    # refused run is waited for after the rollout run beside it: Airflow takes some
+    # 10 s to end a failed run, which the rollout's run used to wait out.)
+    refused = airflow.trigger("regauge_reprocess", {"view": VIEW, "version": 2})
     # Until it ends, the run is one of the DAG's active runs (the bench waits for those).
-    assert run_id in airflow.active_runs("regauge_reprocess")
-    assert airflow.wait("regauge_reprocess", run_id) == "failed"
-    assert run_id not in airflow.active_runs("regauge_reprocess")
-    assert "already built" in airflow.task_log("regauge_reprocess", run_id, "register")
-    assert versions.get(settings, VIEW, 2).status == "ready"
+    assert refused in airflow.active_runs("regauge_reprocess")
 
     # 10 %, and one user above the cut pinned to v2.
     airflow.run("regauge_rollout", {"view": VIEW, "version": 2, "percent": 10, "pin_user": pinned})
@@ -373,15 +371,20 @@ def _reprocess_roll_out_and_retire(
         u for u in USERS if versions.cohort(u) < 10 or u == pinned
     }
     assert set(seen.values()) == {1, 2}
-
-    # Retiring v2 now is refused: users are routed to it.
-    run_id = airflow.trigger("regauge_retire", {"view": VIEW, "version": 2})
-    assert airflow.wait("regauge_retire", run_id) == "failed"
+    assert airflow.wait("regauge_reprocess", refused) == "failed"
+    assert refused not in airflow.active_runs("regauge_reprocess")
+    assert "already built" in airflow.task_log("regauge_reprocess", refused, "register")
     assert versions.get(settings, VIEW, 2).status == "ready"
+
+    # Retiring v2 now is refused: users are routed to it (at 10 %, and the pinned
+    # one still once it is back at 0 %).
+    refused = airflow.trigger("regauge_retire", {"view": VIEW, "version": 2})
 
     # Back to 0 % (the pin stays until removed), then the pin goes too.
     airflow.run("regauge_rollout", {"view": VIEW, "version": 2, "percent": 0})
     assert {u for u, v in assert_routing(settings, USERS).items() if v == 2} == {pinned}
+    assert airflow.wait("regauge_retire", refused) == "failed"
+    assert versions.get(settings, VIEW, 2).status == "ready"
     airflow.run("regauge_rollout", {"view": VIEW, "version": 2, "percent": 0, "unpin_user": pinned})
     assert set(assert_routing(settings, USERS).values()) == {1}
 
@@ -400,27 +403,14 @@ def _reprocess_roll_out_and_retire(
     ]
     assert set(assert_routing(settings, USERS).values()) == {2}
 
-    # Ingest and the streams share the view host's JVM. supervisord brings a dead
-    # host back, and the host the streams in it and ingest, since it was started
-    # (wanted) and not stopped: with the watchdog paused, nothing else could.
-    old_pid = streams.pid(settings, VIEW, 2)
-    assert old_pid is not None and ingest_ctl.pid(settings) == old_pid
-    airflow.pause("regauge_watchdog", True)
-    try:
-        os.killpg(old_pid, signal.SIGKILL)
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and (
-            streams.pid(settings, VIEW, 2) in (None, old_pid) or ingest_ctl.pid(settings) is None
-        ):
-            time.sleep(0.5)
-    finally:
-        airflow.pause("regauge_watchdog", False)
+    # Retire v1: its stream stops, its table leaves Trino, everyone sees v2. Its
+    # table and checkpoint are moved aside through the host, by no JVM of the task's.
     new_pid = streams.pid(settings, VIEW, 2)
-    assert new_pid not in (None, old_pid), "supervisord did not restart the host with v2"
-    assert ingest_ctl.pid(settings) == new_pid, "nor ingest beside it"
-
-    # Retire v1: its stream stops, its table leaves Trino, everyone sees v2.
-    airflow.run("regauge_retire", {"view": VIEW, "version": 1})
+    run_id = airflow.run("regauge_retire", {"view": VIEW, "version": 1})
+    task_log = airflow.task_log("regauge_retire", run_id, "retire")
+    assert "regauge-archive: Spark work runs in the view host (pid " in task_log, task_log
+    assert f"table archived to {settings.lake_root.rstrip('/')}/_archive/" in task_log
+    assert not Path(registry.gold_view_table(VIEW, 1).path(settings)).exists()
     assert versions.get(settings, VIEW, 1).status == "retired"
     assert streams.pid(settings, VIEW, 1) is None
     # Stopping v1's query left v2's running in the same host.
@@ -487,17 +477,20 @@ def _roll_out_by_itself(
     lifecycle.rollout(settings, VIEW, 1, 100, pin=stay)
     # An analyst routed to v2 at 50 %, whose query on the serving view fails in Trino.
     failing = next(u for u in USERS if versions.cohort(u) < 50 and u != stay)
-    # The failing query must fall within the hold. (The page is read during the
-    # rollout Airflow stops, below, whose hold is long: here it cost 15 s of hold.)
-    conf = {"view": VIEW, "version": 2, "steps": [50, 100], "hold_s": 15}
+    # The failing query must fall within the hold: sent first, it did within 2 s of
+    # the step's start. (The page is read during the rollout Airflow stops, below,
+    # whose hold is long: here it cost 15 s of hold.)
+    conf = {"view": VIEW, "version": 2, "steps": [50, 100], "hold_s": 8}
     run_id = airflow.trigger("regauge_autorollout", conf)
     assert wait_until(lambda: getattr(rollouts.running(settings, VIEW), "step", -1) == 0, 120)
-    assert assert_routing(settings, USERS)[stay] == 1
     with pytest.raises(TrinoUserError, match="DIVISION_BY_ZERO"):
         query(
             settings, f"SELECT sum(orders_placed) / 0 FROM lakehouse.serving.{VIEW}", user=failing
         )
-    assert airflow.wait("regauge_autorollout", run_id) == "failed"
+    assert assert_routing(settings, USERS)[stay] == 1
+    # Rolled back: the rollout's row says so at once. Airflow's run ends failed
+    # after its task's retry (some 6 s more), checked before the next run below.
+    assert wait_until(lambda: rollouts.running(settings, VIEW) is None, 120)
     (ended, *_) = rollouts.history(settings, VIEW)
     assert (ended.state, ended.request_id) == ("rolled_back", run_id)
     assert ended.why.startswith("at 50 %: serving failed: 1 of ")
@@ -507,7 +500,7 @@ def _roll_out_by_itself(
     assert set(assert_routing(settings, USERS).values()) == {1}
     # Its retry (Airflow's, or a person's rerun of the run) reports the end, moves nobody.
     assert autorollout.run(settings, ended.plan, "engineer.x", run_id) == ended
-    _stopped_where_it_is(settings, airflow, followed, stay)
+    _stopped_where_it_is(settings, airflow, followed, stay, run_id)
     _a_stopped_stream_rolled_back(settings, airflow, followed)
     _a_tampered_event_rolled_back(settings, spark, followed)
 
@@ -520,7 +513,12 @@ def _roll_out_by_itself(
     assert wait_until(lambda: getattr(rollouts.running(settings, VIEW), "step", -1) == 0, 120)
     holding = rollouts.running(settings, VIEW)
     assert holding is not None and holding.request_id == run_id
-    killed = _scheduler_killed_with_its_tasks(settings, SCHEDULER_DOWN_S)
+    # Meanwhile the view host is killed too, and comes back (with the scheduler
+    # down the step cannot end, and the wait costs no time of its own): the
+    # resumed rollout's gates judge streams restarted mid-step.
+    killed = _scheduler_killed_with_its_tasks(
+        settings, SCHEDULER_DOWN_S, lambda: _host_killed_and_back(settings, airflow)
+    )
     assert any(" autorollout " in f" {cmd} " for cmd in killed), killed
     assert airflow.wait("regauge_autorollout", run_id, 600) == "success"
     (done, *_) = rollouts.history(settings, VIEW)
@@ -700,10 +698,45 @@ def _a_tampered_event_rolled_back(
 SCHEDULER_DOWN_S = ORPHAN_RESET_AFTER_S + 4.0
 
 
-def _scheduler_killed_with_its_tasks(settings: Settings, down_s: float) -> list[str]:
+def _host_killed_and_back(settings: Settings, airflow: airflow_client.Client) -> None:
+    """Ingest and the streams share the view host's JVM. supervisord brings a dead
+    host back, and the host the streams in it and ingest, since they were started
+    (wanted) and not stopped: with the watchdog paused, nothing else could. Back
+    once both versions' streams have caught up with silver again, within the
+    freshness gate's limit."""
+    old_pid = streams.pid(settings, VIEW, 2)
+    assert old_pid is not None and ingest_ctl.pid(settings) == old_pid
+    airflow.pause("regauge_watchdog", True)
+    try:
+        os.killpg(old_pid, signal.SIGKILL)
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and (
+            streams.pid(settings, VIEW, 2) in (None, old_pid) or ingest_ctl.pid(settings) is None
+        ):
+            time.sleep(0.5)
+    finally:
+        airflow.pause("regauge_watchdog", False)
+    new_pid = streams.pid(settings, VIEW, 2)
+    assert new_pid not in (None, old_pid), "supervisord did not restart the host with v2"
+    assert ingest_ctl.pid(settings) == new_pid, "nor ingest beside it"
+    assert streams.pid(settings, VIEW, 1) == new_pid, "nor v1's stream"
+
+    def caught_up(version: int) -> bool:
+        behind = autorollout.lag(settings, VIEW, version).get("lag_versions")
+        return isinstance(behind, int) and behind <= 2
+
+    assert wait_until(lambda: caught_up(1) and caught_up(2), 180), [
+        autorollout.lag(settings, VIEW, n) for n in (1, 2)
+    ]
+
+
+def _scheduler_killed_with_its_tasks(
+    settings: Settings, down_s: float, meanwhile: Callable[[], None]
+) -> list[str]:
     """kill -9 of Airflow's scheduler and every process under it (the LocalExecutor's
     workers and the tasks they run), kept down `down_s` (supervisord would start it
-    again at once), then started again. The killed processes' command lines."""
+    again at once), or while `meanwhile` runs if longer, then started again. The
+    killed processes' command lines."""
     from warehouse.ops.stack.supervisor import Supervisor
 
     supervisor = Supervisor.of_state(settings.state_dir)
@@ -733,7 +766,9 @@ def _scheduler_killed_with_its_tasks(settings: Settings, down_s: float) -> list[
         supervisor.stop("airflow-scheduler")
         time.sleep(0.2)
     # Nothing moves while it is down: the routing stays where the step put it.
-    time.sleep(down_s)
+    down_at = time.monotonic()
+    meanwhile()
+    time.sleep(max(0.0, down_s - (time.monotonic() - down_at)))
     v2 = versions.get(settings, VIEW, 2)
     assert (v2.status, v2.rollout_percent) == ("ready", 50)
     supervisor.rpc().supervisor.startProcess("airflow-scheduler", False)
@@ -745,13 +780,15 @@ def _stopped_where_it_is(
     airflow: airflow_client.Client,
     followed: Callable[[], bool],
     stay: str,
+    gated_run: str,
 ) -> None:
     """Issue 69's stop, three ways, each while a step holds (v2 moved to 50 %): a
     person's `regauge autorollout stop`; the Airflow run marked failed, whose task then
     gets SIGTERM; and a driver killed with -9, which holds nothing, so that a stop
     then ends its rollout at once. Each time the routing stays where the rollout had
     moved it, and the rollout's row says who stopped it. The rollout page is read
-    while Airflow's run holds its step (`stay` pinned to v1)."""
+    while Airflow's run holds its step (`stay` pinned to v1). `gated_run`: the
+    Airflow run the serving gate rolled back, which must have ended failed."""
     cli = [sys.executable, "-m", "warehouse.cli"]
     start = [*cli, "autorollout", VIEW, "2", "--steps", "50,100", "--hold", "600"]
     assert wait_until(followed, 60)
@@ -783,6 +820,7 @@ def _stopped_where_it_is(
         driver.kill()
     stopped("stopped by engineer.stopper at 50 %; nobody moved")
 
+    assert airflow.wait("regauge_autorollout", gated_run) == "failed"
     run_id = airflow.trigger(
         "regauge_autorollout", {"view": VIEW, "version": 2, "steps": [50, 100], "hold_s": 600}
     )
