@@ -144,8 +144,9 @@ def test_the_cli_passes_on_an_honest_lake_and_records_the_run(settings, honest):
     )
     try:
         run = audit.run(settings, spark)
-    finally:
         out, err = cli.communicate(timeout=600)
+    finally:
+        cli.kill()  # nothing if it has ended; never left running by a failure here
     assert run.passed, [f for f in run.findings if not f.passed]
     assert recorded_checks(settings, run.run_id) == dict.fromkeys(audit.CHECKS, True)
 

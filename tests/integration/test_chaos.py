@@ -91,8 +91,8 @@ def test_a_second_writer_is_refused_and_postgres_down_under_ingest_and_a_stream_
     test_a_second_writer_beside_ingest_or_a_replay_is_refused and
     test_postgres_down_under_ingest_and_a_stream_loses_nothing: a second writer of
     ingest and of the chaos view is refused while events land; then that job, streaming
-    live, and ingest ride out PostgreSQL stopped, Airflow comes back without help, and
-    the view equals its code."""
+    live, and ingest ride out PostgreSQL stopped, Airflow is healthy again without
+    help, and the view equals its code."""
     # PostgreSQL down 10 s, a sixth of `make chaos`'s minute, for the suite's time:
     # longer than two of the scheduler's 5-s heartbeats (it exits about 5 s after
     # PostgreSQL stops) and than an ingest batch (1-4 s).

@@ -206,9 +206,9 @@ class Client:
                 return state
             if time.monotonic() > deadline:
                 raise AirflowError(f"{dag_id} run {run_id} still {state} after {timeout:.0f} s")
-            # Two light API calls a second, four in a run's first 30 s: most runs
-            # the CLI and the tests wait on are short, and their end is seen within
-            # half a second of it.
+            # Two light API calls a second, four in the first 30 s of the wait:
+            # most runs the CLI and the tests wait on are short, and their end is
+            # seen within half a second of it.
             time.sleep(0.5 if time.monotonic() - started < 30 else 1.0)
 
     def failure_logs(self, dag_id: str, run_id: str, lines: int = 30) -> str:

@@ -201,9 +201,10 @@ def archive(settings: Settings, table: registry.Table) -> list[str]:
 def _files_session(settings: Settings) -> Iterator[SparkSession]:
     """A session to move files with: the caller's own if it has one (left running);
     else the view host's over Spark Connect, which moves a local lake's files in
-    this process (a driver of its own took about 7 s and 20 CPU-s to start, in
-    Airflow's retire task); else a driver with no executors of its own (a file
-    move needs none: a cluster's are left to the streams)."""
+    this process (a driver of its own took about 7 s to start in Airflow's retire
+    task; `task_session` starts one as the settings say if the host cannot be
+    reached after all); else a driver with no executors of its own (a file move
+    needs none: a cluster's are left to the streams)."""
     from pyspark.sql import SparkSession
 
     from spark_jobs.engine.session import build_session

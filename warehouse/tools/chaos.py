@@ -212,11 +212,11 @@ class Chaos:
         restarted = time.monotonic()
         with self._producing(events, rate=rate) as box:
             for k in range(1, kills + 1):
-                # Anywhere from inside the first micro-batch after a restart to a later one:
-                # `ingest start` returns once the query runs, and its first batch, of
-                # the backlog the kill left (a few thousand records), takes 5-15 s on 2
-                # cores; warm batches at 200 events/s take 1-2 s. (2-15 s cost the
-                # suite 7 s more on average and reached no other place.)
+                # Inside a batch: `ingest start` returns once the query runs, and its
+                # first batch after a restart, of the backlog the kill left (a few
+                # thousand records), takes 5-15 s on 2 cores, so a later kill mostly
+                # lands in that one; warm batches at 200 events/s take 1-2 s. (2-15 s
+                # cost the suite 7 s more on average.)
                 time.sleep(self.rng.uniform(2.0, 8.0))
                 where = self._kill_ingest()
                 self.say(f"  kill -9 {k} of {kills}: ingest died during {where or 'its start'}")
@@ -369,8 +369,6 @@ class Chaos:
         accepted = None
         try:
             problems = self._stops_on_the_gap()
-            # Records after the gap, which the operator's accepting run copies too.
-            after = pipeline.produce(self.settings, seed=fresh_seed(), count=events)
             restarted = time.monotonic()
             # The operator's call, as they make it: the lake must be free for it.
             accepted = _cli("ingest-once", "--accept-data-loss")
@@ -386,6 +384,10 @@ class Chaos:
                 # case leaves the pipeline running for the cases after it.
                 ingest_ctl.stop(self.settings)
                 pipeline.ingest_once(self.spark, self.settings, accept_data_loss=True, source=SHOP)
+        # Records after the gap, copied by a plain run: the accepted gap stops no
+        # ingest after it.
+        after = pipeline.produce(self.settings, seed=fresh_seed(), count=events)
+        pipeline.ingest_once(self.spark, self.settings, source=SHOP)
         outcome, _ = self._judge("retention", after, restarted, "")
         gone = landing(self.spark, self.settings, doomed)
         if gone.bronze or gone.silver:
