@@ -97,7 +97,7 @@ def test_a_second_writer_is_refused_and_postgres_down_under_ingest_and_a_stream_
     # longer than two of the scheduler's 5-s heartbeats (it exits about 5 s after
     # PostgreSQL stops) and than an ingest batch (1-4 s).
     writer, down = faults.concurrent_writer_then_postgres_down(800, 600, down_s=10.0)
-    report(writer)  # 800 sent over 20 s, as the refusals happen
+    report(writer)  # 800 sent over 10 s, as the refusals happen
     assert writer.note.startswith("ingest-once beside ingest, a stream beside a replay: 2 of 2")
     assert capsys.readouterr().out.count("  refused: ") == 2
     out = report(down)

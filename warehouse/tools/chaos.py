@@ -289,10 +289,18 @@ class Chaos:
     def view_kills(self, events: int) -> Outcome:
         view = views.get(*VIEW)
         logfile = self._view_log()
-        first = pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
-        pipeline.ingest_once(self.spark, self.settings, source=SHOP)
+        # The replay's JVM starts (some 15 s on 2 cores) while this process sends
+        # and ingests the events; killed wherever in its replay it then is.
+        began = logfile.stat().st_size if logfile.exists() else 0
+        replay = _view_job(logfile, "replay")
+        try:
+            first = pipeline.produce(self.settings, seed=fresh_seed(), count=events, chaos=True)
+            pipeline.ingest_once(self.spark, self.settings, source=SHOP)
+        except BaseException:
+            _stop_job(replay)
+            raise
         in_replay = _kill_when(
-            _view_job(logfile, "replay"), logfile, "events to process", self.rng.uniform(0, 4)
+            replay, logfile, "events to process", self.rng.uniform(0, 4), start=began
         )
         self.say(f"  kill -9 {view.name}_v{view.version} during its replay" + _missed(in_replay))
         self._rerun(view, replay=True)
@@ -473,14 +481,15 @@ class Chaos:
         problems: list[str] = []
         # Replays, then streams on until stopped: it holds the view's lock throughout,
         # taken before its first Spark job. Its JVM starts (some 20 s on 2 cores)
-        # while ingest does, and the events are sent once it has the lock, so that
-        # they land as the refusals happen.
+        # while ingest does, and the events are sent once it has the lock, over 10
+        # s, so that they land as the refusals happen (two cold CLI commands; the
+        # replay went live 13 s after taking the lock in stop 106's run).
         began = logfile.stat().st_size
         first = _view_job(logfile, "replay", until_caught_up=False)
         try:
             ingest_ctl.start(self.settings, None)
             _wait_for(first, logfile, "events to process", began)
-            with self._producing(events, rate=events / 20) as box:
+            with self._producing(events, rate=events / 10) as box:
                 self._refusals(first, logfile, began, problems)
             outcome, _ = self._judge("concurrent_writer", box[0], time.monotonic(), "")
         except BaseException:
@@ -843,10 +852,19 @@ def _missed(landed: bool) -> str:
     return "" if landed else " (it had ended already: nothing was killed)"
 
 
-def _kill_when(job: subprocess.Popen[bytes], log: Path, marker: str, extra_s: float) -> bool:
-    """kill -9 the job (driver and JVM) `extra_s` after `marker` shows in its log;
-    whether it still ran then (a short job on a small lake can end first)."""
-    _wait_for(job, log, marker, log.stat().st_size if log.exists() else 0)
+def _kill_when(
+    job: subprocess.Popen[bytes],
+    log: Path,
+    marker: str,
+    extra_s: float,
+    start: int | None = None,
+) -> bool:
+    """kill -9 the job (driver and JVM) `extra_s` after `marker` shows in its log
+    (after byte `start`, or what the log holds now); whether it still ran then (a
+    short job on a small lake can end first)."""
+    if start is None:
+        start = log.stat().st_size if log.exists() else 0
+    _wait_for(job, log, marker, start)
     time.sleep(extra_s)
     # Kill before asking whether it ran: polling first would reap a job that just
     # ended, and its process group would be gone (ESRCH). An unreaped leader keeps
